@@ -1,0 +1,26 @@
+"""Errors the CLI turns into one line on stderr and an exit code (one code per cause)."""
+
+
+class GputopoError(Exception):
+    """Anything gputopo reports as `Error: <message>` without a traceback."""
+    exit_code = 1
+
+
+class BadInput(GputopoError):
+    """A file, a paste or an option that cannot be used as given."""
+    exit_code = 2
+
+
+class NvmlUnavailable(GputopoError):
+    """NVML could not be loaded (no driver, or driver/library mismatch)."""
+    exit_code = 3
+
+
+class TooFewGpus(GputopoError):
+    """The request needs more GPUs than the machine (or the selection) has."""
+    exit_code = 4
+
+
+class BenchmarkFailed(GputopoError):
+    """A launched benchmark process failed or hung."""
+    exit_code = 5

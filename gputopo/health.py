@@ -1,0 +1,133 @@
+"""Topology + environment -> findings: thermals, power, PCIe, NVLink, P2P and NCCL/CUDA variables. Pure."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .topology import PCIE_KINDS, Topology, kind_of, rank
+
+# Seed 003: 70-75 °C is great, below 80 °C fine, performance drops from about 84-90 °C.
+TEMP_WARN_C, TEMP_THROTTLE_C = 80, 84
+POWER_CAP_FRACTION = 0.97
+BENIGN_THROTTLE = {"applications_clocks_setting", "display_clock_setting", "sync_boost"}
+# NCCL_P2P_LEVEL: the farthest path over which NCCL still uses P2P (NCCL docs, "NCCL_P2P_LEVEL").
+P2P_LEVELS = ["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str      # "info", "warn" or "error"
+    code: str       # stable identifier, e.g. "temperature_high"
+    subject: str    # "GPU0", "GPU0-GPU1", "env", "host"
+    message: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _gpu_findings(topo: Topology, names: list[str]) -> list[Finding]:
+    out = []
+    for g in (topo.gpu(n) for n in names):
+        if g.lost:
+            out.append(Finding("error", "gpu_lost", g.name, "NVML cannot reach this GPU (fell off the bus?):"
+                                                            " check `dmesg` for Xid 79, reseat or reboot"))
+            continue
+        t = g.temperature_c
+        if t is not None and t >= TEMP_THROTTLE_C:
+            out.append(Finding("error", "temperature_throttling", g.name,
+                               f"{t:g} °C: in the throttling zone (from about {TEMP_THROTTLE_C}-90 °C);"
+                               " improve airflow or lower the power limit"))
+        elif t is not None and t >= TEMP_WARN_C:
+            out.append(Finding("warn", "temperature_high", g.name,
+                               f"{t:g} °C: above {TEMP_WARN_C} °C (70-75 °C is ideal); throttling starts near 84 °C"))
+        active = sorted(set(g.throttle_reasons or ()) - BENIGN_THROTTLE)
+        if active:
+            out.append(Finding("warn", "throttling", g.name, "clocks held down by: " + ", ".join(active)))
+        if g.power_draw_w is not None and g.power_limit_w and g.power_draw_w >= POWER_CAP_FRACTION * g.power_limit_w:
+            out.append(Finding("warn", "power_cap", g.name, f"drawing {g.power_draw_w:.0f} W of a {g.power_limit_w:.0f} W"
+                                                             " limit: running at its power cap; check the PSU and cables"))
+        if g.pcie_width and g.pcie_width_max and g.pcie_width < g.pcie_width_max:
+            out.append(Finding("warn", "pcie_width_degraded", g.name,
+                               f"PCIe link x{g.pcie_width} of x{g.pcie_width_max}: a degraded link (riser, slot"
+                               " or seating); host<->GPU copies and PCIe P2P run slower"))
+        if g.pcie_gen and g.pcie_gen_max and g.pcie_gen < g.pcie_gen_max:
+            out.append(Finding("info", "pcie_gen_below_max", g.name,
+                               f"PCIe gen {g.pcie_gen} of {g.pcie_gen_max}: normal when idle (power saving);"
+                               " a problem only if it stays so under load"))
+        inactive = [n.link for n in g.nvlinks or () if not n.active]
+        active_n = sum(1 for n in g.nvlinks or () if n.active)
+        promised = max((l.nvlinks for l in topo.gpu_links() if g.name in (l.a, l.b)), default=0)
+        if g.nvlinks is not None and promised > active_n:
+            out.append(Finding("warn", "nvlink_inactive", g.name,
+                               f"the matrix shows NV{promised} but only {active_n} NVLink(s) are active"
+                               f" (inactive: {', '.join(map(str, inactive)) or 'none listed'})"))
+        elif inactive and promised:
+            out.append(Finding("info", "nvlink_inactive", g.name, "NVLink(s) " + ", ".join(map(str, inactive))
+                               + " are inactive; the bonded links in use are up"))
+    return out
+
+
+def _link_findings(topo: Topology, names: list[str]) -> list[Finding]:
+    out = []
+    for l in topo.gpu_links(names):
+        bad = {mode: s for mode, s in (l.p2p or {}).items() if s not in ("OK", "X")}
+        if bad:
+            out.append(Finding("warn", "p2p_unsupported", f"{l.a}-{l.b}",
+                               "peer-to-peer not available (" + ", ".join(f"{m}: {s}" for m, s in bad.items())
+                               + "): NCCL copies through host memory between these GPUs"))
+    return out
+
+
+def _env_findings(topo: Topology, names: list[str], env: dict) -> list[Finding]:
+    out = []
+    links = topo.gpu_links(names)
+    has_nv = any(l.nvlinks for l in links)
+    if (env.get("NCCL_P2P_DISABLE") or "0") not in ("0", ""):
+        out.append(Finding("warn" if has_nv else "info", "nccl_p2p_disabled", "env",
+                           "NCCL_P2P_DISABLE is set: NCCL will not use NVLink or PCIe peer-to-peer"
+                           + (" although these GPUs have NVLink (seed benchmark: 23 % slower)" if has_nv else "")))
+    level = (env.get("NCCL_P2P_LEVEL") or "").upper()
+    if level:
+        idx = int(level) + 1 if level.isdigit() and int(level) < 5 else (P2P_LEVELS.index(level) if level in P2P_LEVELS else None)
+        if idx is None:
+            out.append(Finding("warn", "nccl_p2p_level", "env", f"NCCL_P2P_LEVEL={level} is not a level NCCL knows"
+                                                                  " (LOC, NVL, PIX, PXB, PHB, SYS)"))
+        else:
+            def beyond(t):
+                k = kind_of(t)
+                return k != "NV" and k in PCIE_KINDS and P2P_LEVELS.index(k) > idx
+            far = [f"{l.a}-{l.b}" for l in links if l.type and beyond(l.type)]
+            out.append(Finding("warn" if far else "info", "nccl_p2p_level", "env",
+                               f"NCCL_P2P_LEVEL={level}: P2P only up to {P2P_LEVELS[idx]}"
+                               + (f"; no P2P for {', '.join(far)}" if far else "; every pair in use qualifies")))
+    for var in ("NCCL_SHM_DISABLE", "NCCL_IB_DISABLE"):
+        if (env.get(var) or "0") not in ("0", ""):
+            out.append(Finding("info", var.lower(), "env", f"{var} is set: NCCL will not use "
+                               + ("shared memory between processes" if "SHM" in var else "InfiniBand/RoCE")))
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        out.append(Finding("info", "cuda_visible_devices", "env",
+                           f"CUDA_VISIBLE_DEVICES={cvd}: programs see only these GPUs, renumbered from 0"))
+    if len(topo.gpus) > 1 and (env.get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST") != "PCI_BUS_ID":
+        models = {g.model for g in topo.gpus}
+        level_ = "warn" if cvd is not None and (len(models) > 1 or None in models) else "info"
+        out.append(Finding(level_, "cuda_device_order", "env",
+                           "CUDA numbers GPUs fastest first, nvidia-smi (and this report) by PCI bus id: set"
+                           " CUDA_DEVICE_ORDER=PCI_BUS_ID so GPU indices mean the same GPUs everywhere"))
+    return out
+
+
+def check(topo: Topology, names: list[str], env: dict) -> list[Finding]:
+    """All findings for the GPUs `names` of `topo`, worst first."""
+    found = _gpu_findings(topo, names) + _link_findings(topo, names) + _env_findings(topo, names, env)
+    if not any(g.temperature_c is not None or g.power_draw_w is not None for g in topo.gpus):
+        found.append(Finding("info", "no_live_health", "host", "temperatures, power and PCIe links come only"
+                                                               " from a live GPU (NVML): not in a pasted text"))
+    order = {"error": 0, "warn": 1, "info": 2}
+    return sorted(found, key=lambda f: order[f.level])
+
+
+def weakest_description(topo: Topology, names: list[str]) -> str | None:
+    w = topo.weakest(names)
+    if w is None:
+        return None
+    return f"{w.a}-{w.b} {w.type or 'unknown'}" + ("" if rank(w.type)[0] >= 0 else " (type unknown)")

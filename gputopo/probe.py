@@ -1,0 +1,217 @@
+"""NVML / nvidia-smi / the host -> Topology and host facts. The only module that touches the machine."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from . import parse
+from .errors import NvmlUnavailable
+from .topology import Gpu, Link, NvLink, Topology
+
+# NVML topology levels -> nvidia-smi topo -m vocabulary (nvml.h: nvmlGpuTopologyLevel_t).
+NVML_LEVEL = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+# nvml.h: nvmlClocksEventReasons; GpuIdle is not a problem and is left out.
+THROTTLE_BITS = {
+    0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "NS", 5: "NS", 6: "U"}
+SYSFS_PCI = Path("/sys/bus/pci/devices")
+
+
+def _nvml():
+    """Import and initialise NVML; NvmlUnavailable says why not, in words a user can act on."""
+    try:
+        import pynvml
+    except ImportError:
+        raise NvmlUnavailable("the nvidia-ml-py package (module pynvml) is not installed")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        reasons = {
+            "NVMLError_LibraryNotFound": "no NVML library (libnvidia-ml.so.1 not found): is the NVIDIA driver installed?",
+            "NVMLError_DriverNotLoaded": "the NVIDIA driver is installed but not loaded (try `nvidia-smi`, `dmesg`)",
+            "NVMLError_NoPermission": "no permission to open the NVIDIA devices",
+        }
+        raise NvmlUnavailable(reasons.get(type(e).__name__, f"NVML failed to start: {e}"))
+    return pynvml
+
+
+def _safe(nvml, fn, *args, default=None):
+    """One NVML field; a field the GPU cannot report becomes unknown instead of failing the command."""
+    try:
+        return getattr(nvml, fn)(*args)
+    except (nvml.NVMLError, AttributeError):
+        return default
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _bus(bus_id) -> str:
+    """Normalise a PCI bus id: NVML says 00000000:07:00.0, sysfs 0000:07:00.0."""
+    return _text(bus_id).lower()[-12:]
+
+
+def _sysfs(bus: str, name: str) -> str | None:
+    try:
+        return (SYSFS_PCI / bus / name).read_text().strip()
+    except OSError:
+        return None
+
+
+def _cpulist(mask_words) -> str:
+    """NVML's CPU affinity bitmask (64-bit words) -> '0-23,48-71' as nvidia-smi prints it."""
+    cpus = [w * 64 + b for w, word in enumerate(mask_words) for b in range(64) if int(word) >> b & 1]
+    ranges, start = [], None
+    for i, c in enumerate(cpus):
+        start = c if start is None else start
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            ranges.append(f"{start}-{c}" if c != start else str(c))
+            start = None
+    return ",".join(ranges)
+
+
+def _gpu(nvml, i: int, handle) -> Gpu:
+    q = lambda fn, *a: _safe(nvml, fn, handle, *a)  # noqa: E731
+    pci = q("nvmlDeviceGetPciInfo")
+    bus = _bus(pci.busId) if pci is not None else None
+    mem = q("nvmlDeviceGetMemoryInfo")
+    reasons = q("nvmlDeviceGetCurrentClocksEventReasons")
+    if reasons is None:
+        reasons = q("nvmlDeviceGetCurrentClocksThrottleReasons")
+    cpu = _sysfs(bus, "local_cpulist") if bus else None
+    if cpu is None:
+        mask = q("nvmlDeviceGetCpuAffinity", max(1, ((os.cpu_count() or 64) + 63) // 64))
+        cpu = _cpulist(mask) if mask is not None else None
+    numa = _sysfs(bus, "numa_node") if bus else None
+    if numa is None:
+        numa = q("nvmlDeviceGetNumaNodeId")
+    power, limit = q("nvmlDeviceGetPowerUsage"), q("nvmlDeviceGetEnforcedPowerLimit")
+    links = []
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        state = _safe(nvml, "nvmlDeviceGetNvLinkState", handle, link)
+        if state is None:
+            continue  # the GPU has no such link
+        remote = _safe(nvml, "nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+        rtype = _safe(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+        links.append(NvLink(link=link, active=state == getattr(nvml, "NVML_FEATURE_ENABLED", 1),
+                            version=_safe(nvml, "nvmlDeviceGetNvLinkVersion", handle, link),
+                            remote=_bus(remote.busId) if remote is not None else None,
+                            remote_is_switch=None if rtype is None else rtype == 2))
+    return Gpu(
+        name=f"GPU{i}", index=i, model=_text(q("nvmlDeviceGetName")), uuid=_text(q("nvmlDeviceGetUUID")),
+        pci_bus_id=bus, memory_total_bytes=getattr(mem, "total", None), memory_used_bytes=getattr(mem, "used", None),
+        cpu_affinity=cpu, numa_affinity=None if numa in (None, "-1", -1) else str(numa),
+        pcie_gen=q("nvmlDeviceGetCurrPcieLinkGeneration"), pcie_gen_max=q("nvmlDeviceGetMaxPcieLinkGeneration"),
+        pcie_width=q("nvmlDeviceGetCurrPcieLinkWidth"), pcie_width_max=q("nvmlDeviceGetMaxPcieLinkWidth"),
+        temperature_c=q("nvmlDeviceGetTemperature", getattr(nvml, "NVML_TEMPERATURE_GPU", 0)),
+        power_draw_w=power / 1000 if power is not None else None,
+        power_limit_w=limit / 1000 if limit is not None else None,
+        throttle_reasons=None if reasons is None else tuple(n for b, n in THROTTLE_BITS.items() if reasons & b),
+        nvlinks=tuple(links) if links else None)
+
+
+def _nv_count(a: Gpu, b: Gpu, gpu_buses: set[str]) -> int:
+    """Active NVLinks between two GPUs: direct links, or through NVSwitches (then the smaller fan-out)."""
+    direct = sum(1 for n in a.nvlinks or () if n.active and n.remote == b.pci_bus_id)
+    if direct:
+        return direct
+
+    def to_switch(g: Gpu) -> int:
+        return sum(1 for n in g.nvlinks or () if n.active and n.remote and
+                   (n.remote_is_switch or (n.remote_is_switch is None and n.remote not in gpu_buses)))
+    return min(to_switch(a), to_switch(b))
+
+
+def nvml_topology() -> Topology:
+    """Read GPUs, links, P2P and health through NVML. Command line equivalent: `nvidia-smi topo -m` + `-q`."""
+    nvml = _nvml()
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        if count == 0:
+            raise NvmlUnavailable("the NVIDIA driver is loaded but reports no GPUs")
+        gpus, handles, notes = [], [], []
+        for i in range(count):
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+                gpus.append(_gpu(nvml, i, h))
+                handles.append(h)
+            except nvml.NVMLError as e:
+                # A GPU that fell off the bus (Xid 79) still belongs in the report, as lost.
+                gpus.append(Gpu(name=f"GPU{i}", index=i, lost=True))
+                handles.append(None)
+                notes.append(f"GPU{i} did not answer NVML ({type(e).__name__}): check `dmesg` for Xid errors")
+        buses = {g.pci_bus_id for g in gpus if g.pci_bus_id}
+        links = []
+        for i, a in enumerate(gpus):
+            for j in range(i + 1, len(gpus)):
+                b = gpus[j]
+                if handles[i] is None or handles[j] is None:
+                    links.append(Link(a.name, b.name, None))
+                    continue
+                nv = _nv_count(a, b, buses)
+                level = _safe(nvml, "nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
+                kind = f"NV{nv}" if nv else NVML_LEVEL.get(level)
+                status = _safe(nvml, "nvmlDeviceGetP2PStatus", handles[i], handles[j], 0)
+                links.append(Link(a.name, b.name, kind, p2p=None if status is None else {"r": P2P_STATUS.get(status, "U")}))
+        return Topology(gpus=tuple(gpus), links=tuple(links), source="nvml", notes=tuple(notes))
+    finally:
+        _safe(nvml, "nvmlShutdown")
+
+
+def smi_text(*args: str) -> str | None:
+    """Output of `nvidia-smi ARGS`, or None when the binary is absent or fails."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def topology() -> Topology:
+    """The live topology: NVML first; NIC rows from `nvidia-smi topo -m`; the binary alone if NVML fails."""
+    matrix_text = smi_text("topo", "-m")
+    try:
+        topo = nvml_topology()
+    except NvmlUnavailable as e:
+        if not matrix_text:
+            raise
+        topo = parse.texts([matrix_text] + [t for t in [smi_text("-L")] if t])
+        return replace(topo, source="nvidia-smi", notes=topo.notes + (f"NVML unavailable: {e}",))
+    if matrix_text:
+        try:
+            smi = parse.topo_matrix(matrix_text)
+        except Exception as e:  # the live view still stands without the NIC rows
+            return replace(topo, notes=topo.notes + (f"`nvidia-smi topo -m` unreadable: {e}",))
+        nic_links = tuple(l for l in smi.links if not (l.a.startswith("GPU") and l.b.startswith("GPU")))
+        return replace(topo, nics=smi.nics, links=topo.links + nic_links)
+    return topo
+
+
+def host() -> dict:
+    """CPUs, NUMA nodes, RAM and temp-dir free space of this machine."""
+    import psutil
+    numa = sorted(Path("/sys/devices/system/node").glob("node[0-9]*"))
+    tmp = tempfile.gettempdir()
+    vm, disk = psutil.virtual_memory(), shutil.disk_usage(tmp)
+    return {"cpus_logical": psutil.cpu_count(logical=True), "cpus_physical": psutil.cpu_count(logical=False),
+            "numa_nodes": len(numa) or None, "ram_total_bytes": vm.total, "ram_available_bytes": vm.available,
+            "tmp_dir": tmp, "tmp_free_bytes": disk.free}
+
+
+def environment() -> dict[str, str | None]:
+    """The environment variables that change how NCCL and CUDA see the GPUs."""
+    names = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
+             "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+    return {n: os.environ.get(n) for n in names}

@@ -1,0 +1,123 @@
+"""Report dicts -> readable text tables, or JSON. Text is drawn from the same dict as JSON."""
+from __future__ import annotations
+
+import json
+
+from .report import ranked_types
+from .topology import rank
+
+MARK = {"error": "!!", "warn": "! ", "info": "- "}
+
+
+def to_json(data: dict) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+def size(n: float | None) -> str:
+    """Bytes in binary units, as people read memory sizes: 24.0 GiB."""
+    if n is None:
+        return "N/A"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def table(rows: list[list[str]], header: list[str] | None = None) -> str:
+    """Left-aligned columns separated by two spaces."""
+    allrows = ([header] if header else []) + [[("N/A" if c is None else str(c)) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in allrows if i < len(r)) for i in range(max(map(len, allrows)))]
+    return "\n".join("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in allrows)
+
+
+def matrix(report: dict) -> str:
+    """The link matrix laid out as `nvidia-smi topo -m` prints it."""
+    labels = [g["name"] for g in report["gpus"]] + [n["name"] for n in report["nics"]]
+    cell = {}
+    for l in report["links"]:
+        cell[(l["a"], l["b"])] = cell[(l["b"], l["a"])] = l["type"] or "?"
+    rows = []
+    for g in report["gpus"]:
+        rows.append([g["name"]] + [("X" if g["name"] == c else cell.get((g["name"], c), "")) for c in labels]
+                    + [g["cpu_affinity"], g["numa_affinity"]])
+    for n in report["nics"]:
+        rows.append([n["name"]] + [("X" if n["name"] == c else cell.get((n["name"], c), "")) for c in labels])
+    return table(rows, [""] + labels + ["CPU Affinity", "NUMA Affinity"])
+
+
+def inspect(report: dict) -> str:
+    """Human text for `gputopo inspect`."""
+    out = []
+    h = report["host"]
+    if h:
+        out.append(f"Host: {h['cpus_logical']} CPUs ({h['cpus_physical']} cores), {h['numa_nodes'] or 'N/A'} NUMA"
+                   f" node(s), RAM {size(h['ram_total_bytes'])} ({size(h['ram_available_bytes'])} free),"
+                   f" {h['tmp_dir']} {size(h['tmp_free_bytes'])} free")
+    if not report["gpu_status"]["visible"]:
+        out.append(f"No NVIDIA GPU visible: {report['gpu_status']['reason']}")
+        out.append("Try `gputopo inspect --from-file topo.txt` with a saved `nvidia-smi topo -m`,"
+                   " or `gputopo inspect --example list` to see bundled real machines.")
+        return "\n".join(out)
+    out.append(f"Source: {report['source']}" + (f" ({', '.join(report['inputs'])})" if report["inputs"] else ""))
+    rows = [[g["name"], g["model"], size(g["memory_total_bytes"]) if g["memory_total_bytes"] else None,
+             g["pci_bus_id"], _pcie(g), None if g["temperature_c"] is None else f"{g['temperature_c']:g} C",
+             _power(g)] for g in report["gpus"]]
+    out += ["", table(rows, ["GPU", "model", "memory", "bus id", "PCIe", "temp", "power"])]
+    out += ["", matrix(report)]
+    out += ["", f"Links among {', '.join(report['selected'])}, slowest first:"]
+    rows = []
+    for t, pairs, l in ranked_types(report):
+        bw = f"{l['bandwidth_gbps']:g} GB/s" if l.get("bandwidth_gbps") else "N/A"
+        rows.append([t, _short(pairs), bw, l["explanation"]])
+    out.append(table(rows, ["link", "pairs", "theoretical/dir", "meaning"]))
+    nv_basis = {l["bandwidth_basis"] for l in report["links"] if l.get("bandwidth_basis")}
+    out += [f"  bandwidth: {b}" for b in sorted(nv_basis)]
+    if report["islands"]:
+        out.append("NVLink islands: " + "  ".join("{" + ", ".join(i) + "}" for i in report["islands"]))
+    w = report["weakest_link"]
+    if w:
+        out.append(f"Weakest link in use: {w['a']}-{w['b']} {w['type'] or 'unknown'}")
+    nic = _nearest_nics(report)
+    if nic:
+        out.append("Nearest NIC per GPU: " + "  ".join(nic))
+    if report["best"]:
+        b = report["best"]
+        out.append(f"Best {b['k']} GPU(s): {', '.join(b['gpus'])} (weakest link"
+                   f" {b['weakest_link']['type'] if b['weakest_link'] else 'none'})")
+        out.append(f"  {b['command']}")
+    out += ["", "Findings:"] + [f"{MARK[f['level']]}{f['subject']}: {f['message']}" for f in report["findings"]]
+    if not any(f["level"] != "info" for f in report["findings"]):
+        out.append("  no health problems found")
+    out += [f"Note: {n}" for n in report["notes"]]
+    r = report["recommendation"]
+    if r:
+        out += ["", f"Recommendation ({r['basis']}): {r['strategy'] or 'none yet'}"] + [f"  {x}" for x in r["reasons"]]
+    return "\n".join(out)
+
+
+def _pcie(g: dict) -> str | None:
+    if not g["pcie_gen"]:
+        return None
+    return f"gen{g['pcie_gen']}/{g['pcie_gen_max']} x{g['pcie_width']}/{g['pcie_width_max']}"
+
+
+def _power(g: dict) -> str | None:
+    if g["power_draw_w"] is None:
+        return None
+    return f"{g['power_draw_w']:.0f}/{g['power_limit_w']:.0f} W" if g["power_limit_w"] else f"{g['power_draw_w']:.0f} W"
+
+
+def _short(pairs: list[str], most: int = 6) -> str:
+    return ", ".join(pairs[:most]) + (f" (+{len(pairs) - most} more)" if len(pairs) > most else "")
+
+
+def _nearest_nics(report: dict) -> list[str]:
+    out = []
+    for g in report["selected"]:
+        nics = [(l["b"] if l["a"] == g else l["a"], l["type"]) for l in report["links"]
+                if g in (l["a"], l["b"]) and not (l["a"].startswith("GPU") and l["b"].startswith("GPU"))]
+        if nics:
+            near = max((t for _, t in nics), key=rank)
+            out.append(f"{g}->{'/'.join(n for n, t in nics if t == near)} ({near})")
+    return out

@@ -1,0 +1,77 @@
+"""Topology + findings + advice -> the `inspect` report, one dict (its schema is in README.md). Pure."""
+from __future__ import annotations
+
+from . import advise, health
+from .errors import BadInput, TooFewGpus
+from .topology import Topology, rank
+
+SCHEMA_VERSION = 1
+
+
+def select(topo: Topology, gpus: str | None) -> list[str]:
+    """`--gpus 0,2,3` -> ["GPU0", "GPU2", "GPU3"]; all GPUs when not given."""
+    if not gpus:
+        return [g.name for g in topo.gpus]
+    names = []
+    for part in gpus.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise BadInput(f"--gpus takes GPU indices like 0,1,3; got {part!r}")
+        if f"GPU{part}" not in {g.name for g in topo.gpus}:
+            known = ",".join(str(g.index) for g in topo.gpus)
+            raise BadInput(f"--gpus: no GPU {part} in this topology (GPUs: {known})")
+        names.append(f"GPU{part}")
+    return list(dict.fromkeys(names))
+
+
+def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None = None,
+            env: dict | None = None, host: dict | None = None, status: str | None = None,
+            sources: list[str] | None = None) -> dict:
+    """The whole inspect report. `topo` is None when no GPU is visible; `status` then says why."""
+    out = {"schema_version": SCHEMA_VERSION, "source": topo.source if topo else None, "inputs": sources or [],
+           "gpu_status": {"visible": topo is not None, "reason": status}, "host": host,
+           "gpus": [], "nics": [], "links": [], "selected": [], "islands": [], "weakest_link": None,
+           "best": None, "findings": [], "recommendation": None, "notes": []}
+    if topo is None:
+        return out
+    names = select(topo, gpus)
+    out["gpus"] = [g.to_dict() for g in topo.gpus]
+    out["nics"] = [n.to_dict() for n in topo.nics]
+    links = []
+    for l in topo.links:
+        d = l.to_dict()
+        if l.a.startswith("GPU") and l.b.startswith("GPU"):
+            d["bandwidth_gbps"], d["bandwidth_basis"] = topo.bandwidth_gbps(l)
+        else:
+            d["bandwidth_gbps"], d["bandwidth_basis"] = None, None
+        links.append(d)
+    out["links"] = links
+    out["selected"] = names
+    out["islands"] = topo.islands()
+    weakest = topo.weakest(names)
+    out["weakest_link"] = weakest.to_dict() if weakest else None
+    if best is not None:
+        if best < 1:
+            raise BadInput("--best takes a number of GPUs, 1 or more")
+        if best > len(topo.gpus):
+            raise TooFewGpus(f"--best {best}: this machine has {len(topo.gpus)} GPU(s)")
+        chosen = topo.best(best)
+        w = topo.weakest(chosen)
+        out["best"] = {"k": best, "gpus": chosen, "weakest_link": w.to_dict() if w else None,
+                       "cuda_visible_devices": ",".join(str(topo.gpu(n).index) for n in chosen),
+                       "command": "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="
+                                  + ",".join(str(topo.gpu(n).index) for n in chosen)}
+    out["findings"] = [f.to_dict() for f in health.check(topo, names, env or {})]
+    out["recommendation"] = advise.recommend(topo, names).to_dict()
+    out["notes"] = list(topo.notes)
+    return out
+
+
+def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
+    """GPU-GPU link types among the selected GPUs, slowest first: (type, pairs, one link dict)."""
+    chosen = set(report["selected"])
+    groups: dict[str, tuple[list[str], dict]] = {}
+    for l in report["links"]:
+        if l["a"] in chosen and l["b"] in chosen:
+            groups.setdefault(l["type"] or "?", ([], l))[0].append(f"{l['a']}-{l['b']}")
+    return sorted(((t, pairs, l) for t, (pairs, l) in groups.items()), key=lambda x: rank(x[2]["type"]))
