@@ -17,7 +17,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 LABEL = re.compile(r"^(?:GPU\d+|NIC\d+|[A-Za-z][\w.:-]*\d)$")
 TRAILERS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # Cell values, longest first so that cells run together by a lost tab ("NV12SYS") still split.
-LINK_CELL = re.compile(r"\s*(NV\d+|NODE|SYS|PHB|PXB|PIX|SOC|CNS|GNS|TNS|N/A|OK|NS|X|U|[A-Z][A-Z0-9/]*)")
+LINK_CELL = re.compile(r"\s*(NV\d+|NODE|SYS|PHB|PXB|PIX|SOC|CPU|CNS|GNS|TNS|N/A|OK|NS|X|U)(?![a-z])")
 P2P_VALUES = {"OK", "CNS", "GNS", "TNS", "NS", "U", "X"}
 P2P_EXPLAIN = {"OK": "supported", "CNS": "chipset not supported", "GNS": "GPU not supported",
                "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
@@ -40,6 +40,7 @@ class Matrix:
     cells: dict[tuple[str, str], str]
     extras: dict[str, dict[str, str | None]] = field(default_factory=dict)
     nic_legend: dict[str, str] = field(default_factory=dict)
+    trailers: list[str] = field(default_factory=list)
     p2p_mode: str | None = None
 
 
@@ -69,14 +70,14 @@ def matrix(text: str) -> Matrix:
     start, labels, trailers = found
     if len(set(labels)) != len(labels):
         raise BadInput("the matrix header repeats a device label: " + " ".join(labels))
-    m = Matrix(labels=labels, cells={})
+    m = Matrix(labels=labels, cells={}, trailers=trailers)
     mode = P2P_MODE.search("\n".join(lines[:start + 1]))
     m.p2p_mode = mode.group(1) if mode else None
     seen: set[str] = set()
     for line in lines[start + 1:]:
         if re.match(r"^\s*Legend:", line):
             break
-        first = re.match(r"^\s*(\S+?)(?=\s|X\b|$)", line)
+        first = re.match(r"^\s*(GPU\d+|NIC\d+|\S+?)(?=\s|X|$)", line)
         if not first or first.group(1) not in labels or first.group(1) in seen:
             continue
         row = first.group(1)
@@ -88,6 +89,9 @@ def matrix(text: str) -> Matrix:
                 break
             values.append(cell.group(1))
             pos = cell.end()
+        if len(values) < len(labels) and line[pos:].strip():
+            raise BadInput(f"row {row}, column {labels[len(values)]}: {line[pos:].split()[0]!r} is not a link type"
+                           " of nvidia-smi's legend (X, SYS, NODE, PHB, PXB, PIX, NV#): cut off or garbled?")
         if len(values) < len(labels):
             missing = ", ".join(labels[len(values):])
             raise BadInput(f"row {row} has {len(values)} of {len(labels)} cells (missing {missing}):"
@@ -101,8 +105,8 @@ def matrix(text: str) -> Matrix:
             rest = line[pos:].split()
             if len(rest) < len(trailers):
                 lost = ", ".join(repr(t) for t in trailers[len(rest):])
-                raise BadInput(f"row {row} lacks the {lost} column(s) its header names:"
-                               " the paste looks cut off at the right")
+                raise BadInput(f"row {row} lacks the {lost} column(s) its header names: the paste looks cut off"
+                               " at the right, or values ran together without tabs")
             if len(rest) > len(trailers) and row == "GPU0":
                 raise BadInput(f"row {row} has {len(rest)} values after its cells but the header names"
                                f" {len(trailers)} column(s): the header line looks cut off")
@@ -138,6 +142,10 @@ def topo_matrix(text: str) -> Topology:
     values = {v for v in m.cells.values()}
     if values and values <= P2P_VALUES:
         raise BadInput("this is a `nvidia-smi topo -p2p` matrix, not `topo -m`")
+    if "CPU Affinity" not in m.trailers:
+        # Every nvidia-smi prints this column; without it the right edge of the paste is gone.
+        raise BadInput(f"the header has no 'CPU Affinity' column (it ends at {m.labels[-1]!r}):"
+                       " the paste looks cut off at the right; paste the full width")
     gpus = []
     for label in m.labels:
         if label.startswith("GPU"):

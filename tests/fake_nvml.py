@@ -1,0 +1,168 @@
+"""A stand-in for `pynvml` (nvidia-ml-py) with the same function names and NVMLError_* classes.
+
+Values are those of real hardware (2x RTX 3090 with an NVLink bridge; HGX H100 through NVSwitch):
+names, bus ids, memory, PCIe, power in milliwatts, NVLink 3/4. Only the calls probe.py makes exist.
+"""
+from __future__ import annotations
+
+import types
+
+
+class NVMLError(Exception):
+    value = 999
+
+
+def _err(name, value):
+    return type(f"NVMLError_{name}", (NVMLError,), {"value": value})
+
+
+NVMLError_NotSupported = _err("NotSupported", 3)
+NVMLError_InvalidArgument = _err("InvalidArgument", 2)
+NVMLError_DriverNotLoaded = _err("DriverNotLoaded", 9)
+NVMLError_LibraryNotFound = _err("LibraryNotFound", 12)
+NVMLError_GpuIsLost = _err("GpuIsLost", 15)
+NVMLError_NoPermission = _err("NoPermission", 4)
+
+GIB = 1024 ** 3
+
+
+def rtx3090_pair():
+    """2x RTX 3090 on a desktop board joined by a 4-link NVLink bridge (nvidia-smi: NV4)."""
+    buses = ["00000000:01:00.0", "00000000:21:00.0"]
+    gpus = []
+    for i, bus in enumerate(buses):
+        gpus.append({
+            "name": "NVIDIA GeForce RTX 3090", "uuid": f"GPU-6e5b9f3c-1d2a-4c8e-9f0a-7b3c2d1e4f5{i}",
+            "bus": bus, "mem_total": 24 * GIB, "mem_used": 512 * 1024 ** 2,
+            "pcie": (4, 4, 16, 16), "temp": 45, "power": 118_000, "limit": 350_000, "reasons": 0x1,
+            "nvlinks": [(1, 3, buses[1 - i], 0)] * 4, "numa": 0,
+        })
+    return {"gpus": gpus, "ancestor": {(0, 1): 30}, "p2p": {(0, 1): 0}}
+
+
+def h100_nvswitch(n=4):
+    """HGX H100: every GPU has 18 NVLink 4 links, all to NVSwitches (nvidia-smi: NV18)."""
+    gpus = []
+    for i in range(n):
+        gpus.append({
+            "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f{i}",
+            "bus": f"00000000:{0x18 + 0x20 * i:02X}:00.0", "mem_total": 80 * GIB, "mem_used": 600 * 1024 ** 2,
+            "pcie": (5, 5, 16, 16), "temp": 34, "power": 72_000, "limit": 700_000, "reasons": 0x1,
+            "nvlinks": [(1, 4, f"00000000:{0xA0 + k % 4:02X}:00.0", 2) for k in range(18)], "numa": 0 if i < n // 2 else 1,
+        })
+    anc = {(i, j): (40 if (i < n // 2) == (j < n // 2) else 50) for i in range(n) for j in range(i + 1, n)}
+    return {"gpus": gpus, "ancestor": anc, "p2p": {k: 0 for k in anc}}
+
+
+class FakeNvml(types.ModuleType):
+    """Module-like object installed as sys.modules['pynvml'] by the `fake_nvml` fixture."""
+    NVML_FEATURE_ENABLED = 1
+    NVML_TEMPERATURE_GPU = 0
+    NVML_NVLINK_MAX_LINKS = 18
+
+    def __init__(self, scenario=None, *, init_error=None, lost=(), unsupported=(), hot=None):
+        super().__init__("pynvml")
+        for name, value in globals().items():
+            if name.startswith("NVMLError"):
+                setattr(self, name, value)
+        self.s = scenario or {"gpus": [], "ancestor": {}, "p2p": {}}
+        self.init_error, self.lost, self.unsupported, self.hot = init_error, set(lost), set(unsupported), hot or {}
+        self.calls = []
+
+    def _check(self, fn, handle=None):
+        self.calls.append(fn)
+        if fn in self.unsupported:
+            raise NVMLError_NotSupported()
+        if handle is not None and handle in self.lost:
+            raise NVMLError_GpuIsLost()
+
+    def nvmlInit(self):
+        if self.init_error:
+            raise self.init_error()
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return len(self.s["gpus"])
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        self._check("nvmlDeviceGetHandleByIndex", i)
+        return i
+
+    def _g(self, h, fn):
+        self._check(fn, h)
+        return {**self.s["gpus"][h], **self.hot.get(h, {})}
+
+    def nvmlDeviceGetName(self, h):
+        return self._g(h, "nvmlDeviceGetName")["name"]
+
+    def nvmlDeviceGetUUID(self, h):
+        return self._g(h, "nvmlDeviceGetUUID")["uuid"]
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return types.SimpleNamespace(busId=self._g(h, "nvmlDeviceGetPciInfo")["bus"].encode())
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        g = self._g(h, "nvmlDeviceGetMemoryInfo")
+        return types.SimpleNamespace(total=g["mem_total"], used=g["mem_used"], free=g["mem_total"] - g["mem_used"])
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return self._g(h, "nvmlDeviceGetCurrPcieLinkGeneration")["pcie"][0]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return self._g(h, "nvmlDeviceGetMaxPcieLinkGeneration")["pcie"][1]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._g(h, "nvmlDeviceGetCurrPcieLinkWidth")["pcie"][2]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return self._g(h, "nvmlDeviceGetMaxPcieLinkWidth")["pcie"][3]
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._g(h, "nvmlDeviceGetTemperature")["temp"]
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._g(h, "nvmlDeviceGetPowerUsage")["power"]
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return self._g(h, "nvmlDeviceGetEnforcedPowerLimit")["limit"]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._g(h, "nvmlDeviceGetCurrentClocksEventReasons")["reasons"]
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return self._g(h, "nvmlDeviceGetCurrentClocksThrottleReasons")["reasons"]
+
+    def nvmlDeviceGetCpuAffinity(self, h, size):
+        self._g(h, "nvmlDeviceGetCpuAffinity")
+        return [0xFFFFFF] + [0] * (size - 1)
+
+    def nvmlDeviceGetNumaNodeId(self, h):
+        return self._g(h, "nvmlDeviceGetNumaNodeId")["numa"]
+
+    def _link(self, h, link, fn):
+        links = self._g(h, fn)["nvlinks"]
+        if link >= len(links):
+            raise NVMLError_InvalidArgument()
+        return links[link]
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        return self._link(h, link, "nvmlDeviceGetNvLinkState")[0]
+
+    def nvmlDeviceGetNvLinkVersion(self, h, link):
+        return self._link(h, link, "nvmlDeviceGetNvLinkVersion")[1]
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        return types.SimpleNamespace(busId=self._link(h, link, "nvmlDeviceGetNvLinkRemotePciInfo")[2])
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h, link):
+        return self._link(h, link, "nvmlDeviceGetNvLinkRemoteDeviceType")[3]
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        self._check("nvmlDeviceGetTopologyCommonAncestor")
+        return self.s["ancestor"][tuple(sorted((a, b)))]
+
+    def nvmlDeviceGetP2PStatus(self, a, b, index):
+        self._check("nvmlDeviceGetP2PStatus")
+        return self.s["p2p"][tuple(sorted((a, b)))]

@@ -1,0 +1,191 @@
+"""The parsers against real nvidia-smi outputs, damaged pastes and random text."""
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import FIXTURES, fixture_text
+from gputopo import parse
+from gputopo.errors import BadInput
+
+EXPECTED = sorted(p.name[: -len(".expected.json")] for p in (FIXTURES / "topo").glob("*.expected.json"))
+
+
+def as_expected(topo) -> dict:
+    """The parse in the sidecar's shape (see fixtures/topo/SOURCES.md)."""
+    gpu_pairs = [l for l in topo.links if l.a.startswith("GPU") and l.b.startswith("GPU")]
+    nic_pairs = [l for l in topo.links if not l.b.startswith("GPU")]
+    out = {"gpus": len(topo.gpus), "nics": len(topo.nics),
+           "pairs": {f"{l.a}-{l.b}": l.type for l in gpu_pairs},
+           "cpu_affinity": {g.name: g.cpu_affinity for g in topo.gpus},
+           "numa_affinity": {g.name: g.numa_affinity for g in topo.gpus}}
+    if nic_pairs:
+        out["gpu_nic"] = {f"{l.a}-{l.b}": l.type for l in nic_pairs}
+    return out
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_fixture_parses_to_expected(name):
+    expected = json.loads((FIXTURES / "topo" / f"{name}.expected.json").read_text())
+    expected.pop("_note", None)
+    assert as_expected(parse.texts([fixture_text(f"{name}.txt")])) == expected
+
+
+def test_there_are_fixtures():
+    assert len(EXPECTED) >= 15
+
+
+def test_nic_legend_and_old_names():
+    topo = parse.topo_matrix(fixture_text("a800x8_nv8_4nic_crlf.txt"))
+    assert [(n.name, n.device) for n in topo.nics][:2] == [("NIC0", "mlx5_0"), ("NIC1", "mlx5_1")]
+    old = parse.topo_matrix(fixture_text("dgx1_v100_hybrid_cube_mesh_mlx5_old_format.txt"))
+    assert old.nics[3].name == old.nics[3].device == "mlx5_3"
+    bare = parse.topo_matrix(fixture_text("rtx4090x8_all_sys_2nic.txt"))
+    assert [n.device for n in bare.nics] == [None, None]
+
+
+def test_gpu_numa_id_column_kept():
+    topo = parse.topo_matrix(fixture_text("h200x8_nv18_10nic.txt"))
+    assert topo.gpus[0].gpu_numa_id is None and topo.gpus[7].numa_affinity == "1"
+    assert len(topo.nics) == 10
+
+
+def cut_right(text: str, width: int) -> str:
+    return "\n".join(line[:width] for line in text.splitlines())
+
+
+def test_columns_cut_by_terminal_give_one_clear_line():
+    text = cut_right(fixture_text("dgx1_v100_hybrid_cube_mesh_mlx5_old_format.txt").expandtabs(), 80)
+    with pytest.raises(BadInput, match="no 'CPU Affinity' column .*'mlx5'.*cut off at the right"):
+        parse.texts([text])
+
+
+def test_rows_cut_under_a_whole_header():
+    lines = fixture_text("dgx1_v100_hybrid_cube_mesh_mlx5_old_format.txt").splitlines()
+    text = "\n".join(lines[:2] + [l[:98] for l in lines[2:]])
+    with pytest.raises(BadInput, match=r"row GPU0 has 11 of 12 cells \(missing mlx5_3\).*cut off"):
+        parse.texts([text])
+    text = "\n".join(lines[:2] + [l[:94] for l in lines[2:]])
+    with pytest.raises(BadInput, match=r"row GPU0, column mlx5_2: 'SY' is not a link type.*cut off"):
+        parse.texts([text])
+
+
+def test_all_tabs_lost_is_refused_not_guessed():
+    text = ("GPU0GPU1GPU2CPU AffinityNUMA AffinityGPU NUMA ID\nGPU0XNODENODE0-310N/A\n"
+            "GPU1NODEXNODE0-310N/A\nGPU2NODENODEX0-310N/A\n")
+    with pytest.raises(BadInput, match="row GPU0 lacks the 'NUMA Affinity', 'GPU NUMA ID'.*ran together"):
+        parse.texts([text])
+
+
+def test_affinity_column_cut_is_named():
+    text = fixture_text("a800x8_nv8_4nic_crlf.txt").replace("\r", "")
+    text = "\n".join(l[:115] if l.startswith("GPU") else l for l in text.splitlines())
+    with pytest.raises(BadInput, match="'NUMA Affinity'.*cut off"):
+        parse.texts([text])
+
+
+def test_rows_cut_at_bottom():
+    lines = fixture_text("h100x8_nv18_no_nic_spaces.txt").splitlines()
+    with pytest.raises(BadInput, match="GPU6, GPU7 but no row"):
+        parse.texts(["\n".join(lines[:8])])
+
+
+def test_lost_tab_cells_run_together():
+    text = fixture_text("rtx4090x8_all_sys_2nic.txt").replace("\tSYS\tPHB\tPHB\t56", "\tSYSPHB\tPHB\t56")
+    assert "SYSPHB" in text
+    topo = parse.topo_matrix(text)
+    assert topo.link("GPU6", "GPU7").type == "SYS" and topo.link("GPU6", "NIC0").type == "PHB"
+
+
+def test_misaligned_row_is_refused():
+    text = fixture_text("gpu3_nv4_pair_node_2nic_numa1.txt").replace("GPU1    NV4      X ", "GPU1    NV4     NV4  X ")
+    with pytest.raises(BadInput, match="GPU1.*misaligned"):
+        parse.texts([text])
+
+
+def test_ansi_and_indent_and_trailing_commands():
+    topo = parse.topo_matrix(fixture_text("dgx_a100_nv12_mlx5_old_names_trailing_cmds.txt"))
+    assert len(topo.gpus) == 8 and len(topo.nics) == 12 and topo.gpus[4].cpu_affinity == "112-127,240-255"
+
+
+def test_nvlink_status_and_p2p_combine_with_matrix():
+    topo = parse.texts([fixture_text("h100x8_nv18_no_nic_spaces.txt"), fixture_text("p2p_matrix_h100x8_ok.txt"),
+                        fixture_text("nvlink_status_h800_elided.txt")])
+    assert topo.gpu("GPU0").model == "NVIDIA H800" and topo.gpu("GPU3").model is None
+    assert len(topo.gpu("GPU7").nvlinks) == 8 and all(n.active and n.speed_gbps == 26.562 for n in topo.gpu("GPU7").nvlinks)
+    assert topo.link("GPU0", "GPU5").p2p == {"r": "OK"}
+
+
+def test_p2p_only():
+    topo = parse.texts([fixture_text("p2p_matrix_l4x2_cns.txt")])
+    assert topo.link("GPU0", "GPU1").p2p == {"r": "CNS"} and topo.link("GPU0", "GPU1").type is None
+
+
+def test_nvlink_inactive_and_blank_lines():
+    gpus = parse.gpu_list(fixture_text("nvlink_status_v100sxm2_gpu0_blank_lines.txt"))
+    assert gpus[0].model == "Tesla V100-SXM2-32GB" and len(gpus[0].nvlinks) == 6
+    down = parse.gpu_list("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1)\n Link 0: 25 GB/s\n Link 1: <inactive>\n")
+    assert [n.active for n in down[0].nvlinks] == [True, False]
+
+
+def test_nvidia_smi_L():
+    gpus = parse.gpu_list("GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-abc)\nGPU 1: NVIDIA GeForce RTX 4090 (UUID: GPU-def)\n")
+    assert [g.model for g in gpus] == ["NVIDIA GeForce RTX 4090"] * 2 and gpus[1].uuid == "GPU-def" and gpus[0].nvlinks is None
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("", "empty"), ("hello world\n", "not nvidia-smi output"), ("\x00\x01binary", "binary"),
+    ("GPU0 GPU0 CPU Affinity\nGPU0 X 0-3\n", "repeats"),
+])
+def test_bad_texts(text, msg):
+    with pytest.raises(BadInput, match=msg):
+        parse.texts([text])
+
+
+def test_texts_from_different_machines():
+    with pytest.raises(BadInput, match="different machines"):
+        parse.texts([fixture_text("consumer_x2_pcie_phb_numa_na.txt"), fixture_text("nvlink_status_h800_elided.txt")])
+
+
+ALL_TEXTS = [p.read_bytes().decode() for p in sorted((FIXTURES / "topo").glob("*.txt"))]
+
+
+def _safe_parse(text):
+    try:
+        parse.texts([text])
+    except BadInput as e:
+        assert "\n" not in str(e) and str(e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("GPUNICX0123456789 \t\n-,:/VSYHBODEAfnityL\x1b[m")), max_size=400))
+def test_random_text_never_tracebacks(text):
+    _safe_parse(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(ALL_TEXTS), st.data())
+def test_mutated_pastes_never_traceback(text, data):
+    ops = data.draw(st.lists(st.tuples(st.sampled_from(["cut", "drop", "dup", "swap", "trunc_line", "insert"]),
+                                       st.integers(0, 10_000), st.integers(0, 200), st.text(max_size=5)), max_size=4))
+    lines = text.splitlines()
+    for op, pos, n, s in ops:
+        if not lines:
+            break
+        i = pos % len(lines)
+        if op == "cut":
+            text = "\n".join(lines)
+            p = pos % max(1, len(text))
+            lines = (text[:p] + text[p + n:]).splitlines()
+        elif op == "drop":
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        elif op == "swap":
+            j = n % len(lines)
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == "trunc_line":
+            lines[i] = lines[i][:n]
+        else:
+            lines[i] = lines[i][: n % (len(lines[i]) + 1)] + s + lines[i][n % (len(lines[i]) + 1):]
+    _safe_parse("\n".join(lines))
