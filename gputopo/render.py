@@ -63,13 +63,17 @@ def inspect(report: dict) -> str:
     rows = [[g["name"], g["model"], size(g["memory_total_bytes"]) if g["memory_total_bytes"] else None,
              g["pci_bus_id"], _pcie(g), None if g["temperature_c"] is None else f"{g['temperature_c']:g} C",
              _power(g)] for g in report["gpus"]]
-    out += ["", table(rows, ["GPU", "model", "memory", "bus id", "PCIe", "temp", "power"])]
+    header = ["GPU", "model", "memory", "bus id", "PCIe", "temp", "power"]
+    keep = [i for i in range(len(header)) if i == 0 or any(r[i] is not None for r in rows)]
+    if len(keep) > 1:  # a paste without `nvlink -s`/`-L` says nothing per GPU beyond the matrix
+        out += ["", table([[r[i] for i in keep] for r in rows], [header[i] for i in keep])]
     out += ["", matrix(report)]
     out += ["", f"Links among {', '.join(report['selected'])}, slowest first:"]
     rows = []
     for t, pairs, l in ranked_types(report):
         bw = f"{l['bandwidth_gbps']:g} GB/s" if l.get("bandwidth_gbps") else "N/A"
-        rows.append([t, _short(pairs), bw, l["explanation"]])
+        total = len(report["selected"]) * (len(report["selected"]) - 1) // 2
+        rows.append([t, f"all {total} pairs" if len(pairs) == total > 1 else _short(pairs), bw, l["explanation"]])
     out.append(table(rows, ["link", "pairs", "theoretical/dir", "meaning"]))
     nv_basis = {l["bandwidth_basis"] for l in report["links"] if l.get("bandwidth_basis")}
     out += [f"  bandwidth: {b}" for b in sorted(nv_basis)]

@@ -1,0 +1,51 @@
+"""Wall time of `gputopo --help` and `gputopo inspect --from-file` beside `accelerate env` and `ds_report`.
+
+Run: .venv/bin/python benchmarks/cli_latency.py [--repeat 5]
+Target: gputopo at least 20x faster than `accelerate env`.
+"""
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def wall(cmd: list[str], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    fixture = HERE / "tests/fixtures/topo/dgx_a100_nv12_mlx5_old_names_trailing_cmds.txt"
+    gputopo = str(BIN / "gputopo")
+    rows = [("gputopo --help", [gputopo, "--help"]),
+            ("gputopo inspect --from-file (DGX A100)", [gputopo, "inspect", "--from-file", str(fixture)]),
+            ("gputopo inspect (live probe)", [gputopo, "inspect"])]
+    for name, exe in (("accelerate env", "accelerate"), ("ds_report", "ds_report")):
+        path = BIN / exe if (BIN / exe).exists() else shutil.which(exe)
+        if path:
+            rows.append((name, [str(path)] + (["env"] if exe == "accelerate" else [])))
+    results = {name: wall(cmd, args.repeat if "gputopo" in name else max(1, args.repeat // 2)) for name, cmd in rows}
+    ref = results.get("accelerate env")
+    print(f"{'command':45} {'median s':>9} {'x faster than accelerate env':>30}")
+    for name, t in results.items():
+        print(f"{name:45} {t:9.3f} {(f'{ref / t:.1f}x' if ref else 'n/a'):>30}")
+    if ref:
+        worst = max(t for n, t in results.items() if n.startswith("gputopo"))
+        print(f"target >= 20x: {'met' if ref / worst >= 20 else 'NOT met'} ({ref / worst:.1f}x for the slowest gputopo command)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""The command line as a user meets it: exit codes, one-line errors, JSON, speed of import."""
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES
+from gputopo.cli import cli
+
+TOPO = FIXTURES / "topo"
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(cli, list(args), input=input)
+
+
+def test_help_lists_commands_and_every_command_has_help():
+    r = run("--help")
+    assert r.exit_code == 0 and "inspect" in r.output
+    for name, cmd in cli.commands.items():
+        assert cmd.help and run(name, "--help").exit_code == 0
+
+
+def test_no_gpu_prints_host_and_reason(fake_nvml):
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    r = run("inspect")
+    assert r.exit_code == 0
+    assert "No NVIDIA GPU visible: no NVML library" in r.output and "--from-file" in r.output
+    assert "--example" in r.output and "RAM" in r.output
+    data = json.loads(run("inspect", "--json").output)
+    assert data["gpu_status"] == {"visible": False, "reason": data["gpu_status"]["reason"]}
+    assert "NVML" in data["gpu_status"]["reason"] and data["host"]["cpus_logical"] >= 1 and data["gpus"] == []
+
+
+def test_inspect_file_text():
+    r = run("inspect", "--from-file", str(TOPO / "dgx1_v100_hybrid_cube_mesh_mlx5_old_format.txt"),
+            "--gpu-model", "Tesla V100-SXM2-16GB")
+    assert r.exit_code == 0, r.output
+    out = r.output[r.output.index("slowest first"):]
+    assert out.index("SYS ") < out.index("NV1 ") < out.index("NV2 ")  # slowest first
+    assert "NVLink islands: {GPU0, GPU1, GPU2, GPU3, GPU4, GPU5, GPU6, GPU7}" in out
+    assert "Weakest link in use: GPU0-GPU5 SYS" in out and "50 GB/s" in out
+    assert "Recommendation (interconnect): ddp" in out
+
+
+def test_inspect_json_schema():
+    r = run("inspect", "--json", "-f", str(TOPO / "gpu3_nv4_pair_node_2nic_numa1.txt"))
+    data = json.loads(r.output)
+    assert data["schema_version"] == 1
+    assert data["gpus"][0]["name"] == "GPU0" and data["gpus"][0]["cpu_affinity"] == "64-71"
+    assert data["nics"] == [{"name": "NIC0", "device": "mlx5_0"}, {"name": "NIC1", "device": "mlx5_1"}]
+    assert [(l["a"], l["b"], l["type"], l["nvlinks"]) for l in data["links"]][:3] == [
+        ("GPU0", "GPU1", "NV4", 4), ("GPU0", "GPU2", "NODE", 0), ("GPU0", "NIC0", "NODE", 0)]
+    assert data["islands"] == [["GPU0", "GPU1"]]
+    assert data["weakest_link"]["type"] == "NODE"
+    assert data["recommendation"]["interconnect"] == "mixed"
+
+
+def test_best_and_gpus_subset():
+    path = str(TOPO / "dgx1_v100_hybrid_cube_mesh_mlx5_old_format.txt")
+    data = json.loads(run("inspect", "--json", "-f", path, "--best", "4").output)
+    best = data["best"]
+    # The quad with no SYS pair in the hybrid cube-mesh: 0-3 or 4-7, every pair NV1/NV2.
+    assert best["gpus"] in (["GPU0", "GPU1", "GPU2", "GPU3"], ["GPU4", "GPU5", "GPU6", "GPU7"])
+    assert best["weakest_link"]["type"] == "NV1"
+    assert best["command"].startswith("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=")
+    text = run("inspect", "-f", path, "--best", "2").output
+    assert "CUDA_VISIBLE_DEVICES=0,3" in text
+    sub = json.loads(run("inspect", "--json", "-f", path, "--gpus", "0,5").output)
+    assert sub["selected"] == ["GPU0", "GPU5"] and sub["weakest_link"]["type"] == "SYS"
+    assert sub["recommendation"]["zero_traffic_cost"] == "high"
+
+
+def test_several_texts_and_stdin():
+    text = (TOPO / "p2p_matrix_l4x2_cns.txt").read_text()
+    r = run("inspect", "--json", "-f", str(TOPO / "consumer_x2_pcie_phb_numa_na.txt"), "-f", "-", input=text)
+    data = json.loads(r.output)
+    assert data["links"][0]["p2p"] == {"r": "CNS"}
+    assert any(f["code"] == "p2p_unsupported" for f in data["findings"])
+
+
+def test_examples():
+    r = run("inspect", "--example", "list")
+    assert r.exit_code == 0 and "dgx-a100" in r.output and "rtx4090x8-pcie" in r.output
+    data = json.loads(run("inspect", "--example", "dgx-a100", "--json").output)
+    assert len(data["gpus"]) == 8 and len(data["nics"]) == 12 and data["links"][0]["bandwidth_gbps"] == 300.0
+    assert json.loads(run("inspect", "--example", "rtx4090x8-pcie", "--json").output)["recommendation"]["interconnect"] == "pcie"
+
+
+@pytest.mark.parametrize("args,msg,code", [
+    (["inspect", "-f", "/nonexistent/topo.txt"], "Error: /nonexistent/topo.txt: no such file\n", 2),
+    (["inspect", "-f", str(TOPO)], "is a directory", 2),
+    (["inspect", "-f", sys.executable], "binary file", 2),
+    (["inspect", "-f", "-"], "Error: stdin: empty", 2),
+    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpus", "0,7"], "Error: --gpus: no GPU 7 in this topology (GPUs: 0,1)\n", 2),
+    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpus", "a"], "--gpus takes GPU indices", 2),
+    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--best", "3"], "--best 3: this machine has 2 GPU(s)", 4),
+    (["inspect", "--example", "nope"], "--example nope: unknown", 2),
+])
+def test_bad_input_one_line(args, msg, code):
+    r = CliRunner().invoke(cli, args, input="")
+    assert r.exit_code == code
+    assert msg in r.output and r.output.count("\n") == 1 and "Traceback" not in r.output
+
+
+def test_cut_paste_names_the_file(tmp_path):
+    p = tmp_path / "cut.txt"
+    p.write_text("\n".join(l[:60] for l in (TOPO / "h100x8_nv18_no_nic_spaces.txt").read_text().splitlines()))
+    r = run("inspect", "-f", str(p))
+    assert r.exit_code == 2 and r.output.startswith(f"Error: {p}: ") and "cut off" in r.output
+
+
+def test_env_traps(monkeypatch):
+    monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
+    monkeypatch.setenv("NCCL_P2P_LEVEL", "PHB")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    data = json.loads(run("inspect", "--json", "--example", "dgx1-v100").output)
+    f = {x["code"]: x for x in data["findings"]}
+    assert f["nccl_p2p_disabled"]["level"] == "warn" and "NVLink" in f["nccl_p2p_disabled"]["message"]
+    assert f["nccl_p2p_level"]["level"] == "warn" and "GPU0-GPU5" in f["nccl_p2p_level"]["message"]
+    assert "CUDA_VISIBLE_DEVICES=1,0" in f["cuda_visible_devices"]["message"]
+    assert "PCI_BUS_ID" in f["cuda_device_order"]["message"]
+
+
+def test_cli_import_stays_light():
+    code = ("import sys, gputopo.cli, gputopo.parse, gputopo.report, gputopo.render;"
+            " print(sorted({'torch', 'transformers', 'deepspeed', 'datasets', 'pynvml'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_inspect_from_file_imports_no_heavy_module():
+    code = ("import sys; from gputopo.cli import cli;"
+            f" sys.argv=['gputopo','inspect','-f',{str(TOPO / 'rtx5090x2_phb.txt')!r}];"
+            " import atexit; atexit.register(lambda: print(sorted({'torch','transformers','deepspeed'} & set(sys.modules)), file=sys.stderr));"
+            " cli()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stderr.strip().endswith("[]")

@@ -1,0 +1,136 @@
+"""The NVML path against a fake pynvml filled with real hardware values."""
+import os
+import stat
+
+import pytest
+
+from conftest import fixture_text
+from fake_nvml import FakeNvml, h100_nvswitch, rtx3090_pair
+from gputopo import health, probe, report
+from gputopo.errors import NvmlUnavailable
+
+
+def test_rtx3090_pair_over_nvlink_bridge(fake_nvml):
+    fake_nvml(rtx3090_pair())
+    topo = probe.topology()
+    assert topo.source == "nvml"
+    g0 = topo.gpu("GPU0")
+    assert g0.model == "NVIDIA GeForce RTX 3090" and g0.pci_bus_id == "0000:01:00.0"
+    assert g0.memory_total_bytes == 24 * 1024 ** 3 and (g0.pcie_gen, g0.pcie_width_max) == (4, 16)
+    assert g0.power_draw_w == 118 and g0.power_limit_w == 350 and g0.throttle_reasons == ()
+    assert g0.cpu_affinity == "0-23" and g0.numa_affinity == "0"
+    link = topo.link("GPU0", "GPU1")
+    assert link.type == "NV4" and link.p2p == {"r": "OK"}
+    # GA102: 4 links x 14.0625 GB/s per direction.
+    assert topo.bandwidth_gbps(link)[0] == 56.25
+
+
+def test_nvswitch_gives_nv18_and_pcie_levels(fake_nvml):
+    fake_nvml(h100_nvswitch(4))
+    topo = probe.topology()
+    assert {l.type for l in topo.links} == {"NV18"}
+    assert topo.bandwidth_gbps(topo.link("GPU0", "GPU3"))[0] == 450.0
+
+
+def test_no_nvlink_falls_back_to_pcie_level(fake_nvml):
+    s = rtx3090_pair()
+    for g in s["gpus"]:
+        g["nvlinks"] = []
+    fake_nvml(s)
+    topo = probe.topology()
+    assert topo.link("GPU0", "GPU1").type == "PHB" and topo.gpu("GPU0").nvlinks is None
+    assert topo.bandwidth_gbps(topo.link("GPU0", "GPU1"))[0] == 31.5  # gen4 x16
+
+
+def test_not_supported_field_becomes_unknown(fake_nvml):
+    fake = fake_nvml(rtx3090_pair(), unsupported={"nvmlDeviceGetTemperature", "nvmlDeviceGetNvLinkRemoteDeviceType",
+                                                  "nvmlDeviceGetCurrentClocksEventReasons"})
+    topo = probe.topology()
+    g = topo.gpu("GPU1")
+    assert g.temperature_c is None and g.model == "NVIDIA GeForce RTX 3090"
+    assert g.throttle_reasons == ()  # fell back to the older ThrottleReasons call
+    assert "nvmlDeviceGetCurrentClocksThrottleReasons" in fake.calls
+    assert topo.link("GPU0", "GPU1").type == "NV4"  # remote bus id still says which GPU
+
+
+def test_lost_gpu_is_reported_and_the_rest_goes_on(fake_nvml):
+    s = h100_nvswitch(4)
+    fake_nvml(s, lost={2})
+    topo = probe.topology()
+    assert topo.gpu("GPU2").lost and topo.gpu("GPU3").model == "NVIDIA H100 80GB HBM3"
+    assert topo.link("GPU0", "GPU2").type is None and topo.link("GPU0", "GPU1").type == "NV18"
+    found = health.check(topo, [g.name for g in topo.gpus], {})
+    assert found[0].level == "error" and found[0].code == "gpu_lost" and found[0].subject == "GPU2"
+
+
+@pytest.mark.parametrize("error,words", [("NVMLError_LibraryNotFound", "no NVML library"),
+                                         ("NVMLError_DriverNotLoaded", "not loaded"),
+                                         ("NVMLError_NoPermission", "permission")])
+def test_no_nvml(fake_nvml, error, words):
+    import fake_nvml as fm
+    fake_nvml(init_error=getattr(fm, error))
+    with pytest.raises(NvmlUnavailable, match=words):
+        probe.topology()
+
+
+def test_driver_with_no_devices(fake_nvml):
+    fake_nvml({"gpus": [], "ancestor": {}, "p2p": {}})
+    with pytest.raises(NvmlUnavailable, match="no GPUs"):
+        probe.nvml_topology()
+
+
+def test_hot_throttling_capped_degraded_gpu_findings(fake_nvml):
+    fake_nvml(rtx3090_pair(), hot={1: {"temp": 86, "reasons": 0x1 | 0x4 | 0x40, "power": 349_000,
+                                       "pcie": (1, 4, 8, 16)}})
+    topo = probe.topology()
+    codes = {(f.subject, f.code) for f in health.check(topo, ["GPU0", "GPU1"], {})}
+    assert {("GPU1", "temperature_throttling"), ("GPU1", "throttling"), ("GPU1", "power_cap"),
+            ("GPU1", "pcie_width_degraded"), ("GPU1", "pcie_gen_below_max")} <= codes
+    assert not any(s == "GPU0" for s, _ in codes)
+
+
+def test_inactive_nvlink_is_found(fake_nvml):
+    s = rtx3090_pair()
+    for g in s["gpus"]:
+        g["nvlinks"] = [(1, 3, g["nvlinks"][0][2], 0)] * 2 + [(0, 3, g["nvlinks"][0][2], 0)] * 2
+    fake_nvml(s)
+    topo = probe.topology()
+    assert topo.link("GPU0", "GPU1").type == "NV2"
+    # What the matrix promises comes from the live count here, so the finding is the informational one.
+    found = [f for f in health.check(topo, ["GPU0", "GPU1"], {}) if f.code == "nvlink_inactive"]
+    assert found and "2, 3" in found[0].message
+
+
+def test_nvidia_smi_binary_when_nvml_missing(fake_nvml, monkeypatch, tmp_path):
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    (tmp_path / "topo.txt").write_text(fixture_text("gpu3_nv4_pair_node_2nic_numa1.txt"))
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\n[ \"$1\" = topo ] && cat {tmp_path / 'topo.txt'} && exit 0\nexit 1\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(probe.shutil, "which", lambda name: str(exe) if name == "nvidia-smi" else None)
+    topo = probe.topology()
+    assert topo.source == "nvidia-smi" and topo.link("GPU0", "GPU1").type == "NV4" and len(topo.nics) == 2
+    assert any("NVML unavailable" in n for n in topo.notes)
+
+
+def test_cpulist_from_nvml_mask():
+    assert probe._cpulist([0xFF0000FF, 0]) == "0-7,24-31"
+    assert probe._cpulist([0b1010]) == "1,3"
+
+
+def test_sysfs_affinity_preferred(fake_nvml, tmp_path):
+    fake_nvml(rtx3090_pair())
+    d = tmp_path / "sysfs" / "0000:21:00.0"
+    d.mkdir(parents=True)
+    (d / "local_cpulist").write_text("12-23,36-47\n")
+    (d / "numa_node").write_text("1\n")
+    g = probe.topology().gpu("GPU1")
+    assert (g.cpu_affinity, g.numa_affinity) == ("12-23,36-47", "1")
+
+
+def test_report_json_shape_from_nvml(fake_nvml):
+    fake_nvml(rtx3090_pair())
+    data = report.inspect(probe.topology(), env={}, host=probe.host())
+    assert data["gpus"][0]["name"] == "GPU0" and data["links"][0]["type"] == "NV4"
+    assert data["links"][0]["bandwidth_gbps"] == 56.25 and data["recommendation"]["interconnect"] == "nvlink"
