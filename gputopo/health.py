@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .topology import PCIE_KINDS, Topology, kind_of, rank
+from .topology import PCIE_KINDS, Topology, kind_of
 
 # Seed 003: 70-75 °C is great, below 80 °C fine, performance drops from about 84-90 °C.
 TEMP_WARN_C, TEMP_THROTTLE_C = 80, 84
@@ -124,10 +124,3 @@ def check(topo: Topology, names: list[str], env: dict) -> list[Finding]:
                                                                " from a live GPU (NVML): not in a pasted text"))
     order = {"error": 0, "warn": 1, "info": 2}
     return sorted(found, key=lambda f: order[f.level])
-
-
-def weakest_description(topo: Topology, names: list[str]) -> str | None:
-    w = topo.weakest(names)
-    if w is None:
-        return None
-    return f"{w.a}-{w.b} {w.type or 'unknown'}" + ("" if rank(w.type)[0] >= 0 else " (type unknown)")

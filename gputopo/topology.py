@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 # nvidia-smi topo -m legend, slowest first. NV# ranks above all PCIe paths.
 PCIE_KINDS = ("SYS", "NODE", "PHB", "PXB", "PIX")
@@ -221,9 +221,3 @@ class Topology:
         if None in pcie:
             return None, "PCIe generation and width unknown (known only from a live probe)"
         return min(pcie), "theoretical: PCIe generation x width, per direction; the path may be slower"
-
-    def subset(self, names: list[str]) -> "Topology":
-        """The same machine seen through a subset of its GPUs (NICs kept)."""
-        keep = set(names) | {n.name for n in self.nics}
-        return replace(self, gpus=tuple(g for g in self.gpus if g.name in names),
-                       links=tuple(l for l in self.links if l.a in keep and l.b in keep))

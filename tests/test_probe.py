@@ -134,3 +134,14 @@ def test_report_json_shape_from_nvml(fake_nvml):
     data = report.inspect(probe.topology(), env={}, host=probe.host())
     assert data["gpus"][0]["name"] == "GPU0" and data["links"][0]["type"] == "NV4"
     assert data["links"][0]["bandwidth_gbps"] == 56.25 and data["recommendation"]["interconnect"] == "nvlink"
+
+
+def test_pasted_nvlink_status_with_fewer_links_than_the_matrix():
+    from gputopo import parse
+    from conftest import fixture_text
+    status = "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n" + "".join(
+        f"   Link {i}: {'<inactive>' if i in (3, 7) else '25 GB/s'}\n" for i in range(12))
+    topo = parse.texts([fixture_text("dgx_a100_nv12_mlx5_old_names_trailing_cmds.txt"), status])
+    found = [f for f in health.check(topo, [g.name for g in topo.gpus], {}) if f.code == "nvlink_inactive"]
+    assert len(found) == 1 and found[0].level == "warn" and found[0].subject == "GPU0"
+    assert "NV12 but only 10" in found[0].message and "3, 7" in found[0].message
