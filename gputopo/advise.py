@@ -1,9 +1,17 @@
 """Topology (+ later a model's memory plan) -> Advice: which distributed strategy to start from. Pure."""
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass
 
+from .errors import GputopoError
 from .topology import Topology, explain
+
+
+class DoesNotFit(GputopoError):
+    """No strategy holds the model on the layout."""
+    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -45,3 +53,89 @@ def interconnect(topo: Topology, names: list[str]) -> Advice:
 def recommend(topo: Topology, names: list[str]) -> Advice:
     """The recommendation for `names`. The memory-based plan (gputopo plan) refines this seam."""
     return interconnect(topo, names)
+
+
+PRE_AMPERE = r"V100|P100|P40|P4\b|T4\b|K80|M60|TITAN (RTX|V|Xp|X)|GTX|RTX 20\d\d|Quadro|Tesla [KMP]"
+ORDER = {
+    "one": ("single", "zero2_offload_cpu", "zero3_offload_cpu", "zero3_offload_nvme"),
+    # With NVLink everywhere ZeRO-3's traffic is cheap, so it comes before offloading to the host.
+    "fast": ("ddp", "zero1", "zero2", "zero3", "zero2_offload_cpu", "zero3_offload_cpu", "zero3_offload_nvme"),
+    # On PCIe/SYS prefer what communicates less: ZeRO-2 + CPU offload before ZeRO-3's 1.5x traffic.
+    "slow": ("ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "zero3_offload_cpu", "zero3_offload_nvme"),
+}
+WHAT = {
+    "single": "one GPU, no DeepSpeed", "ddp": "plain DDP (no DeepSpeed)",
+    "zero1": "DeepSpeed ZeRO-1 (optimizer states sharded)", "zero2": "DeepSpeed ZeRO-2 (optimizer states and gradients sharded)",
+    "zero2_offload_cpu": "DeepSpeed ZeRO-2 with the optimizer offloaded to CPU",
+    "zero3": "DeepSpeed ZeRO-3 (parameters, gradients and optimizer states sharded)",
+    "zero3_offload_cpu": "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to CPU",
+    "zero3_offload_nvme": "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to NVMe",
+}
+
+
+def is_ampere_or_newer(gpu_model: str | None) -> bool | None:
+    if not gpu_model:
+        return None
+    return not re.search(PRE_AMPERE, gpu_model, re.I)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2 ** 30:.1f} GiB"
+
+
+def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None) -> Advice:
+    """The fastest strategy that fits, with its reasons (seed 001's decision tree + seed 003's link rule)."""
+    by_name = {s.name: s for s in strategies}
+    order = ORDER["one"] if layout.gpus == 1 else ORDER["fast" if fast_link else "slow"]
+    chosen = next((by_name[n] for n in order if n in by_name and by_name[n].fits), None)
+    if chosen is None:
+        smallest = min(strategies, key=lambda s: s.per_gpu_bytes["total"])
+        raise DoesNotFit(f"{model.name} ({model.params / 1e9:.2f}B params) fits no strategy on {layout.gpus} x"
+                         f" {_gib(layout.gpu_mem_bytes)}: the leanest, {smallest.name}, "
+                         + "; ".join(smallest.why_not) + ". Add GPUs, lower --batch-size/--seq-len, or use"
+                         " --grad-checkpointing")
+    reasons = [f"{WHAT[chosen.name]}: {_gib(chosen.per_gpu_bytes['total'])} per GPU of {_gib(layout.gpu_mem_bytes)}"
+               f" (weights {_gib(chosen.per_gpu_bytes['weights'])}, gradients {_gib(chosen.per_gpu_bytes['gradients'])},"
+               f" optimizer {_gib(chosen.per_gpu_bytes['optimizer'])}, activations {_gib(chosen.per_gpu_bytes['activations'])})."]
+    skipped = [n for n in order[:order.index(chosen.name)] if n in by_name]
+    if skipped:
+        reasons.append("Faster choices do not fit: " + "; ".join(f"{n} {by_name[n].why_not[0]}" for n in skipped) + ".")
+    if layout.gpus == 1 and chosen.name == "single":
+        reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed (seed decision tree).")
+    elif layout.gpus > 1:
+        link = f"{layout.link_type or 'unknown'} link ({layout.link_gbps or 'unknown'} GB/s per direction, {layout.link_basis})"
+        t = chosen.comm_seconds_per_step
+        reasons.append(f"Traffic: {_gib(chosen.comm_bytes_per_step)} sent per GPU per step"
+                       + (f", about {t:.3f} s on the weakest {link}" if t is not None else f" over the {link}")
+                       + ("; ZeRO's extra traffic is cheap on NVLink." if fast_link else
+                          "; on PCIe/SYS the strategy that communicates less wins, so accumulate gradients to sync less often."))
+    if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
+        reasons.append(f"Loading: every rank first builds the fp32 weights on the host ({_gib(chosen.cpu_bytes)} with"
+                       f" DeepSpeed's 1.5x margin, {_gib(layout.cpu_mem_bytes)} here): load with low_cpu_mem_usage=True"
+                       " or deepspeed.zero.Init, or from sharded checkpoints.")
+    ddp = by_name.get("ddp") or by_name.get("single")
+    if ddp is not None and not ddp.fits and chosen.name != ddp.name and training.optimizer == "adamw":
+        slim = ddp.per_gpu_bytes["total"] - ddp.per_gpu_bytes["optimizer"] + 2 * model.params
+        if slim <= 0.9 * layout.gpu_mem_bytes:
+            reasons.append(f"Optimizer states are what does not fit: with 8-bit Adam (--optimizer adamw-8bit, 2 B/param)"
+                           f" or Adafactor, {ddp.name} would need {_gib(slim)} per GPU.")
+    if not training.grad_checkpointing and chosen.per_gpu_bytes["activations"] > chosen.per_gpu_bytes["total"] / 3:
+        reasons.append("Activations are a large share: --grad-checkpointing trades about 30 % more compute for most of them.")
+    if training.batch_size % 8:
+        reasons.append(f"Batch size {training.batch_size} is not a multiple of 8: Tensor Cores prefer multiples of 8.")
+    elif training.precision == "fp16" and layout.gpu_model and "A100" in layout.gpu_model and training.batch_size % 64:
+        reasons.append("fp16 on A100: multiples of 64 suit its Tensor Cores best.")
+    amp = is_ampere_or_newer(layout.gpu_model)
+    if training.precision == "fp16" and amp:
+        reasons.append("bf16 is available on this GPU: same memory as fp16, no loss scaling, no overflow.")
+    if training.precision == "fp32" and amp:
+        reasons.append("fp32 on Ampere or newer: enable tf32 matmuls (torch.backends.cuda.matmul.allow_tf32) for speed.")
+    if global_batch:
+        per_step = training.batch_size * layout.gpus
+        accum = math.ceil(global_batch / per_step)
+        exact = accum * per_step == global_batch
+        reasons.append(f"Global batch {global_batch}: {training.batch_size} per GPU x {layout.gpus} GPUs x"
+                       f" {accum} accumulation steps" + ("." if exact else f" = {accum * per_step} (not exactly {global_batch})."))
+    return Advice(chosen.name, "none" if layout.gpus == 1 else ("nvlink" if fast_link else "pcie"),
+                  "low" if fast_link else ("high" if layout.gpus > 1 else "unknown"), tuple(reasons),
+                  basis="memory+interconnect")

@@ -94,6 +94,8 @@ def inspect(report: dict) -> str:
     if not any(f["level"] != "info" for f in report["findings"]):
         out.append("  no health problems found")
     out += [f"Note: {n}" for n in report["notes"]]
+    if report.get("plan"):
+        return "\n".join(out + ["", plan(report["plan"])])
     r = report["recommendation"]
     if r:
         out += ["", f"Recommendation ({r['basis']}): {r['strategy'] or 'none yet'}"] + [f"  {x}" for x in r["reasons"]]
@@ -125,3 +127,32 @@ def _nearest_nics(report: dict) -> list[str]:
             near = max((t for _, t in nics), key=rank)
             out.append(f"{g}->{'/'.join(n for n, t in nics if t == near)} ({near})")
     return out
+
+
+def plan(data: dict) -> str:
+    """Human text for `gputopo plan`."""
+    m, lay, t = data["model"], data["layout"], data["training"]
+    out = [f"Model: {m['name']} ({m['params'] / 1e6:,.0f}M params, hidden {m['hidden_size']}, {m['layers']} layers;"
+           f" {m['source']})",
+           f"Layout: {lay['nodes']} node(s) x {lay['gpus_per_node']} GPU(s) of {size(lay['gpu_mem_bytes'])}"
+           + (f" ({lay['gpu_model']})" if lay["gpu_model"] else "")
+           + (f", weakest link {lay['link_type']}" if lay["link_type"] else "")
+           + f"; CPU RAM {size(lay['cpu_mem_bytes'])}/node, NVMe free {size(lay['nvme_free_bytes'])}",
+           f"Training: {t['precision']}, {t['optimizer']}, micro-batch {t['batch_size']} x {t['seq_len']} tokens,"
+           f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
+           + (", fused attention" if t["flash_attention"] else ""), ""]
+    rows = []
+    for s in data["strategies"]:
+        b = s["per_gpu_bytes"]
+        comm = "-" if not s["comm_bytes_per_step"] else size(s["comm_bytes_per_step"]) + (
+            f" {s['comm_seconds_per_step']:.3f}s" if s["comm_seconds_per_step"] is not None else "")
+        rows.append([s["name"], "yes" if s["fits"] else "no", size(b["weights"]), size(b["gradients"]),
+                     size(b["optimizer"]), size(b["activations"]), size(b["overhead"]), size(b["total"]),
+                     size(s["cpu_bytes"]), size(s["nvme_bytes"]) if s["nvme_bytes"] else "-", comm])
+    out.append(table(rows, ["strategy", "fits", "weights", "grads", "optim", "activ", "overhead", "total/GPU",
+                            "CPU/node", "NVMe/node", "comm/step"]))
+    r = data["recommendation"]
+    out += ["", f"Recommendation: {r['strategy']}"] + [f"  {x}" for x in r["reasons"]]
+    if data["layout"].get("link_basis", "").startswith("assumed"):
+        out.append(f"  (link bandwidth {data['layout']['link_basis']})")
+    return "\n".join(out)

@@ -1,9 +1,9 @@
 """Topology + findings + advice -> the `inspect` report, one dict (its schema is in README.md). Pure."""
 from __future__ import annotations
 
-from . import advise, health
+from . import advise, health, plan as planning
 from .errors import BadInput, TooFewGpus
-from .topology import Topology, rank
+from .topology import Topology, kind_of, rank
 
 SCHEMA_VERSION = 1
 
@@ -26,12 +26,12 @@ def select(topo: Topology, gpus: str | None) -> list[str]:
 
 def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None = None,
             env: dict | None = None, host: dict | None = None, status: str | None = None,
-            sources: list[str] | None = None) -> dict:
+            sources: list[str] | None = None, planned: dict | None = None) -> dict:
     """The whole inspect report. `topo` is None when no GPU is visible; `status` then says why."""
     out = {"schema_version": SCHEMA_VERSION, "source": topo.source if topo else None, "inputs": sources or [],
            "gpu_status": {"visible": topo is not None, "reason": status}, "host": host,
            "gpus": [], "nics": [], "links": [], "selected": [], "islands": [], "weakest_link": None,
-           "best": None, "findings": [], "recommendation": None, "notes": []}
+           "best": None, "findings": [], "recommendation": None, "plan": None, "notes": []}
     if topo is None:
         return out
     names = select(topo, gpus)
@@ -62,7 +62,8 @@ def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None 
                        "command": "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="
                                   + ",".join(str(topo.gpu(n).index) for n in chosen)}
     out["findings"] = [f.to_dict() for f in health.check(topo, names, env or {})]
-    out["recommendation"] = advise.recommend(topo, names).to_dict()
+    out["recommendation"] = planned["recommendation"] if planned else advise.recommend(topo, names).to_dict()
+    out["plan"] = planned
     out["notes"] = list(topo.notes)
     return out
 
@@ -75,3 +76,42 @@ def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
         if l["a"] in chosen and l["b"] in chosen:
             groups.setdefault(l["type"] or "?", ([], l))[0].append(f"{l['a']}-{l['b']}")
     return sorted(((t, pairs, l) for t, (pairs, l) in groups.items()), key=lambda x: rank(x[2]["type"]))
+
+
+def layout_from_topology(topo: Topology, names: list[str], gpu_mem: int | None, **rest) -> planning.Layout:
+    """The layout of the selected GPUs of a (live or pasted) topology; --gpu-mem fills what a paste lacks."""
+    gpus = [topo.gpu(n) for n in names]
+    mems = [g.memory_total_bytes for g in gpus if g.memory_total_bytes]
+    mem = gpu_mem or (min(mems) if mems else None)
+    if mem is None:
+        raise BadInput("GPU memory unknown from this topology: give --gpu-mem (e.g. 24GiB)")
+    weakest = topo.weakest(names)
+    model = next((g.model for g in gpus if g.model), None)
+    gbps, basis = (None, "unknown")
+    if weakest is not None:
+        gbps, basis = topo.bandwidth_gbps(weakest)
+        if gbps is None:
+            gbps, basis = planning.link_bandwidth(weakest.type, model)
+    return planning.Layout(gpus_per_node=len(names), gpu_mem_bytes=mem, gpu_model=model,
+                           link_type=weakest.type if weakest else None, link_gbps=gbps, link_basis=basis, **rest)
+
+
+def plan(model, layout: planning.Layout, training: planning.Training, global_batch: int | None = None) -> dict:
+    """The `plan` report: every strategy's memory and traffic, and the recommendation."""
+    amp = advise.is_ampere_or_newer(layout.gpu_model)
+    if training.precision == "bf16" and amp is False:
+        raise BadInput(f"bf16 needs an Ampere or newer GPU; {layout.gpu_model} is older: use --precision fp16")
+    if training.batch_size < 1 or training.seq_len < 1 or training.grad_accum < 1:
+        raise BadInput("--batch-size, --seq-len and --grad-accum must be 1 or more")
+    if global_batch is not None:
+        if global_batch < training.batch_size * layout.gpus:
+            raise BadInput(f"--global-batch {global_batch} is below one micro-batch on every GPU"
+                           f" ({training.batch_size} x {layout.gpus})")
+        from dataclasses import replace
+        training = replace(training, grad_accum=-(-global_batch // (training.batch_size * layout.gpus)))
+    strategies = planning.strategies(model, layout, training)
+    fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
+    advice = advise.from_plan(model, layout, training, strategies, fast, global_batch)
+    return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
+            "training": training.to_dict(), "strategies": [s.to_dict() for s in strategies],
+            "recommendation": advice.to_dict()}

@@ -1,0 +1,249 @@
+"""Model + layout + training setup -> memory per GPU and traffic per step for each strategy. Pure arithmetic.
+
+Sources: the memory anatomy of seed 001 (AdamW 8 B/param, 8-bit 2, SGD+momentum 4, Adafactor ~4; weights 4 B
+in fp32, 6 B in mixed precision; gradients 4 B), DeepSpeed's own estimators for ZeRO model states
+(deepspeed.runtime.zero.stage_1_and_2 / stage3 estimate_*_model_states_mem_needs), and Korthikanti et al.
+2022 for activations.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+
+from .errors import BadInput
+from .models import ModelSpec
+
+STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "zero3_offload_cpu",
+              "zero3_offload_nvme")
+OPTIMIZER_BYTES = {"adamw": 8, "adamw-8bit": 2, "adafactor": 4, "sgd": 4}
+CUDA_CONTEXT_BYTES = 1343 * 2 ** 20  # seed 001: "GPU memory occupied: 1343 MB" with kernels loaded
+HEADROOM = 0.9                       # fit within 90 %: the allocator fragments, temporaries come and go
+BUFFER_FACTOR = 1.5                  # DeepSpeed's additional_buffer_factor for CPU memory
+NVME_SUB_GROUP = 10 ** 8             # the sub_group_size gputopo writes for NVMe offload (DeepSpeed's 1e9 OOMs CPUs)
+DS_SUB_GROUP = 10 ** 9               # DeepSpeed's default sub_group_size
+# Per-direction bandwidth assumed when the link's generation is unknown (GB/s).
+ASSUMED_GBPS = {"NV": 25.0, "PCIE": 15.75}
+
+
+def parse_bytes(text: str, what: str) -> int:
+    """'24GiB', '80GB', '16000MiB', '24' (GiB) -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*", str(text), re.I)
+    if not m or float(m.group(1)) <= 0:
+        raise BadInput(f"{what} {text}: expected a positive size like 24GiB, 80GB or 16000MiB")
+    unit = (m.group(2) or "GiB").upper().rstrip("B") or "B"
+    scale = {"B": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2 ** 10, "MI": 2 ** 20, "GI": 2 ** 30, "TI": 2 ** 40}
+    return int(float(m.group(1)) * scale[unit])
+
+
+@dataclass(frozen=True)
+class Layout:
+    gpus_per_node: int
+    gpu_mem_bytes: int
+    nodes: int = 1
+    gpu_model: str | None = None
+    cpu_mem_bytes: int | None = None      # per node
+    nvme_free_bytes: int | None = None    # per node, at --nvme-path
+    link_type: str | None = None          # weakest link among the GPUs of a node
+    link_gbps: float | None = None        # its per-direction bandwidth
+    link_basis: str = "unknown"
+    inter_node_gbps: float = 12.5         # 100 Gb/s InfiniBand/Ethernet unless told
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "gpus": self.gpus}
+
+
+@dataclass(frozen=True)
+class Training:
+    precision: str = "bf16"               # fp32, fp16, bf16 (mixed precision)
+    optimizer: str = "adamw"
+    batch_size: int = 8                   # micro-batch per GPU
+    seq_len: int = 1024
+    grad_checkpointing: bool = False
+    grad_accum: int = 1
+    flash_attention: bool = False         # fused attention: no s^2 scores kept
+    offload_params: bool = True           # ZeRO-3 offload: parameters too, not only optimizer states
+
+    @property
+    def value_bytes(self) -> int:
+        return 4 if self.precision == "fp32" else 2
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def layer_activation_bytes(m: ModelSpec, t: Training, mask_bytes: int = 1) -> int:
+    """Bytes one transformer block saves for backward: Korthikanti et al. 2022, generalised.
+
+    In 16-bit with dropout and a 4h GeLU MLP this is exactly s*b*h*(34 + 5*a*s/h). Generalised to the value
+    size (4 in fp32), the MLP's activation (how many s*b*I tensors it keeps: GeLU 2, HF's tanh 'gelu_new' 5,
+    SwiGLU 4, ReLU+dropout 2), fused attention (no a*s^2 scores), and the dropout mask size (1 byte on CUDA;
+    on CPU PyTorch keeps masks in the value dtype).
+    """
+    s, b, h, a, v = t.seq_len, t.batch_size, m.hidden_size, m.heads or 1, t.value_bytes
+    inter = m.intermediate_size or 4 * h
+    act = (m.activation or "gelu").lower()
+    dropout = m.family not in ("llama",)  # LLaMA-style configs train without dropout
+    mlp_tensors = {"gelu_new": 5, "gelu_pytorch_tanh": 2, "silu": 4, "swiglu": 4, "relu": 2}.get(act, 2)
+    sbh = s * b * h
+    attn = sbh * v * 5 + (sbh * mask_bytes if dropout else 0)  # QKV input, Q, K, V, out-proj input, mask
+    if t.flash_attention:
+        attn += sbh * v + a * s * b * 4                       # output and log-sum-exp instead of scores
+    else:
+        attn += a * s * s * b * (v + ((mask_bytes + v) if dropout else 0))
+    mlp = sbh * v + s * b * inter * v * mlp_tensors + (sbh * mask_bytes if dropout else 0)
+    if act == "relu" and dropout:                             # T5: dropout between wi and wo
+        mlp += s * b * inter * mask_bytes
+    norms = 2 * sbh * v
+    return attn + mlp + norms
+
+
+def activation_bytes(m: ModelSpec, t: Training, mask_bytes: int = 1) -> int:
+    """Activations kept for backward per GPU for one micro-batch, including the logits and loss."""
+    s, b, h, v = t.seq_len, t.batch_size, m.hidden_size, t.value_bytes
+    per_layer = layer_activation_bytes(m, t, mask_bytes)
+    if t.grad_checkpointing:
+        # Only each block's input is kept; one block is recomputed at a time during backward.
+        layers = m.layers * s * b * h * v + per_layer
+    else:
+        layers = m.layers * per_layer
+    vocab = m.vocab_size or 0
+    # Embedding dropout, final norm input, LM head input; logits kept in fp32 by the loss (log-softmax output).
+    head = s * b * h * (mask_bytes + 2 * v) + s * b * vocab * 4
+    return int(layers + head)
+
+
+@dataclass
+class Strategy:
+    name: str
+    per_gpu_bytes: dict
+    cpu_bytes: int
+    nvme_bytes: int
+    comm_bytes_per_step: int
+    comm_seconds_per_step: float | None
+    fits: bool = False
+    why_not: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[dict, int, int]:
+    """(weights, gradients, optimizer) bytes per GPU, CPU bytes per node, NVMe bytes per node."""
+    P, N, L = m.params, lay.gpus, m.largest_layer_params or 0
+    K = OPTIMIZER_BYTES[t.optimizer]
+    mixed = t.precision != "fp32"
+    p16 = 2 if mixed else 4            # DeepSpeed's model copy: 16-bit in mixed precision
+    load_cpu = 4 * P * lay.gpus_per_node * BUFFER_FACTOR  # every rank loads fp32 weights on the host first
+    if name in ("single", "ddp"):
+        # Plain PyTorch AMP (seed 001): fp32 weights plus 16-bit copies (6 B), fp32 gradients (4 B).
+        return {"weights": (6 if mixed else 4) * P, "gradients": 4 * P, "optimizer": K * P}, load_cpu, 0
+    if name == "zero1":
+        return {"weights": p16 * P, "gradients": p16 * P + 4 * P // N, "optimizer": (4 + K) * P // N}, load_cpu, 0
+    if name == "zero2":
+        # = DeepSpeed's estimate: 2P + 18P/N (16-bit params; 16-bit + fp32 grads, fp32 master + moments /N)
+        return {"weights": p16 * P, "gradients": (p16 + 4) * P // N, "optimizer": (4 + K) * P // N}, load_cpu, 0
+    if name == "zero2_offload_cpu":
+        cpu = P * max(4 * N, 8 + K) * BUFFER_FACTOR  # DeepSpeed: P * max(4 * gpus, 16) * 1.5
+        return {"weights": p16 * P, "gradients": 0, "optimizer": 0}, int(cpu), 0
+    # ZeRO-3 gathers whole layers: 4 B x the largest layer (16-bit, fetched + prefetched), as DeepSpeed counts.
+    gathered = 4 * L
+    if name == "zero3":
+        # 16-bit param and grad partitions, fp32 grads of the sub-group being stepped, fp32 master + moments.
+        # DeepSpeed's estimate (4L + 18P/N) leaves out the 16-bit parameter partition (2P/N).
+        sub = min(DS_SUB_GROUP, math.ceil(P / N))
+        zero_init_cpu = L * 4 * lay.gpus_per_node * BUFFER_FACTOR
+        return ({"weights": gathered + p16 * P // N, "gradients": p16 * P // N + 4 * sub,
+                 "optimizer": (4 + K) * P // N}, int(zero_init_cpu), 0)
+    if name == "zero3_offload_cpu":
+        if t.offload_params:
+            return {"weights": gathered, "gradients": 0, "optimizer": 0}, int(P * (8 + K + 2) / lay.nodes * BUFFER_FACTOR), 0
+        return ({"weights": gathered + 2 * P // N, "gradients": 0, "optimizer": 0},
+                int(P * (8 + K) / lay.nodes * BUFFER_FACTOR), 0)
+    if name == "zero3_offload_nvme":
+        # Swapped to NVMe: 16-bit params, fp32 master + moments, fp32 grads. The host keeps pinned swap buffers:
+        # 5 parameter buffers of max(1e8, largest layer) and two optimizer sub-groups in flight, per rank.
+        nvme = (p16 + 4 + K + 4) * P // lay.nodes
+        buffers = 5 * max(10 ** 8, L) * p16 + 2 * NVME_SUB_GROUP * (4 + K + 4)
+        return {"weights": gathered, "gradients": 0, "optimizer": 0}, int(buffers * lay.gpus_per_node), nvme
+    raise BadInput(f"unknown strategy {name}")
+
+
+def _overhead(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
+    """CUDA context plus communication buffers."""
+    h2 = m.hidden_size ** 2
+    if name == "single":
+        return CUDA_CONTEXT_BYTES
+    if name == "ddp":
+        # DDP's reducer keeps a flat copy of the gradients (gradient_as_bucket_view=False, the default).
+        return CUDA_CONTEXT_BYTES + 4 * m.params
+    if name.startswith("zero3"):
+        # prefetch bucket 0.9 h^2 and reduce bucket h^2, 16-bit (the sizes the HF Trainer and gputopo write)
+        return CUDA_CONTEXT_BYTES + int(2 * (0.9 * h2 + h2))
+    return CUDA_CONTEXT_BYTES + 2 * 2 * h2  # reduce and all-gather buckets of h^2, 16-bit
+
+
+def _comm(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
+    """Bytes each GPU sends per optimizer step (ring collectives: (n-1)/n of the buffer per pass)."""
+    n = lay.gpus
+    if n == 1 or name == "single":
+        return 0
+    ring = (n - 1) / n
+    P, p16 = m.params, t.value_bytes
+    if name == "ddp":
+        # One all-reduce (2 passes) of fp32 gradients; accumulation steps use no_sync.
+        return int(2 * ring * 4 * P)
+    if name.startswith("zero1") or name.startswith("zero2"):
+        # DeepSpeed reduce-scatters 16-bit gradients every micro-step, all-gathers parameters once per step.
+        return int(ring * p16 * P * (t.grad_accum + 1))
+    # ZeRO-3: all-gather in forward and in backward, reduce-scatter of gradients, every micro-step (~1.5x DDP).
+    return int(3 * ring * p16 * P * t.grad_accum)
+
+
+def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
+    """Every strategy for this model, layout and setup, with its memory, traffic and whether it fits."""
+    if lay.gpus < 1:
+        raise BadInput("the layout has no GPU: give --gpus N (1 or more)")
+    act = activation_bytes(m, t)
+    gbps = lay.link_gbps if lay.nodes == 1 else min(lay.link_gbps or lay.inter_node_gbps, lay.inter_node_gbps)
+    out = []
+    for name in STRATEGIES:
+        if name == "single" and lay.gpus > 1:
+            continue
+        if name != "single" and lay.gpus == 1 and name in ("ddp", "zero1", "zero2", "zero3"):
+            continue  # sharding over one GPU buys nothing
+        states, cpu, nvme = _model_states(name, m, lay, t)
+        per = {**states, "activations": act, "overhead": _overhead(name, m, lay, t)}
+        per["total"] = sum(per.values())
+        comm = _comm(name, m, lay, t)
+        st = Strategy(name, per, int(cpu), int(nvme), comm, round(comm / (gbps * 1e9), 4) if gbps and comm else
+                      (0.0 if comm == 0 else None))
+        if per["total"] > HEADROOM * lay.gpu_mem_bytes:
+            st.why_not.append(f"needs {per['total'] / 2**30:.1f} GiB per GPU of {lay.gpu_mem_bytes / 2**30:.1f}")
+        # Only offload needs the host during training; the others need it to load (reported, not judged).
+        if "offload" in name and lay.cpu_mem_bytes is not None and cpu > HEADROOM * lay.cpu_mem_bytes:
+            st.why_not.append(f"needs {cpu / 2**30:.0f} GiB of CPU RAM of {lay.cpu_mem_bytes / 2**30:.0f}")
+        if nvme and (lay.nvme_free_bytes is None or nvme > lay.nvme_free_bytes):
+            st.why_not.append(f"needs {nvme / 2**30:.0f} GiB on NVMe" + (
+                f" of {lay.nvme_free_bytes / 2**30:.0f} free" if lay.nvme_free_bytes is not None else "; give --nvme-path"))
+        st.fits = not st.why_not
+        out.append(st)
+    return out
+
+
+def link_bandwidth(link_type: str | None, gpu_model: str | None) -> tuple[float | None, str]:
+    """Per-direction GB/s of a link type when no live probe measured the PCIe generation."""
+    from .topology import nvlink_count, nvlink_gbps_per_link
+    if link_type is None:
+        return None, "unknown"
+    n = nvlink_count(link_type)
+    if n:
+        per = nvlink_gbps_per_link(gpu_model)
+        if per:
+            return per * n, f"theoretical, {n} x {per:g} GB/s NVLink"
+        return ASSUMED_GBPS["NV"] * n, f"assumed {ASSUMED_GBPS['NV']:g} GB/s per NVLink (GPU model unknown)"
+    return ASSUMED_GBPS["PCIE"], "assumed PCIe gen3 x16 (generation unknown)"
