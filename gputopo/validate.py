@@ -1,0 +1,123 @@
+"""Check a DeepSpeed config with DeepSpeed's own config classes, where DeepSpeed is installed.
+
+DeepSpeed's pydantic models reject unknown keys and bad values inside `zero_optimization`; its full parse
+(DeepSpeedConfig) checks batch arithmetic. Both miss a few things (unknown top-level keys, "auto" left
+unfilled, a string stage), so those are checked here too. Imports deepspeed only when called.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+from unittest import mock
+
+from .errors import BadInput
+
+# Top-level keys DeepSpeedConfig reads (deepspeed/runtime/constants.py and the config classes).
+KNOWN_TOP = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+             "optimizer", "scheduler", "fp16", "bf16", "zero_optimization", "aio", "steps_per_print",
+             "wall_clock_breakdown", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "communication_data_type",
+             "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "activation_checkpointing",
+             "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger", "dump_state", "memory_breakdown",
+             "checkpoint", "data_types", "amp", "torch_autocast", "compile", "seq_parallel_communication_data_type"}
+OPTIMIZERS = {"adam", "adamw", "lamb", "onebitadam", "onebitlamb", "zerooneadam", "adagrad", "sgd", "lion",
+              "muadam", "muadamw", "musgd", "muon"}
+
+
+def available() -> bool:
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def fill_auto(cfg: dict, micro: int = 1, accum: int = 1, gpus: int = 1, precision: str | None = None) -> dict:
+    """Replace "auto" as the HF Trainer would, so DeepSpeed's own parser can judge the rest."""
+    import copy
+    out = copy.deepcopy(cfg)
+    values = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accum,
+              "train_batch_size": micro * accum * gpus, "gradient_clipping": 1.0, "lr": 5e-5, "betas": [0.9, 0.999],
+              "eps": 1e-8, "weight_decay": 0.0, "warmup_min_lr": 0, "warmup_max_lr": 5e-5, "warmup_num_steps": 0,
+              "total_num_steps": 1000, "reduce_bucket_size": 589824, "stage3_prefetch_bucket_size": 530841,
+              "stage3_param_persistence_threshold": 7680}
+
+    def walk(d):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                if k in ("fp16", "bf16") and v.get("enabled") == "auto":
+                    v["enabled"] = precision == k
+                walk(v)
+            elif v == "auto":
+                d[k] = values[k]
+    walk(out)
+    return out
+
+
+def own_checks(cfg: dict) -> None:
+    """What DeepSpeed's parser lets through but fails on (or silently ignores) later."""
+    unknown = sorted(set(cfg) - KNOWN_TOP)
+    if unknown:
+        raise BadInput(f"unknown top-level DeepSpeed key(s): {', '.join(unknown)}")
+    zero = cfg.get("zero_optimization", {})
+    if "aio" in zero:
+        raise BadInput("`aio` belongs at the top level, not inside zero_optimization (DeepSpeed ignores it there)")
+    stage = zero.get("stage", 0)
+    if not isinstance(stage, int) or isinstance(stage, bool):
+        raise BadInput(f"zero_optimization.stage must be an integer, not {stage!r}")
+    if "offload_param" in zero and zero["offload_param"].get("device", "none") != "none" and stage != 3:
+        raise BadInput(f"offload_param needs stage 3 (got {stage})")
+    for key in ("offload_param", "offload_optimizer"):
+        if zero.get(key, {}).get("device") == "nvme" and not zero[key].get("nvme_path"):
+            raise BadInput(f"{key}: device nvme without nvme_path")
+    opt = cfg.get("optimizer", {}).get("type")
+    if opt is not None and opt.lower() not in OPTIMIZERS:
+        raise BadInput(f"optimizer type {opt!r} is not one DeepSpeed knows ({', '.join(sorted(OPTIMIZERS))})")
+    if cfg.get("fp16", {}).get("enabled") is True and cfg.get("bf16", {}).get("enabled") is True:
+        raise BadInput("fp16 and bf16 are both enabled: choose one")
+
+
+def aio_keys() -> set[str] | None:
+    """The aio keys the installed DeepSpeed reads (they changed: thread_count -> intra_op_parallelism)."""
+    if not available():
+        return None
+    from deepspeed.runtime.swap_tensor import constants as c
+    return {getattr(c, n) for n in dir(c) if n.startswith("AIO_") and not n.endswith(("_DEFAULT", "FORMAT"))
+            and isinstance(getattr(c, n), str)} - {"aio"}
+
+
+def with_deepspeed(cfg: dict, gpus: int = 1, micro: int = 1, accum: int = 1, precision: str | None = None) -> str | None:
+    """Parse with DeepSpeed's own classes; returns the DeepSpeed version, or None when it is not installed."""
+    own_checks(cfg)
+    if not available():
+        return None
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        import deepspeed
+        from deepspeed.runtime.config import DeepSpeedConfig
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    keys = aio_keys()
+    unknown_aio = sorted(set(cfg.get("aio", {})) - keys) if keys is not None else []
+    if unknown_aio:
+        raise BadInput(f"aio key(s) {', '.join(unknown_aio)} unknown to DeepSpeed {deepspeed.__version__}"
+                       " (it would silently use defaults)")
+    filled = fill_auto(cfg, micro, accum, gpus, precision)
+
+    class Mpu:  # tells DeepSpeedConfig the data-parallel world size without a process group
+        def get_data_parallel_world_size(self):
+            return gpus
+    try:
+        DeepSpeedZeroConfig(**filled.get("zero_optimization", {}))
+        with mock.patch.object(deepspeed.comm, "get_rank", return_value=0), \
+                contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            DeepSpeedConfig(filled, mpu=Mpu())
+    except Exception as e:  # pydantic ValidationError, AssertionError, ValueError: one line for the user
+        first = " ".join(str(e).split("\n")[:3])
+        raise BadInput(f"DeepSpeed {deepspeed.__version__} rejects the config: {first}")
+    return deepspeed.__version__
+
+
+def libaio_ok() -> bool | None:
+    """Whether DeepSpeed's async_io op can build here (needs libaio); None without deepspeed."""
+    if not available():
+        return None
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        from deepspeed.ops.op_builder import AsyncIOBuilder
+        return bool(AsyncIOBuilder().is_compatible(verbose=False))
