@@ -116,8 +116,8 @@ def model_options(fn):
         click.option("--grad-accum", type=int, default=1, show_default=True, help="Gradient accumulation steps."),
         click.option("--global-batch", type=int, help="Target global batch: derives --grad-accum."),
         click.option("--flash-attention", is_flag=True, help="Fused attention (no s^2 scores kept)."),
-        click.option("--offload-params/--no-offload-params", default=True, show_default=True,
-                     help="With ZeRO-3 offload, offload parameters too (not only optimizer states)."),
+        click.option("--offload-params/--no-offload-params", default=None,
+                     help="With ZeRO-3 offload, offload parameters too (default: yes at stage 3)."),
         click.option("--cpu-mem", metavar="SIZE", help="CPU RAM per node [default: this machine's]."),
         click.option("--nvme-path", type=click.Path(), help="Folder for NVMe offload [default: the temp dir]."),
         click.option("--nvme-free", metavar="SIZE", help="Free NVMe space per node [default: measured at --nvme-path]."),
@@ -159,8 +159,34 @@ def _plan(kw, layout_fn):
     seq = kw.get("seq_len") or min(model.max_positions or 512, 1024)
     training = Training(precision=precision, optimizer=kw["optimizer"], batch_size=kw["batch_size"], seq_len=seq,
                         grad_checkpointing=kw["grad_checkpointing"], grad_accum=kw["grad_accum"],
-                        flash_attention=kw["flash_attention"], offload_params=kw["offload_params"])
+                        flash_attention=kw["flash_attention"], offload_params=kw["offload_params"] is not False)
     return report.plan(model, layout, training, kw.get("global_batch"))
+
+
+def _layout_fn(gpus, gpu_mem, gpu_model, link):
+    """How to build the layout: from --gpus/--gpu-mem, else from this machine's GPUs."""
+    from . import plan as planning, probe, report
+    from .errors import NvmlUnavailable
+    from .plan import parse_bytes
+    if gpus is None or gpu_mem is None:
+        try:
+            topo = probe.topology()
+        except NvmlUnavailable as e:
+            raise BadInput(f"no GPU visible here ({e}): give --gpus N and --gpu-mem SIZE")
+        names = [g.name for g in topo.gpus][: gpus or None]
+        return lambda **host: report.layout_from_topology(
+            topo, names, parse_bytes(gpu_mem, "--gpu-mem") if gpu_mem else None, **host)
+    if gpus < 1:
+        raise BadInput("--gpus must be 1 or more")
+    from .topology import rank
+    if link and rank(link) == (-1, 0):
+        raise BadInput(f"--link {link}: not a link type of nvidia-smi (NV#, PIX, PXB, PHB, NODE, SYS)")
+
+    def layout_fn(**host):
+        gbps, basis = planning.link_bandwidth(link, gpu_model) if link else (None, "unknown")
+        return planning.Layout(gpus_per_node=gpus, gpu_mem_bytes=parse_bytes(gpu_mem, "--gpu-mem"), gpu_model=gpu_model,
+                               link_type=link, link_gbps=gbps, link_basis=basis, **host)
+    return layout_fn
 
 
 @cli.command()
@@ -172,30 +198,9 @@ def _plan(kw, layout_fn):
 @json_option
 def plan(gpus, gpu_mem, gpu_model, link, as_json, **kw):
     """Memory per GPU for each strategy (DDP, ZeRO-1/2/3, offload) and the one to use."""
-    from . import plan as planning, probe, render, report
-    from .errors import NvmlUnavailable
-    from .plan import parse_bytes
-    if gpus is None or gpu_mem is None:
-        try:
-            topo = probe.topology()
-        except NvmlUnavailable as e:
-            raise BadInput(f"no GPU visible here ({e}): give --gpus N and --gpu-mem SIZE")
-        names = [g.name for g in topo.gpus][: gpus or None]
+    from . import render
+    emit(_plan(kw, _layout_fn(gpus, gpu_mem, gpu_model, link)), render.plan, as_json)
 
-        def layout_fn(**host):
-            return report.layout_from_topology(topo, names, parse_bytes(gpu_mem, "--gpu-mem") if gpu_mem else None, **host)
-    else:
-        if gpus < 1:
-            raise BadInput("--gpus must be 1 or more")
-        from .topology import rank
-        if link and rank(link) == (-1, 0):
-            raise BadInput(f"--link {link}: not a link type of nvidia-smi (NV#, PIX, PXB, PHB, NODE, SYS)")
-
-        def layout_fn(**host):
-            gbps, basis = planning.link_bandwidth(link, gpu_model) if link else (None, "unknown")
-            return planning.Layout(gpus_per_node=gpus, gpu_mem_bytes=parse_bytes(gpu_mem, "--gpu-mem"), gpu_model=gpu_model,
-                                   link_type=link, link_gbps=gbps, link_basis=basis, **host)
-    emit(_plan(kw, layout_fn), render.plan, as_json)
 
 
 @cli.command()
@@ -229,6 +234,107 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
     data = report.inspect(topo, gpus=gpus, best=best, env=probe.environment(), host=probe.host(),
                           status=status, sources=sources, planned=planned)
     emit(data, render.inspect, as_json)
+
+
+@cli.command("deepspeed-config")
+@click.option("--stage", type=int, help="ZeRO stage 0-3 (or --auto).")
+@click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True)
+@click.option("--auto", "auto_", is_flag=True, help="Take stage and offload from `gputopo plan` for --model.")
+@click.option("--hf/--no-hf", default=True, show_default=True,
+              help="'auto' where the HF Trainer fills values (--hf), or concrete values for deepspeed.initialize.")
+@click.option("--gpus", type=int, help="GPUs per node [default: this machine's, else 1].")
+@click.option("--gpu-mem", metavar="SIZE", help="Memory per GPU (for --auto).")
+@click.option("--gpu-model", metavar="NAME", help="GPU model (bf16 support).")
+@click.option("--link", metavar="TYPE", help="Weakest link between GPUs (for --auto).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the config here (else stdout).")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option("--launcher", type=click.Choice(["torchrun", "deepspeed", "accelerate", "slurm"]),
+              help="Also print the matching launch command and files.")
+@click.option("--script", default="train.py", show_default=True, help="Training script for --launcher.")
+@model_options
+@json_option
+def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, output, force, launcher, script,
+                     as_json, **kw):
+    """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
+    import os
+
+    from . import dsconfig, launch, validate
+    from .plan import parse_bytes
+    warnings = []
+    planned = None
+    if output and os.path.exists(output) and not force:
+        raise BadInput(f"{output} exists; pass --force to overwrite it")
+    if auto_ or (_wants_plan(kw) and offload == "nvme"):
+        if not _wants_plan(kw):
+            raise BadInput("--auto needs --model (or --params) to plan for")
+        planned = _plan(kw, _layout_fn(gpus, gpu_mem, gpu_model, link))
+    if auto_:
+        if stage is not None:
+            raise BadInput("give --stage or --auto, not both")
+        stage, offload = dsconfig.STRATEGY_TO_CONFIG[planned["recommendation"]["strategy"]]
+        warnings.append(f"--auto: gputopo plan recommends {planned['recommendation']['strategy']}")
+    if stage is None:
+        raise BadInput("give --stage 0|1|2|3, or --auto with --model")
+    model = None
+    if _wants_plan(kw):
+        from . import models
+        model = models.resolve(kw.get("model"), kw.get("params"), kw.get("hidden_size"), kw.get("layers"), kw.get("vocab_size"))
+    nvme_path = kw.get("nvme_path")
+    if offload == "nvme":
+        if not nvme_path:
+            raise BadInput("--offload nvme needs --nvme-path DIR (a local NVMe folder)")
+        if not os.path.isdir(nvme_path):
+            raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
+        if not os.access(nvme_path, os.W_OK):
+            raise BadInput(f"--nvme-path {nvme_path}: not writable")
+        if planned:
+            need = next(s["nvme_bytes"] for s in planned["strategies"] if s["name"] == "zero3_offload_nvme")
+            import shutil
+            free = shutil.disk_usage(nvme_path).free
+            if need > free:
+                raise BadInput(f"--nvme-path {nvme_path}: {free / 2**30:.0f} GiB free, offload needs {need / 2**30:.0f} GiB"
+                               f" ({(need - free) / 2**30:.0f} GiB missing)")
+        if validate.libaio_ok() is False:
+            warnings.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
+    n_gpus = gpus or (planned["layout"]["gpus_per_node"] if planned else 1)
+    precision = kw.get("precision") or (planned["training"]["precision"] if planned else None)
+    if not hf and precision is None:
+        precision = "bf16"
+        warnings.append("--no-hf without --precision: bf16 (use --precision fp16 on GPUs older than Ampere)")
+    cfg = dsconfig.build(stage, offload, hf=hf, offload_params=kw.get("offload_params"),
+                         nvme_path=os.path.abspath(nvme_path) if nvme_path else None, precision=precision,
+                         hidden_size=model.hidden_size if model else None,
+                         largest_layer=model.largest_layer_params if model else None,
+                         batch_size=kw["batch_size"], grad_accum=kw["grad_accum"],
+                         gpus=gpus * kw["nodes"] if gpus else None)
+    version = validate.with_deepspeed(cfg, gpus=n_gpus * kw["nodes"], micro=kw["batch_size"], accum=kw["grad_accum"],
+                                      precision=precision)
+    warnings.append(f"validated by DeepSpeed {version}'s own config classes" if version else
+                    "deepspeed is not installed: checked by gputopo's rules only")
+    text = json.dumps(cfg, indent=2) + "\n"
+    if output:
+        with open(output, "w") as f:
+            f.write(text)
+    launch_info = (launch.command(launcher, output or "ds_config.json", gpus=n_gpus, nodes=kw["nodes"], script=script,
+                                  stage=stage) if launcher else None)
+    if as_json:
+        from . import render
+        click.echo(render.to_json({"schema_version": 1, "config": cfg, "path": os.path.abspath(output) if output else None,
+                                   "launch": launch_info, "warnings": warnings}))
+        return
+    if not output:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"wrote {output}", err=True)
+    for w in warnings:
+        click.echo(f"note: {w}", err=True)
+    if launch_info:
+        out = sys.stderr if not output else sys.stdout
+        for name, content in launch_info["files"].items():
+            click.echo(f"--- {name}\n{content}", file=out, nl=not content.endswith("\n"))
+        click.echo(launch_info["command"], file=out)
+        for n in launch_info["notes"]:
+            click.echo(f"# {n}", file=out)
 
 
 def main():

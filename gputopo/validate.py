@@ -24,6 +24,29 @@ OPTIMIZERS = {"adam", "adamw", "lamb", "onebitadam", "onebitlamb", "zerooneadam"
               "muadam", "muadamw", "musgd", "muon"}
 
 
+@contextlib.contextmanager
+def quiet():
+    """Silence DeepSpeed's import banners at the file-descriptor level (stdout must stay clean for --json).
+
+    contextlib.redirect_stdout is not enough: DeepSpeed's op builders need a real stdout file descriptor."""
+    import os
+    import sys
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
 def available() -> bool:
     return importlib.util.find_spec("deepspeed") is not None
 
@@ -87,8 +110,10 @@ def with_deepspeed(cfg: dict, gpus: int = 1, micro: int = 1, accum: int = 1, pre
     own_checks(cfg)
     if not available():
         return None
-    quiet = io.StringIO()
-    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+    key, cache = _cache_key(cfg, gpus, micro, accum, precision)
+    if key in cache:  # importing deepspeed costs seconds; a config it accepted once it accepts again
+        return cache[key]
+    with quiet():
         import deepspeed
         from deepspeed.runtime.config import DeepSpeedConfig
         from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
@@ -104,20 +129,55 @@ def with_deepspeed(cfg: dict, gpus: int = 1, micro: int = 1, accum: int = 1, pre
             return gpus
     try:
         DeepSpeedZeroConfig(**filled.get("zero_optimization", {}))
-        with mock.patch.object(deepspeed.comm, "get_rank", return_value=0), \
-                contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        with mock.patch.object(deepspeed.comm, "get_rank", return_value=0), quiet():
             DeepSpeedConfig(filled, mpu=Mpu())
     except Exception as e:  # pydantic ValidationError, AssertionError, ValueError: one line for the user
         first = " ".join(str(e).split("\n")[:3])
         raise BadInput(f"DeepSpeed {deepspeed.__version__} rejects the config: {first}")
+    _remember(key, cache, deepspeed.__version__)
     return deepspeed.__version__
+
+
+def _cache_path():
+    import os
+    from pathlib import Path
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gputopo" / "validated.json"
+
+
+def _cache_key(cfg: dict, *args) -> tuple[str, dict]:
+    """Accepted configs, keyed by DeepSpeed's version, the config and the batch arithmetic."""
+    import hashlib
+    import importlib.metadata
+    import json
+    version = importlib.metadata.version("deepspeed")
+    key = hashlib.sha256(json.dumps([version, cfg, *args], sort_keys=True).encode()).hexdigest()
+    try:
+        cache = json.loads(_cache_path().read_text())
+    except (OSError, ValueError):
+        cache = {}
+    return key, cache if isinstance(cache, dict) else {}
+
+
+def _remember(key: str, cache: dict, version: str) -> None:
+    import json
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cache[key] = version
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dict(list(cache.items())[-500:])))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home only costs the next run its speed
 
 
 def libaio_ok() -> bool | None:
     """Whether DeepSpeed's async_io op can build here (needs libaio); None without deepspeed."""
     if not available():
         return None
-    quiet = io.StringIO()
-    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+    import sys
+    with quiet():
         from deepspeed.ops.op_builder import AsyncIOBuilder
-        return bool(AsyncIOBuilder().is_compatible(verbose=False))
+        # The builder probes with a compile that needs real file descriptors: give it the real stdout object.
+        with contextlib.redirect_stdout(sys.__stdout__), contextlib.redirect_stderr(sys.__stderr__):
+            return bool(AsyncIOBuilder().is_compatible(verbose=False))
