@@ -264,7 +264,7 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
     planned = None
     if output and os.path.exists(output) and not force:
         raise BadInput(f"{output} exists; pass --force to overwrite it")
-    if auto_ or (_wants_plan(kw) and offload == "nvme"):
+    if auto_:
         if not _wants_plan(kw):
             raise BadInput("--auto needs --model (or --params) to plan for")
         planned = _plan(kw, _layout_fn(gpus, gpu_mem, gpu_model, link))
@@ -287,8 +287,10 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
             raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
         if not os.access(nvme_path, os.W_OK):
             raise BadInput(f"--nvme-path {nvme_path}: not writable")
-        if planned:
-            need = next(s["nvme_bytes"] for s in planned["strategies"] if s["name"] == "zero3_offload_nvme")
+        if model:
+            from .plan import Training, nvme_bytes
+            need = nvme_bytes(model, Training(precision=kw.get("precision") or "bf16", optimizer=kw["optimizer"]),
+                              kw["nodes"])
             import shutil
             free = shutil.disk_usage(nvme_path).free
             if need > free:

@@ -167,10 +167,16 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
     if name == "zero3_offload_nvme":
         # Swapped to NVMe: 16-bit params, fp32 master + moments, fp32 grads. The host keeps pinned swap buffers:
         # 5 parameter buffers of max(1e8, largest layer) and two optimizer sub-groups in flight, per rank.
-        nvme = (p16 + 4 + K + 4) * P // lay.nodes
+        nvme = nvme_bytes(m, t, lay.nodes)
         buffers = 5 * max(10 ** 8, L) * p16 + 2 * NVME_SUB_GROUP * (4 + K + 4)
         return {"weights": gathered, "gradients": 0, "optimizer": 0}, int(buffers * lay.gpus_per_node), nvme
     raise BadInput(f"unknown strategy {name}")
+
+
+def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
+    """NVMe space per node for ZeRO-3 NVMe offload: 16-bit params, fp32 master, moments and fp32 grads."""
+    p16 = 2 if t.precision != "fp32" else 4
+    return (p16 + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * m.params // nodes
 
 
 def _overhead(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:

@@ -25,3 +25,36 @@ def fake_nvml(monkeypatch, tmp_path):
 
 def fixture_text(name: str) -> str:
     return (FIXTURES / "topo" / name).read_bytes().decode()
+
+
+TINY_GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_layer": 2, "n_head": 2,
+             "vocab_size": 1000, "n_positions": 128, "bos_token_id": 0, "eos_token_id": 0}
+
+
+def make_model_dir(path: Path, **overrides) -> Path:
+    """A folder with a tiny GPT-2 config.json (no weights): the worker builds it with random weights."""
+    import json
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({**TINY_GPT2, **overrides}))
+    return path
+
+
+@pytest.fixture
+def tiny_model(tmp_path):
+    return make_model_dir(tmp_path / "tiny-gpt2")
+
+
+def bin_path(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def run_worker(args, *, cwd, nproc=2, env=None, timeout=900, launcher=None):
+    """Run `python -m gputopo.worker` under torchrun; returns (result dict or None, completed process)."""
+    import json
+    import os
+    import subprocess
+    cmd = launcher or [bin_path("torchrun"), "--standalone", "--nproc_per_node", str(nproc), "-m", "gputopo.worker"]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    proc = subprocess.run(cmd + list(args), cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("GPUTOPO_RESULT ")), None)
+    return (json.loads(line[len("GPUTOPO_RESULT "):]) if line else None), proc

@@ -1,0 +1,330 @@
+"""One training process, launched by torchrun (or deepspeed): DDP, DeepSpeed or the HF Trainer, plus an
+all-reduce sweep. The same code runs on CUDA with NCCL (cuda:LOCAL_RANK) and on CPU with gloo.
+
+    torchrun --nproc_per_node 2 -m gputopo.worker --model gpt2 --steps 200 --output result.json
+
+Rank 0 prints one line `GPUTOPO_RESULT {json}` and writes --output. Workers end with os._exit after a flush:
+a DeepSpeed/HF worker sometimes aborts at interpreter exit ("terminate called without an active exception").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULT = "GPUTOPO_RESULT "
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m gputopo.worker", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="gpt2", help="catalog name, HF cache name, or a folder with config.json")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup-steps", type=int, default=2, help="steps left out of the timing")
+    ap.add_argument("--batch-size", type=int, default=4, help="per process")
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
+    ap.add_argument("--dataset", default="synthetic", help="synthetic, wikitext-2-raw-v1 (local cache) or a .txt file")
+    ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--deepspeed", metavar="CONFIG", help="train through deepspeed.initialize with this config")
+    ap.add_argument("--hf-trainer", action="store_true", help="train through the HF Trainer (with --deepspeed: its config)")
+    ap.add_argument("--allreduce-sizes", default="", help="comma-separated byte sizes for an all-reduce sweep")
+    ap.add_argument("--allreduce-iters", type=int, default=10)
+    ap.add_argument("--train", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--output", help="results JSON (rank 0)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--local_rank", "--local-rank", type=int, help=argparse.SUPPRESS)  # the deepspeed launcher adds it
+    return ap.parse_args(argv)
+
+
+def device_and_backend():
+    """cuda:LOCAL_RANK with NCCL where CUDA is, else CPU with gloo."""
+    import torch
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def synchronize(device):
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build_model(name: str):
+    """Local weights when present (a folder, or the HF cache offline), else the architecture with random
+    weights from its configuration. Returns (model, description)."""
+    import torch  # noqa: F401
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+    transformers.logging.set_verbosity_error()
+    path = Path(name)
+    if path.is_dir():
+        cfg = AutoConfig.from_pretrained(path, local_files_only=True)
+        if any((path / f).exists() for f in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
+            return AutoModelForCausalLM.from_pretrained(path, local_files_only=True), f"{name} (local weights)"
+        return AutoModelForCausalLM.from_config(cfg), f"{name} (random weights from its config.json)"
+    try:
+        return AutoModelForCausalLM.from_pretrained(name, local_files_only=True), f"{name} (weights from the local HF cache)"
+    except Exception:  # not cached: build the architecture from gputopo's catalog
+        pass
+    from .models import CATALOG, ALIASES
+    key = ALIASES.get(name, name).lower()
+    c = CATALOG.get(key)
+    if c is None or c["family"] not in ("gpt2", "llama"):
+        raise SystemExit(f"error: --model {name}: no local copy, and not a causal LM in gputopo's catalog"
+                         " (gpt2*, llama*, mistral*, qwen*); give a folder with config.json")
+    if c["family"] == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=c["h"], n_layer=c["L"], n_head=c["a"], vocab_size=c["V"], n_positions=c["P"])
+    else:
+        cfg = transformers.LlamaConfig(hidden_size=c["h"], num_hidden_layers=c["L"], num_attention_heads=c["a"],
+                                       num_key_value_heads=c["kvh"], intermediate_size=c["I"], vocab_size=c["V"],
+                                       max_position_embeddings=c["P"], attention_bias=c.get("qkv_bias", False))
+    return AutoModelForCausalLM.from_config(cfg), f"{key} (random weights: no local copy; step time is the same)"
+
+
+def load_tokens(dataset: str, vocab: int, seq: int, samples: int, seed: int, model_dir: str | None):
+    """(tensor [samples, seq] of token ids, description). Never downloads."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    if dataset == "synthetic":
+        return torch.randint(0, vocab, (samples, seq), generator=g), "synthetic (random token ids)"
+    if dataset.startswith("wikitext"):
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+        import datasets
+        try:
+            ds = datasets.load_dataset("wikitext", dataset, split="train")
+        except Exception as e:
+            raise SystemExit(f"error: --dataset {dataset}: not in the local datasets cache ({type(e).__name__});"
+                             " use --dataset synthetic or a local .txt file")
+        text, what = "\n".join(t for t in ds["text"] if t.strip()), f"{dataset} (local datasets cache)"
+    else:
+        if not Path(dataset).is_file():
+            raise SystemExit(f"error: --dataset {dataset}: no such file (or synthetic / wikitext-2-raw-v1)")
+        text, what = Path(dataset).read_text(errors="replace"), f"{dataset} (local text)"
+    ids = _tokenize(text, vocab, model_dir)
+    need = samples * seq
+    if len(ids) < seq:
+        raise SystemExit(f"error: --dataset {dataset}: only {len(ids)} tokens, fewer than one sequence of {seq}")
+    reps = -(-need // len(ids))
+    flat = torch.tensor((ids * reps)[:need], dtype=torch.long)
+    return flat.view(samples, seq), what
+
+
+def _tokenize(text: str, vocab: int, model_dir: str | None) -> list[int]:
+    """The model folder's tokenizer when it has one; else a byte-level BPE trained on the text itself."""
+    if model_dir and Path(model_dir, "tokenizer.json").exists():
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        return [i for i in tok(text)["input_ids"] if i < vocab]
+    from tokenizers import ByteLevelBPETokenizer
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator([text], vocab_size=max(260, min(vocab, 8192)), min_frequency=2, show_progress=False)
+    return [i for i in tok.encode(text).ids if i < vocab]
+
+
+def allreduce_sweep(sizes: list[int], iters: int, device, world: int) -> list[dict]:
+    """all_reduce timing per size; bus bandwidth as nccl-tests defines it: algbw x 2(n-1)/n."""
+    import torch
+    import torch.distributed as dist
+    out = []
+    for size in sizes:
+        t = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+        for _ in range(2):
+            dist.all_reduce(t)
+        synchronize(device)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        synchronize(device)
+        elapsed = (time.perf_counter() - start) / iters
+        # The slowest rank sets the pace: take the max over ranks.
+        e = torch.tensor([elapsed], dtype=torch.float64, device=device)
+        dist.all_reduce(e, op=dist.ReduceOp.MAX)
+        elapsed = float(e.item())
+        nbytes = t.numel() * 4
+        algbw = nbytes / elapsed / 1e9
+        out.append({"bytes": nbytes, "seconds": elapsed, "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world})
+    return out
+
+
+def summarize(step_times: list[float], warmup: int, samples_per_step: int) -> dict:
+    timed = step_times[warmup:] or step_times
+    qs = statistics.quantiles(timed, n=10) if len(timed) >= 2 else [timed[0]] * 9
+    return {"steps": len(step_times), "warmup_steps": warmup, "train_runtime_s": sum(step_times),
+            "timed_runtime_s": sum(timed), "samples_per_second": samples_per_step * len(timed) / sum(timed),
+            "step_time_s": {"median": statistics.median(timed), "p10": qs[0], "p90": qs[-1]},
+            "step_times_s": timed}
+
+
+def train_plain(args, model, data, device, backend, world, rank):
+    """DDP with torch.autocast; the reference experiment's loop without the Trainer's overhead."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model.to(device).train()
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16" and device.type == "cuda")
+    times, losses = [], []
+    for step in range(args.steps):
+        batch = data[(step * world + rank) % len(data)].to(device)
+        synchronize(device)
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = ddp(batch, labels=batch).loss
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()))
+    return times, losses, {"engine": "ddp", "optimizer": type(opt).__name__, "zero_stage": None}
+
+
+def train_deepspeed(args, model, data, device, world, rank):
+    import deepspeed
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=args.deepspeed)
+    dev = engine.device
+    times, losses = [], []
+    for step in range(args.steps):
+        batch = data[(step * world + rank) % len(data)].to(dev)
+        synchronize(device)
+        t0 = time.perf_counter()
+        loss = engine(batch, labels=batch).loss
+        engine.backward(loss)
+        engine.step()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach().float()))
+    inner = getattr(engine.optimizer, "optimizer", None)
+    zc = engine.zero_optimization() and engine._config.zero_config
+    info = {"engine": "deepspeed", "zero_stage": engine.zero_optimization_stage(),
+            "optimizer": type(engine.optimizer).__name__, "basic_optimizer": type(inner).__name__ if inner else None,
+            "bf16": engine.bfloat16_enabled(), "fp16": engine.fp16_enabled(),
+            "offload_optimizer": _device(zc.offload_optimizer) if zc else "none",
+            "offload_param": _device(zc.offload_param) if zc else "none",
+            "deepspeed_version": deepspeed.__version__}
+    if zc and zc.offload_param and zc.offload_param.nvme_path:
+        root = Path(zc.offload_param.nvme_path)
+        info["nvme_swap_files"] = sum(1 for p in root.rglob("*.swp") if p.is_file())
+    return times, losses, info
+
+
+def _device(offload) -> str:
+    """An offload config's device as text (DeepSpeed stores enum values or plain strings by version)."""
+    if offload is None:
+        return "none"
+    return str(getattr(offload.device, "value", offload.device))
+
+
+def train_hf(args, model, data, device):
+    """The HF Trainer with an optional DeepSpeed config ("auto" values filled from these arguments)."""
+    import tempfile
+
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class Steps(TrainerCallback):
+        def __init__(self):
+            self.times, self.t0 = [], None
+
+        def on_step_begin(self, *a, **k):
+            synchronize(device)
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            synchronize(device)
+            self.times.append(time.perf_counter() - self.t0)
+
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(data)
+
+        def __getitem__(self, i):
+            return {"input_ids": data[i], "labels": data[i]}
+    cb = Steps()
+    with tempfile.TemporaryDirectory() as out:
+        targs = TrainingArguments(output_dir=out, per_device_train_batch_size=args.batch_size, max_steps=args.steps,
+                                  learning_rate=args.lr, logging_steps=1, report_to=[], save_strategy="no",
+                                  bf16=args.precision == "bf16", fp16=args.precision == "fp16",
+                                  use_cpu=device.type == "cpu", deepspeed=args.deepspeed,
+                                  dataloader_num_workers=0, disable_tqdm=True)
+        trainer = Trainer(model=model, args=targs, train_dataset=Tokens(), callbacks=[cb])
+        result = trainer.train()
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        info = {"engine": "hf-trainer" + ("+deepspeed" if args.deepspeed else ""), "train_runtime_hf": result.metrics["train_runtime"],
+                "optimizer": type(trainer.optimizer).__name__ if trainer.optimizer is not None else None}
+        if args.deepspeed:
+            eng = trainer.model_wrapped
+            info.update({"zero_stage": eng.zero_optimization_stage(),
+                         "basic_optimizer": type(getattr(eng.optimizer, "optimizer", eng.optimizer)).__name__})
+    return cb.times, losses, info
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+    import torch.distributed as dist
+    torch.manual_seed(args.seed)
+    device, backend = device_and_backend()
+    if args.deepspeed:
+        import deepspeed
+        deepspeed.init_distributed(dist_backend=backend)
+    elif not dist.is_initialized():
+        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    result = {"device": device.type, "backend": backend, "world_size": world,
+              "env": {"NCCL_P2P_DISABLE": os.environ.get("NCCL_P2P_DISABLE")}}
+    if args.train:
+        model, what = build_model(args.model)
+        vocab = model.config.vocab_size
+        seq = min(args.seq_len, getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", args.seq_len))
+        data, data_what = load_tokens(args.dataset, vocab, seq, max(args.steps * world, 8) * args.batch_size,
+                                      args.seed, args.model if Path(args.model).is_dir() else None)
+        data = data.view(-1, args.batch_size, seq)
+        if args.hf_trainer:
+            times, losses, info = train_hf(args, model, data.view(-1, seq), device)
+        elif args.deepspeed:
+            times, losses, info = train_deepspeed(args, model, data, device, world, rank)
+        else:
+            times, losses, info = train_plain(args, model, data, device, backend, world, rank)
+        params = sum(p.numel() for p in model.parameters())
+        result.update({"model": {"name": what, "params": params}, "dataset": data_what, "seq_len": seq, "info": info,
+                       "losses": losses, "loss_finite": bool(losses) and all(math.isfinite(x) for x in losses),
+                       **summarize(times, min(args.warmup_steps, max(0, len(times) - 1)), args.batch_size * world)})
+    sizes = [int(s) for s in args.allreduce_sizes.split(",") if s]
+    if sizes:
+        result["allreduce"] = allreduce_sweep(sizes, args.allreduce_iters, device, world)
+    if rank == 0:
+        line = json.dumps(result)
+        if args.output:
+            Path(args.output).write_text(json.dumps(result, indent=2))
+        print(RESULT + line, flush=True)
+    dist.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    code = 1
+    try:
+        code = main()
+    except SystemExit as e:  # our own one-line errors
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else 2
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
