@@ -81,6 +81,11 @@ def own_checks(cfg: dict) -> None:
     zero = cfg.get("zero_optimization", {})
     if "aio" in zero:
         raise BadInput("`aio` belongs at the top level, not inside zero_optimization (DeepSpeed ignores it there)")
+    for name, value in list(zero.items()) + [(f"{k}.{kk}", vv) for k, v in zero.items() if isinstance(v, dict)
+                                             for kk, vv in v.items()]:
+        # Sizes are pydantic ints since DeepSpeed 0.15; 4.5e7 slips through, 530841.6 does not.
+        if isinstance(value, float):
+            raise BadInput(f"zero_optimization.{name} = {value!r}: must be an integer")
     stage = zero.get("stage", 0)
     if not isinstance(stage, int) or isinstance(stage, bool):
         raise BadInput(f"zero_optimization.stage must be an integer, not {stage!r}")
