@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import sys
 from importlib import resources
@@ -337,6 +338,137 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
         click.echo(launch_info["command"], file=out)
         for n in launch_info["notes"]:
             click.echo(f"# {n}", file=out)
+
+
+def _sizes(text: str) -> list[int]:
+    from .plan import parse_bytes
+    return [parse_bytes(part, "--allreduce-sizes") for part in text.split(",") if part.strip()]
+
+
+@cli.command("bench-nvlink")
+@click.option("--model", default="gpt2", show_default=True, help="Causal LM: catalog name, HF cache name or a folder.")
+@click.option("--nproc", type=int, help="Processes per node [default: all visible GPUs; 2 on CPU].")
+@click.option("--gpus", metavar="0,1", help="Use these GPUs (nvidia-smi numbering).")
+@click.option("--steps", type=int, help="Steps per arm [default: 200 on GPU as in the reference; 4 on CPU].")
+@click.option("--warmup-steps", type=int, help="Steps left out of the timing [default: 10 on GPU, 1 on CPU].")
+@click.option("--batch-size", type=int, help="Per process [default: 4 on GPU as in the reference, 2 on CPU].")
+@click.option("--seq-len", type=int, default=128, show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
+              help="[default: bf16 on Ampere or newer, fp16 on older GPUs, fp32 on CPU]")
+@click.option("--dataset", default="auto", show_default=True,
+              help="wikitext-2-raw-v1 (local cache only), a .txt file, synthetic, or auto (wikitext if cached).")
+@click.option("--repeat", type=int, default=1, show_default=True, help="Runs per arm, interleaved.")
+@click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds one torchrun may take.")
+@click.option("--train-only", is_flag=True, help="Skip the all-reduce sweep.")
+@click.option("--allreduce-only", is_flag=True, help="Skip the training arms.")
+@click.option("--allreduce-sizes", metavar="1MiB,4MiB,..", help="Sizes of the sweep [default: 1 MiB-1 GiB on GPU, -32 MiB on CPU].")
+@click.option("--nnodes", type=int, default=1, show_default=True)
+@click.option("--node-rank", type=int, default=0, show_default=True)
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous for several nodes (node 0's address).")
+@click.option("--output", type=click.Path(dir_okay=False), help="Results JSON, written after every finished arm.")
+@click.option("--force", is_flag=True, help="Overwrite --output / --plot.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="A PNG of step times and the all-reduce sweep (matplotlib).")
+@click.option("--verbose", is_flag=True, help="Stream every line of the children.")
+@json_option
+def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, precision, dataset, repeat, timeout,
+                 train_only, allreduce_only, allreduce_sizes, nnodes, node_rank, rdzv_endpoint, output, force, plot,
+                 verbose, as_json):
+    """Train the same DDP run with and without NCCL_P2P_DISABLE=1 through torchrun, and sweep all-reduce."""
+    import os
+
+    from . import bench, probe, render, report
+    from .advise import is_ampere_or_newer
+    from .errors import NvmlUnavailable
+    for path in (output, plot):
+        if path and os.path.exists(path) and not force:
+            raise BadInput(f"{path} exists; pass --force to overwrite it")
+    if train_only and allreduce_only:
+        raise BadInput("--train-only and --allreduce-only exclude each other")
+    if plot and importlib.util.find_spec("matplotlib") is None:
+        raise BadInput("--plot needs matplotlib: pip install matplotlib")
+    for name, value in (("--steps", steps), ("--repeat", repeat), ("--nnodes", nnodes), ("--nproc", nproc),
+                        ("--batch-size", batch_size), ("--seq-len", seq_len)):
+        if value is not None and value < 1:
+            raise BadInput(f"{name} must be 1 or more")
+    if nnodes > 1 and not rdzv_endpoint:
+        raise BadInput("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
+    if not 0 <= node_rank < nnodes:
+        raise BadInput(f"--node-rank {node_rank}: must be between 0 and {nnodes - 1}")
+    try:
+        topo = probe.topology()
+    except NvmlUnavailable:
+        topo = None
+    link = None
+    if topo is not None:
+        names = report.select(topo, gpus)
+        if nproc and nproc > len(names):
+            raise BadInput(f"--nproc {nproc}: only {len(names)} GPU(s) selected")
+        names = names[: nproc or None]
+        w = topo.weakest(names)
+        if w is not None:
+            bw, basis = topo.bandwidth_gbps(w)
+            link = {"a": w.a, "b": w.b, "type": w.type, "bandwidth_gbps": bw, "bandwidth_basis": basis}
+        model_name = next((topo.gpu(n).model for n in names if topo.gpu(n).model), None)
+        o = bench.Options(device="cuda", nproc=len(names), steps=steps or 200, warmup_steps=warmup_steps if warmup_steps is not None else 10,
+                          batch_size=batch_size or 4,
+                          precision=precision or ("bf16" if is_ampere_or_newer(model_name) else "fp16"),
+                          visible_devices=",".join(str(topo.gpu(n).index) for n in names) if gpus else None)
+    else:
+        if gpus:
+            raise BadInput("--gpus: no NVIDIA GPU visible here")
+        o = bench.Options(device="cpu", nproc=nproc or 2, steps=steps or 4, warmup_steps=warmup_steps if warmup_steps is not None else 1,
+                          batch_size=batch_size or 2, precision=precision or "fp32")
+    if o.warmup_steps >= o.steps:
+        raise BadInput(f"--warmup-steps {o.warmup_steps} leaves no timed step of {o.steps}")
+    o.model, o.seq_len, o.dataset, o.repeat, o.timeout = model, seq_len, dataset, repeat, timeout
+    o.train, o.allreduce = not allreduce_only, not train_only
+    o.allreduce_sizes = _sizes(allreduce_sizes) if allreduce_sizes else []
+    o.nnodes, o.node_rank, o.rdzv_endpoint = nnodes, node_rank, rdzv_endpoint
+    if o.device == "cpu" and steps is None:
+        click.echo(f"CPU: {o.steps} steps per arm, batch {o.batch_size} x {o.seq_len} (about two minutes for gpt2 on"
+                   " 2 cores); --steps to change", err=True)
+
+    def save(results):
+        if output and o.node_rank == 0:
+            tmp = output + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(results, f, indent=2, sort_keys=True)
+            os.replace(tmp, output)
+    progress = _progress(verbose)
+    try:
+        results = bench.run(o, link, save, progress)
+    except KeyboardInterrupt:
+        progress.done()
+        raise BadInput("interrupted: the children were stopped" + (f"; finished arms are in {output}" if output else ""))
+    progress.done()
+    if plot and o.node_rank == 0:
+        render.bench_plot(results, plot)
+    emit(results, render.bench, as_json)
+
+
+class _progress:
+    """One progress line per arm on a terminal (the child's latest line); every line with --verbose."""
+
+    def __init__(self, verbose: bool):
+        self.verbose, self.tty, self.label = verbose, sys.stderr.isatty(), None
+
+    def __call__(self, label, line):
+        if self.verbose:
+            click.echo(f"[{label}] {line}", err=True)
+            return
+        if label != self.label:
+            if self.label and self.tty:
+                click.echo("", err=True)
+            self.label = label
+            if not self.tty:
+                click.echo(f"[{label}] running", err=True)
+        if self.tty:
+            width = 100
+            click.echo(f"\r[{label}] {line[:width]:<{width}}", err=True, nl=False)
+
+    def done(self):
+        if self.tty and self.label:
+            click.echo("", err=True)
 
 
 def main():

@@ -156,3 +156,67 @@ def plan(data: dict) -> str:
     if data["layout"].get("link_basis", "").startswith("assumed"):
         out.append(f"  (link bandwidth {data['layout']['link_basis']})")
     return "\n".join(out)
+
+
+def bench(data: dict) -> str:
+    """Human text for `gputopo bench-nvlink`, laid out like the reference table."""
+    st = data["settings"]
+    out = [f"{data['nnodes']} node(s) x {data['nproc']} process(es) on {data['device']} ({data['backend']});"
+           f" model {data['model']['name'] if data['model'] else 'N/A'}; data {data['dataset'] or 'N/A'}",
+           f"{st['steps']} steps per arm ({st['warmup_steps']} warm-up not timed), batch {st['batch_size']} x"
+           f" {st['seq_len']} per process, {st['precision']}, {st['repeat']} run(s) per arm"]
+    link = data.get("link")
+    out.append(f"GPUs share: {link['type']} ({link['a']}-{link['b']}, the weakest link)" if link else
+               "GPUs share: no GPU link here")
+    if data["runs"]:
+        rows = [["Y" if r["env"]["NCCL_P2P_DISABLE"] is None else "N", f"{r['timed_runtime_s']:.2f} s",
+                 f"{r['samples_per_second']:.2f}", f"{r['step_time_s']['median']:.4f} s",
+                 f"{r['step_time_s']['p10']:.4f}-{r['step_time_s']['p90']:.4f} s"] for r in data["runs"]]
+        out += ["", table(rows, ["P2P/NVLink", "time (timed steps)", "samples/s", "median step", "p10-p90"])]
+    sp = data.get("speedup")
+    if sp:
+        out.append(f"P2P speed-up: {sp['value']:.3f}x (95 % CI {sp['ci95'][0]:.3f}-{sp['ci95'][1]:.3f});"
+                   f" reference {data['reference']['hardware']}: {data['reference']['no_p2p_s'] / data['reference']['p2p_s']:.2f}x"
+                   f" ({data['reference']['p2p_s']:.1f} s vs {data['reference']['no_p2p_s']:.1f} s)")
+    if data["allreduce"]:
+        by = {}
+        for r in data["allreduce"]:
+            by.setdefault(r["bytes"], {})[r["p2p"]] = r
+        rows = []
+        for size, arms in sorted(by.items()):
+            row = [size_text(size)]
+            for p2p in (True, False):
+                r = arms.get(p2p)
+                row += [f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}"] if r else ["", ""]
+            frac = (arms.get(True) or {}).get("busbw_fraction_of_theoretical")
+            row.append(f"{frac:.0%}" if frac is not None else "N/A")
+            rows.append(row)
+        out += ["", "all_reduce (GB/s; busbw = algbw x 2(n-1)/n as nccl-tests):",
+                table(rows, ["size", "P2P algbw", "P2P busbw", "no-P2P algbw", "no-P2P busbw", "busbw/theoretical"])]
+    out += [f"Note: {n}" for n in data["notes"]]
+    return "\n".join(out)
+
+
+def size_text(n: int) -> str:
+    return size(n).replace(".0 ", " ")
+
+
+def bench_plot(data: dict, path: str) -> None:
+    """Step times per arm and bus bandwidth per size, as one PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for r in data["runs"]:
+        ax1.plot(r["step_times_s"], marker=".", label=f"{r['label']} (median {r['step_time_s']['median']:.3f} s)")
+    ax1.set(title="step time per timed step", xlabel="step", ylabel="seconds")
+    ax1.legend()
+    for p2p in (True, False):
+        pts = sorted((r["bytes"], r["busbw_gbps"]) for r in data["allreduce"] if r["p2p"] == p2p)
+        if pts:
+            ax2.plot([p[0] / 2 ** 20 for p in pts], [p[1] for p in pts], marker="o", label="P2P" if p2p else "no P2P")
+    ax2.set(title="all_reduce bus bandwidth", xlabel="MiB", ylabel="GB/s", xscale="log")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

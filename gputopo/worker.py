@@ -28,7 +28,7 @@ def parse_args(argv=None):
     ap.add_argument("--batch-size", type=int, default=4, help="per process")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
-    ap.add_argument("--dataset", default="synthetic", help="synthetic, wikitext-2-raw-v1 (local cache) or a .txt file")
+    ap.add_argument("--dataset", default="synthetic", help="auto, synthetic, wikitext-2-raw-v1 (local cache only) or a .txt file")
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--deepspeed", metavar="CONFIG", help="train through deepspeed.initialize with this config")
     ap.add_argument("--hf-trainer", action="store_true", help="train through the HF Trainer (with --deepspeed: its config)")
@@ -93,6 +93,12 @@ def load_tokens(dataset: str, vocab: int, seq: int, samples: int, seed: int, mod
     """(tensor [samples, seq] of token ids, description). Never downloads."""
     import torch
     g = torch.Generator().manual_seed(seed)
+    if dataset == "auto":  # wikitext-2 as in the reference when it is in the local cache, else synthetic
+        try:
+            return load_tokens("wikitext-2-raw-v1", vocab, seq, samples, seed, model_dir)
+        except SystemExit:
+            tokens, what = load_tokens("synthetic", vocab, seq, samples, seed, model_dir)
+            return tokens, what + "; wikitext-2-raw-v1 is not in the local cache"
     if dataset == "synthetic":
         return torch.randint(0, vocab, (samples, seq), generator=g), "synthetic (random token ids)"
     if dataset.startswith("wikitext"):
