@@ -6,6 +6,7 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -99,10 +100,10 @@ def kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, expect_result: bool = True) -> dict | None:
-    """Run one torchrun, stream its output behind a progress line, return the worker's result dict
-    (None on nodes other than the first, whose ranks do not report)."""
-    tail: collections.deque[str] = collections.deque(maxlen=25)
+def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress) -> dict:
+    """Run one torchrun, stream its output behind a progress line, return the worker's result dict."""
+    tail: collections.deque[str] = collections.deque(maxlen=12)
+    causes: list[str] = []  # the worker's own error line, or the exception that ended it
     found: list[dict] = []
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, bufsize=1)
@@ -113,7 +114,11 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, e
             if line.startswith(RESULT):
                 found.append(json.loads(line[len(RESULT):]))
                 continue
-            tail.append(line)
+            if re.match(r"^(error: |[\w.]*(Error|Exception): )", line) and "ChildFailedError" not in line \
+                    and line not in causes:
+                causes.append(line)
+            if not line.startswith(("W1", "E1", "I1")) or "elastic" not in line:  # torchrun's own log noise
+                tail.append(line)
             progress(label, line)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -122,8 +127,8 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, e
     except subprocess.TimeoutExpired:
         kill_group(proc)
         reader.join(5)
-        raise BenchmarkFailed(f"{label}: no result after {timeout:g} s (--timeout); stopped it. Last lines:\n"
-                              + "\n".join(tail))
+        raise BenchmarkFailed(f"{label}: no result after {timeout:g} s (--timeout); stopped it and its workers."
+                              "\nLast lines of the child:\n  " + "\n  ".join(tail))
     except BaseException:  # Ctrl-C included: leave nothing behind
         kill_group(proc)
         raise
@@ -131,13 +136,13 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, e
         if proc.poll() is None:
             kill_group(proc)
     reader.join(10)
-    if proc.returncode == 0 and not found and not expect_result:
-        return None
     if proc.returncode != 0 or not found:
         if found and proc.returncode < 0:
             return found[0]  # a worker killed at exit after reporting (the DeepSpeed/HF exit flake)
+        cause = f": {causes[0]}" if causes else ""
         raise BenchmarkFailed(f"{label}: torchrun exited with {proc.returncode}"
-                              + ("" if found else " before reporting a result") + ". Last lines:\n" + "\n".join(tail))
+                              + ("" if found else " before reporting a result") + cause
+                              + "\nLast lines of the child:\n  " + "\n  ".join(tail))
     return found[0]
 
 
@@ -176,16 +181,14 @@ def run(o: Options, link: dict | None, save, progress) -> dict:
     if o.device == "cpu":
         out["notes"].append("no GPU: CPU processes with gloo; NCCL_P2P_DISABLE changes nothing there, both arms"
                             " still run so the whole path is exercised")
-    stamp = f"{os.getpid()}-{int(time.time())}"
+    stamp = "gputopo"  # rendezvous ids must be the same on every node
     if o.train:
         per_arm: dict[str, list[dict]] = {label: [] for label, _ in ARMS}
         for rep in range(o.repeat):  # interleaved, so drift hits both arms alike
             for label, value in ARMS:
                 res = run_child(f"{label} {rep + 1}/{o.repeat}" if o.repeat > 1 else label,
                                 torchrun_command(o, f"gputopo-{stamp}-{label}-{rep}") + worker_args(o, True, []),
-                                child_env(o, value), o.timeout, progress, expect_result=o.node_rank == 0)
-                if res is None:
-                    continue
+                                child_env(o, value), o.timeout, progress)
                 per_arm[label].append(res)
                 out["model"], out["dataset"] = res["model"], res["dataset"]
                 out["runs"] = [merge_runs(lbl, v, per_arm[lbl]) for lbl, v in ARMS if per_arm[lbl]]
@@ -199,15 +202,12 @@ def run(o: Options, link: dict | None, save, progress) -> dict:
         sizes = o.allreduce_sizes or (GPU_SIZES if o.device == "cuda" else CPU_SIZES)
         for label, value in ARMS:
             res = run_child(f"all-reduce {label}", torchrun_command(o, f"gputopo-{stamp}-ar-{label}")
-                            + worker_args(o, False, sizes), child_env(o, value), o.timeout, progress,
-                            expect_result=o.node_rank == 0)
+                            + worker_args(o, False, sizes), child_env(o, value), o.timeout, progress)
             theo = (link or {}).get("bandwidth_gbps")
-            for r in (res or {}).get("allreduce", []):
+            for r in res.get("allreduce", []):
                 out["allreduce"].append({**r, "p2p": value is None,
                                          "busbw_fraction_of_theoretical": r["busbw_gbps"] / theo if theo else None})
             save(out)
-    if o.node_rank != 0:
-        out["notes"].append(f"node rank {o.node_rank}: results are reported by node 0")
     out["complete"] = True
     save(out)
     return out

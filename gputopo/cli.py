@@ -429,7 +429,7 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
                    " 2 cores); --steps to change", err=True)
 
     def save(results):
-        if output and o.node_rank == 0:
+        if output:
             tmp = output + ".tmp"
             with open(tmp, "w") as f:
                 json.dump(results, f, indent=2, sort_keys=True)
@@ -441,7 +441,7 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
         progress.done()
         raise BadInput("interrupted: the children were stopped" + (f"; finished arms are in {output}" if output else ""))
     progress.done()
-    if plot and o.node_rank == 0:
+    if plot:
         render.bench_plot(results, plot)
     emit(results, render.bench, as_json)
 

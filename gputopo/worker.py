@@ -3,7 +3,7 @@ all-reduce sweep. The same code runs on CUDA with NCCL (cuda:LOCAL_RANK) and on 
 
     torchrun --nproc_per_node 2 -m gputopo.worker --model gpt2 --steps 200 --output result.json
 
-Rank 0 prints one line `GPUTOPO_RESULT {json}` and writes --output. Workers end with os._exit after a flush:
+Local rank 0 of every node prints rank 0's result as one line `GPUTOPO_RESULT {json}` and writes --output. Workers end with os._exit after a flush:
 a DeepSpeed/HF worker sometimes aborts at interpreter exit ("terminate called without an active exception").
 """
 from __future__ import annotations
@@ -310,11 +310,15 @@ def main(argv=None) -> int:
     sizes = [int(s) for s in args.allreduce_sizes.split(",") if s]
     if sizes:
         result["allreduce"] = allreduce_sweep(sizes, args.allreduce_iters, device, world)
-    if rank == 0:
-        line = json.dumps(result)
+    # Every node gets rank 0's result, so each node's bench can report the combined run (c10d hands out ranks
+    # in arrival order: global rank 0 may be on any node).
+    shared = [result if rank == 0 else None]
+    dist.broadcast_object_list(shared, src=0)
+    if int(os.environ.get("LOCAL_RANK", rank)) == 0:
+        result = shared[0]
         if args.output:
             Path(args.output).write_text(json.dumps(result, indent=2))
-        print(RESULT + line, flush=True)
+        print(RESULT + json.dumps(result), flush=True)
     dist.barrier()
     return 0
 
