@@ -12,9 +12,7 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .errors import BenchmarkFailed
 

@@ -260,7 +260,6 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
     import os
 
     from . import dsconfig, launch, validate
-    from .plan import parse_bytes
     warnings = []
     planned = None
     if output and os.path.exists(output) and not force:

@@ -36,7 +36,7 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
             "deepspeed_config:",
             f"  deepspeed_config_file: {config}",
             f"  zero3_init_flag: {'true' if stage == 3 else 'false'}",
-            f"machine_rank: 0",
+            "machine_rank: 0",
             f"main_process_ip: {'127.0.0.1' if nodes == 1 else master}",
             f"main_process_port: {PORT}",
             f"num_machines: {nodes}",

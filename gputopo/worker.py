@@ -60,7 +60,6 @@ def synchronize(device):
 def build_model(name: str):
     """Local weights when present (a folder, or the HF cache offline), else the architecture with random
     weights from its configuration. Returns (model, description)."""
-    import torch  # noqa: F401
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
     transformers.logging.set_verbosity_error()

@@ -7,7 +7,6 @@ fp16 is not run: DeepSpeed refuses it on CPU ("Type fp16 is not supported on you
 import json
 import shlex
 import subprocess
-import sys
 
 import pytest
 

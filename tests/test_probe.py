@@ -1,11 +1,10 @@
 """The NVML path against a fake pynvml filled with real hardware values."""
-import os
 import stat
 
 import pytest
 
 from conftest import fixture_text
-from fake_nvml import FakeNvml, h100_nvswitch, rtx3090_pair
+from fake_nvml import h100_nvswitch, rtx3090_pair
 from gputopo import health, probe, report
 from gputopo.errors import NvmlUnavailable
 

@@ -1,0 +1,35 @@
+"""The CLI's fast paths import neither torch, transformers, datasets nor deepspeed."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES
+
+HEAVY = "{'torch', 'transformers', 'datasets', 'deepspeed'}"
+
+
+def heavy_after(statement: str) -> list[str]:
+    """Run `statement` in a fresh interpreter; return the heavy modules loaded by the end."""
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: print('HEAVY', sorted({HEAVY} & set(sys.modules)), file=sys.stderr))\n"
+            + statement)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    line = next(l for l in out.stderr.splitlines() if l.startswith("HEAVY"))
+    return eval(line[len("HEAVY "):])
+
+
+def cli(*args) -> str:
+    return f"import sys; from gputopo.cli import cli; sys.argv = ['gputopo', *{list(args)!r}]; cli()"
+
+
+@pytest.mark.parametrize("statement", [
+    "import gputopo.cli, gputopo.parse, gputopo.report, gputopo.render, gputopo.plan, gputopo.dsconfig",
+    cli("--help"),
+    cli("inspect", "-f", str(FIXTURES / "topo" / "rtx5090x2_phb.txt")),
+    cli("inspect", "--example", "dgx-a100", "--model", "llama-2-7b", "--gpu-mem", "80GiB"),
+    cli("plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GiB"),
+    "from gputopo import dsconfig, launch; dsconfig.build(3, 'cpu', hidden_size=64); launch.command('slurm', 'x', gpus=8)",
+])
+def test_fast_paths_stay_light(statement):
+    assert heavy_after(statement) == []
