@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 from .errors import GputopoError
 from .topology import Topology, explain
+from .units import gib
 
 
 class DoesNotFit(GputopoError):
@@ -79,10 +80,6 @@ def is_ampere_or_newer(gpu_model: str | None) -> bool | None:
     return not re.search(PRE_AMPERE, gpu_model, re.I)
 
 
-def _gib(n: float) -> str:
-    return f"{n / 2 ** 30:.1f} GiB"
-
-
 def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None) -> Advice:
     """The fastest strategy that fits, with its reasons (seed 001's decision tree + seed 003's link rule)."""
     by_name = {s.name: s for s in strategies}
@@ -91,12 +88,12 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     if chosen is None:
         smallest = min(strategies, key=lambda s: s.per_gpu_bytes["total"])
         raise DoesNotFit(f"{model.name} ({model.params / 1e9:.2f}B params) fits no strategy on {layout.gpus} x"
-                         f" {_gib(layout.gpu_mem_bytes)}: the leanest, {smallest.name}, "
+                         f" {gib(layout.gpu_mem_bytes)}: the leanest, {smallest.name}, "
                          + "; ".join(smallest.why_not) + ". Add GPUs, lower --batch-size/--seq-len, or use"
                          " --grad-checkpointing")
-    reasons = [f"{WHAT[chosen.name]}: {_gib(chosen.per_gpu_bytes['total'])} per GPU of {_gib(layout.gpu_mem_bytes)}"
-               f" (weights {_gib(chosen.per_gpu_bytes['weights'])}, gradients {_gib(chosen.per_gpu_bytes['gradients'])},"
-               f" optimizer {_gib(chosen.per_gpu_bytes['optimizer'])}, activations {_gib(chosen.per_gpu_bytes['activations'])})."]
+    reasons = [f"{WHAT[chosen.name]}: {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(layout.gpu_mem_bytes)}"
+               f" (weights {gib(chosen.per_gpu_bytes['weights'])}, gradients {gib(chosen.per_gpu_bytes['gradients'])},"
+               f" optimizer {gib(chosen.per_gpu_bytes['optimizer'])}, activations {gib(chosen.per_gpu_bytes['activations'])})."]
     skipped = [n for n in order[:order.index(chosen.name)] if n in by_name]
     if skipped:
         reasons.append("Faster choices do not fit: " + "; ".join(f"{n} {by_name[n].why_not[0]}" for n in skipped) + ".")
@@ -105,20 +102,20 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     elif layout.gpus > 1:
         link = f"{layout.link_type or 'unknown'} link ({layout.link_gbps or 'unknown'} GB/s per direction, {layout.link_basis})"
         t = chosen.comm_seconds_per_step
-        reasons.append(f"Traffic: {_gib(chosen.comm_bytes_per_step)} sent per GPU per step"
+        reasons.append(f"Traffic: {gib(chosen.comm_bytes_per_step)} sent per GPU per step"
                        + (f", about {t:.3f} s on the weakest {link}" if t is not None else f" over the {link}")
                        + ("; ZeRO's extra traffic is cheap on NVLink." if fast_link else
                           "; on PCIe/SYS the strategy that communicates less wins, so accumulate gradients to sync less often."))
     if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
-        reasons.append(f"Loading: every rank first builds the fp32 weights on the host ({_gib(chosen.cpu_bytes)} with"
-                       f" DeepSpeed's 1.5x margin, {_gib(layout.cpu_mem_bytes)} here): load with low_cpu_mem_usage=True"
+        reasons.append(f"Loading: every rank first builds the fp32 weights on the host ({gib(chosen.cpu_bytes)} with"
+                       f" DeepSpeed's 1.5x margin, {gib(layout.cpu_mem_bytes)} here): load with low_cpu_mem_usage=True"
                        " or deepspeed.zero.Init, or from sharded checkpoints.")
     ddp = by_name.get("ddp") or by_name.get("single")
     if ddp is not None and not ddp.fits and chosen.name != ddp.name and training.optimizer == "adamw":
         slim = ddp.per_gpu_bytes["total"] - ddp.per_gpu_bytes["optimizer"] + 2 * model.params
         if slim <= 0.9 * layout.gpu_mem_bytes:
             reasons.append(f"Optimizer states are what does not fit: with 8-bit Adam (--optimizer adamw-8bit, 2 B/param)"
-                           f" or Adafactor, {ddp.name} would need {_gib(slim)} per GPU.")
+                           f" or Adafactor, {ddp.name} would need {gib(slim)} per GPU.")
     if not training.grad_checkpointing and chosen.per_gpu_bytes["activations"] > chosen.per_gpu_bytes["total"] / 3:
         reasons.append("Activations are a large share: --grad-checkpointing trades about 30 % more compute for most of them.")
     if training.batch_size % 8:

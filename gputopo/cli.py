@@ -11,6 +11,7 @@ import click
 
 from . import __version__
 from .errors import BadInput, GputopoError
+from .units import parse_bytes
 
 OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")  # plan.OPTIMIZER_BYTES; kept here so --help stays light
 
@@ -142,7 +143,7 @@ def _plan(kw, layout_fn):
     import tempfile
 
     from . import models, probe, report
-    from .plan import Training, parse_bytes
+    from .plan import Training
     model = models.resolve(kw.get("model"), kw.get("params"), kw.get("hidden_size"), kw.get("layers"), kw.get("vocab_size"))
     if kw["nodes"] < 1:
         raise BadInput("--nodes must be 1 or more")
@@ -168,7 +169,6 @@ def _layout_fn(gpus, gpu_mem, gpu_model, link):
     """How to build the layout: from --gpus/--gpu-mem, else from this machine's GPUs."""
     from . import plan as planning, probe, report
     from .errors import NvmlUnavailable
-    from .plan import parse_bytes
     if gpus is None or gpu_mem is None:
         try:
             topo = probe.topology()
@@ -228,7 +228,6 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
     topo, sources, status = _topology(from_file, example, gpu_model)
     planned = None
     if topo is not None and _wants_plan(kw):
-        from .plan import parse_bytes
         names = report.select(topo, gpus)
         planned = _plan(kw, lambda **host: report.layout_from_topology(
             topo, names, parse_bytes(gpu_mem, "--gpu-mem") if gpu_mem else None, **host))
@@ -289,13 +288,14 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
             raise BadInput(f"--nvme-path {nvme_path}: not writable")
         if model:
             from .plan import Training, nvme_bytes
+            from .units import gib
             need = nvme_bytes(model, Training(precision=kw.get("precision") or "bf16", optimizer=kw["optimizer"]),
                               kw["nodes"])
             import shutil
             free = shutil.disk_usage(nvme_path).free
             if need > free:
-                raise BadInput(f"--nvme-path {nvme_path}: {free / 2**30:.0f} GiB free, offload needs {need / 2**30:.0f} GiB"
-                               f" ({(need - free) / 2**30:.0f} GiB missing)")
+                raise BadInput(f"--nvme-path {nvme_path}: {gib(free)} free, offload needs {gib(need)}"
+                               f" ({gib(need - free)} missing)")
         if validate.libaio_ok() is False:
             warnings.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
     n_gpus = gpus or (planned["layout"]["gpus_per_node"] if planned else 1)
@@ -340,7 +340,6 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
 
 
 def _sizes(text: str) -> list[int]:
-    from .plan import parse_bytes
     return [parse_bytes(part, "--allreduce-sizes") for part in text.split(",") if part.strip()]
 
 

@@ -8,11 +8,11 @@ in fp32, 6 B in mixed precision; gradients 4 B), DeepSpeed's own estimators for 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field
 
 from .errors import BadInput
 from .models import ModelSpec
+from .units import gib
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "zero3_offload_cpu",
               "zero3_offload_nvme")
@@ -24,16 +24,6 @@ NVME_SUB_GROUP = 10 ** 8             # the sub_group_size gputopo writes for NVM
 DS_SUB_GROUP = 10 ** 9               # DeepSpeed's default sub_group_size
 # Per-direction bandwidth assumed when the link's generation is unknown (GB/s).
 ASSUMED_GBPS = {"NV": 25.0, "PCIE": 15.75}
-
-
-def parse_bytes(text: str, what: str) -> int:
-    """'24GiB', '80GB', '16000MiB', '24' (GiB) -> bytes."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*", str(text), re.I)
-    if not m or float(m.group(1)) <= 0:
-        raise BadInput(f"{what} {text}: expected a positive size like 24GiB, 80GB or 16000MiB")
-    unit = (m.group(2) or "GiB").upper().rstrip("B") or "B"
-    scale = {"B": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2 ** 10, "MI": 2 ** 20, "GI": 2 ** 30, "TI": 2 ** 40}
-    return int(float(m.group(1)) * scale[unit])
 
 
 @dataclass(frozen=True)
@@ -229,13 +219,13 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         st = Strategy(name, per, int(cpu), int(nvme), comm, round(comm / (gbps * 1e9), 4) if gbps and comm else
                       (0.0 if comm == 0 else None))
         if per["total"] > HEADROOM * lay.gpu_mem_bytes:
-            st.why_not.append(f"needs {per['total'] / 2**30:.1f} GiB per GPU of {lay.gpu_mem_bytes / 2**30:.1f}")
+            st.why_not.append(f"needs {gib(per['total'])} per GPU of {gib(lay.gpu_mem_bytes)}")
         # Only offload needs the host during training; the others need it to load (reported, not judged).
         if "offload" in name and lay.cpu_mem_bytes is not None and cpu > HEADROOM * lay.cpu_mem_bytes:
-            st.why_not.append(f"needs {cpu / 2**30:.0f} GiB of CPU RAM of {lay.cpu_mem_bytes / 2**30:.0f}")
+            st.why_not.append(f"needs {gib(cpu)} of CPU RAM of {gib(lay.cpu_mem_bytes)}")
         if nvme and (lay.nvme_free_bytes is None or nvme > lay.nvme_free_bytes):
-            st.why_not.append(f"needs {nvme / 2**30:.0f} GiB on NVMe" + (
-                f" of {lay.nvme_free_bytes / 2**30:.0f} free" if lay.nvme_free_bytes is not None else "; give --nvme-path"))
+            st.why_not.append(f"needs {gib(nvme)} on NVMe" + (
+                f" of {gib(lay.nvme_free_bytes)} free" if lay.nvme_free_bytes is not None else "; give --nvme-path"))
         st.fits = not st.why_not
         out.append(st)
     return out

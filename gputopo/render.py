@@ -5,23 +5,13 @@ import json
 
 from .report import ranked_types
 from .topology import rank
+from .units import size
 
 MARK = {"error": "!!", "warn": "! ", "info": "- "}
 
 
 def to_json(data: dict) -> str:
     return json.dumps(data, indent=2, sort_keys=True)
-
-
-def size(n: float | None) -> str:
-    """Bytes in binary units, as people read memory sizes: 24.0 GiB."""
-    if n is None:
-        return "N/A"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return ""
 
 
 def table(rows: list[list[str]], header: list[str] | None = None) -> str:
@@ -183,8 +173,8 @@ def bench(data: dict) -> str:
         for r in data["allreduce"]:
             by.setdefault(r["bytes"], {})[r["p2p"]] = r
         rows = []
-        for size, arms in sorted(by.items()):
-            row = [size_text(size)]
+        for nbytes, arms in sorted(by.items()):
+            row = [size_text(nbytes)]
             for p2p in (True, False):
                 r = arms.get(p2p)
                 row += [f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}"] if r else ["", ""]

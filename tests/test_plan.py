@@ -229,5 +229,11 @@ def test_inspect_with_model_uses_the_topology():
 
 
 def test_parse_bytes():
-    assert plan.parse_bytes("24GiB", "x") == 24 * GIB and plan.parse_bytes("80GB", "x") == 80 * 10 ** 9
-    assert plan.parse_bytes("16000MiB", "x") == 16000 * 2 ** 20 and plan.parse_bytes("24", "x") == 24 * GIB
+    from gputopo.units import parse_bytes
+    assert parse_bytes("24GiB", "x") == 24 * GIB and parse_bytes("80GB", "x") == 80 * 10 ** 9
+    assert parse_bytes("16000MiB", "x") == 16000 * 2 ** 20 and parse_bytes("24", "x") == 24 * GIB
+
+
+def test_cli_optimizer_choices_match_the_arithmetic():
+    from gputopo import cli
+    assert set(cli.OPTIMIZERS) == set(plan.OPTIMIZER_BYTES)
