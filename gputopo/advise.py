@@ -5,14 +5,10 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from .errors import GputopoError
+from .errors import DoesNotFit
 from .topology import Topology, explain
 from .units import gib
 
-
-class DoesNotFit(GputopoError):
-    """No strategy holds the model on the layout."""
-    exit_code = 1
 
 
 @dataclass(frozen=True)

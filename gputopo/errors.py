@@ -21,6 +21,11 @@ class TooFewGpus(GputopoError):
     exit_code = 4
 
 
+class DoesNotFit(GputopoError):
+    """No strategy holds the model on the layout."""
+    exit_code = 1
+
+
 class BenchmarkFailed(GputopoError):
     """A launched benchmark process failed or hung."""
     exit_code = 5
