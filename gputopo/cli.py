@@ -251,18 +251,29 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
 @click.option("--launcher", type=click.Choice(["torchrun", "deepspeed", "accelerate", "slurm"]),
               help="Also print the matching launch command and files.")
 @click.option("--script", default="train.py", show_default=True, help="Training script for --launcher.")
+@click.option("--ds-optimizer", is_flag=True,
+              help="With --launcher accelerate: DeepSpeed's AdamW and WarmupDecayLR in the config (the script uses"
+                   " accelerate's DummyOptim/DummyScheduler) instead of the script's own.")
+@click.option("--master-addr", metavar="HOST", help="Head node's address for --nodes > 1, written into the launch"
+              " files [default: the printed commands read $MASTER_ADDR].")
+@click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True,
+              help="Rendezvous port on the head node for --launcher.")
 @model_options
 @json_option
 def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, output, force, launcher, script,
-                     as_json, **kw):
+                     ds_optimizer, master_addr, master_port, as_json, **kw):
     """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
     import os
 
     from . import dsconfig, launch, validate
     warnings = []
     planned = None
-    if output and os.path.exists(output) and not force:
-        raise BadInput(f"{output} exists; pass --force to overwrite it")
+    _launch_options(launcher, kw["nodes"], ds_optimizer, master_addr, master_port)
+    folder = os.path.dirname(output) if output else ""
+    launch_files = [os.path.join(folder, n) for n in launch.file_names(launcher, kw["nodes"])] if output else []
+    for path in ([output] if output else []) + launch_files:
+        if os.path.exists(path) and not force:
+            raise BadInput(f"{path} exists; pass --force to overwrite it")
     if auto_:
         if not _wants_plan(kw):
             raise BadInput("--auto needs --model (or --params) to plan for")
@@ -300,25 +311,32 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
             warnings.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
     n_gpus = gpus or (planned["layout"]["gpus_per_node"] if planned else 1)
     precision = kw.get("precision") or (planned["training"]["precision"] if planned else None)
-    if not hf and precision is None:
+    for_accelerate = launcher == "accelerate"
+    if (not hf or for_accelerate) and precision is None:
         precision = "bf16"
-        warnings.append("--no-hf without --precision: bf16 (use --precision fp16 on GPUs older than Ampere)")
+        warnings.append(f"{'--launcher accelerate' if hf else '--no-hf'} without --precision: bf16"
+                        " (use --precision fp16 on GPUs older than Ampere)")
     cfg = dsconfig.build(stage, offload, hf=hf, offload_params=kw.get("offload_params"),
                          nvme_path=os.path.abspath(nvme_path) if nvme_path else None, precision=precision,
                          hidden_size=model.hidden_size if model else None,
                          largest_layer=model.largest_layer_params if model else None,
                          batch_size=kw["batch_size"], grad_accum=kw["grad_accum"],
-                         gpus=gpus * kw["nodes"] if gpus else None)
+                         gpus=gpus * kw["nodes"] if gpus else None, accelerate=for_accelerate,
+                         ds_optimizer=ds_optimizer, client_optimizer=kw["optimizer"])
+    if for_accelerate:
+        warnings += dsconfig.accelerate_notes(cfg, hf=hf, ds_optimizer=ds_optimizer, optimizer=kw["optimizer"])
     version = validate.with_deepspeed(cfg, gpus=n_gpus * kw["nodes"], micro=kw["batch_size"], accum=kw["grad_accum"],
                                       precision=precision)
     warnings.append(f"validated by DeepSpeed {version}'s own config classes" if version else
                     "deepspeed is not installed: checked by gputopo's rules only")
     text = json.dumps(cfg, indent=2) + "\n"
-    if output:
-        with open(output, "w") as f:
-            f.write(text)
     launch_info = (launch.command(launcher, output or "ds_config.json", gpus=n_gpus, nodes=kw["nodes"], script=script,
-                                  stage=stage) if launcher else None)
+                                  master=master_addr, port=master_port, stage=stage, folder=folder,
+                                  shape="accelerate" if for_accelerate else "trainer" if hf else "initialize",
+                                  ds_optimizer=ds_optimizer, grad_accum=kw["grad_accum"]) if launcher else None)
+    if output:
+        for path, content in [(output, text)] + (list(launch_info["files"].items()) if launch_info else []):
+            _write(path, content, executable=path.endswith(".sbatch"))
     if as_json:
         from . import render
         click.echo(render.to_json({"schema_version": 1, "config": cfg, "path": os.path.abspath(output) if output else None,
@@ -327,16 +345,50 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
     if not output:
         click.echo(text, nl=False)
     else:
-        click.echo(f"wrote {output}", err=True)
+        click.echo(f"wrote {', '.join([output] + list(launch_info['files'] if launch_info else []))}", err=True)
     for w in warnings:
         click.echo(f"note: {w}", err=True)
     if launch_info:
         out = sys.stderr if not output else sys.stdout
-        for name, content in launch_info["files"].items():
-            click.echo(f"--- {name}\n{content}", file=out, nl=not content.endswith("\n"))
-        click.echo(launch_info["command"], file=out)
+        if not output:
+            for name, content in launch_info["files"].items():
+                click.echo(f"--- {name}\n{content}", file=out, nl=not content.endswith("\n"))
+        for r in launch_info["run"]:
+            click.echo(f"# on {r['where']}:\n{r['command']}", file=out)
         for n in launch_info["notes"]:
             click.echo(f"# {n}", file=out)
+        click.echo("# the training script needs:", file=out)
+        for line in launch_info["script_needs"]:
+            click.echo(f"#   {line}", file=out)
+
+
+def _launch_options(launcher, nodes, ds_optimizer, master_addr, master_port):
+    """Refuse launch options that would change nothing for this launcher and layout."""
+    if ds_optimizer and launcher != "accelerate":
+        raise BadInput("--ds-optimizer is for --launcher accelerate: the other configs always carry DeepSpeed's optimizer")
+    if master_addr is not None:
+        if launcher is None or launcher == "slurm" or nodes < 2:
+            raise BadInput("--master-addr is for --launcher torchrun|deepspeed|accelerate with --nodes 2 or more"
+                           " (Slurm finds its head node itself)")
+        if not master_addr.strip() or any(c.isspace() or c in "$`'\"" for c in master_addr):
+            raise BadInput(f"--master-addr {master_addr!r}: a host name or IP address")
+    if master_port != 29500 and (launcher is None or (launcher == "torchrun" and nodes == 1)):
+        raise BadInput("--master-port is for --launcher (one-node torchrun --standalone picks a free port itself)")
+
+
+def _write(path, content, executable=False):
+    """Write beside the final path and rename, so a failure never leaves half a file."""
+    import os
+    import tempfile
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".gputopo-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(content)
+        os.chmod(tmp, 0o755 if executable else 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _sizes(text: str) -> list[int]:

@@ -1,68 +1,165 @@
-"""Launch commands for a DeepSpeed config: torchrun, deepspeed, accelerate, Slurm. Pure text."""
+"""Launch commands and files for a DeepSpeed config: torchrun, deepspeed, accelerate, Slurm. Pure text.
+
+Files never hold a shell variable: YAML and hostfiles expand none, so `main_process_ip: $MASTER_ADDR` would
+send every node looking for a host named "$MASTER_ADDR". What differs per node, or is known only there (the
+head node's address without --master-addr, the node's rank), goes on the printed command line as
+"$MASTER_ADDR" / "$NODE_RANK", and `run` says on which node to run which command.
+"""
 from __future__ import annotations
 
+import os
 import shlex
 
 LAUNCHERS = ("torchrun", "deepspeed", "accelerate", "slurm")
 PORT = 29500
+FILES = {"accelerate": "accelerate_config.yaml", "deepspeed": "hostfile", "slurm": "train.sbatch"}
+
+
+def file_names(launcher: str | None, nodes: int) -> list[str]:
+    """The files a launcher needs besides the DeepSpeed config (a hostfile only for several nodes)."""
+    if launcher not in FILES or (launcher == "deepspeed" and nodes == 1):
+        return []
+    return [FILES[launcher]]
 
 
 def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: str = "train.py",
-            master: str = "$MASTER_ADDR", stage: int = 0) -> dict:
-    """{"launcher", "command", "files": {name: text}, "notes": [...]} for one launcher and layout."""
-    cfg = shlex.quote(config)
-    args = f"{shlex.quote(script)} --deepspeed {cfg}"
+            master: str | None = None, port: int = PORT, stage: int = 0, folder: str = "",
+            shape: str = "trainer", ds_optimizer: bool = False, grad_accum: int = 1) -> dict:
+    """{"launcher", "command", "run": [{"where", "command"}], "files": {path: text}, "notes", "script_needs"}.
+
+    config: the DeepSpeed file as the commands name it; folder: where the launcher files go (beside the config);
+    shape: "trainer" (HF Trainer, "auto"), "initialize" (deepspeed.initialize) or "accelerate"."""
+    q = shlex.quote
+    path = {name: os.path.join(folder, name) for name in FILES.values()}
+    addr = master or "$MASTER_ADDR"
+    endpoint = q(f"{master}:{port}") if master else f'"$MASTER_ADDR:{port}"'
+    args = f"{q(script)} --deepspeed {q(config)}"
     files: dict[str, str] = {}
     notes: list[str] = []
+    run: list[dict] = []
     if launcher == "torchrun":
         if nodes == 1:
-            cmd = f"torchrun --standalone --nproc_per_node {gpus} {args}"
+            run.append({"where": "this machine", "command": f"torchrun --standalone --nproc_per_node {gpus} {args}"})
         else:
-            cmd = (f"torchrun --nnodes {nodes} --nproc_per_node {gpus} --rdzv_backend c10d"
-                   f" --rdzv_endpoint {master}:{PORT} --rdzv_id gputopo {args}")
-            notes.append(f"run the same command on each of the {nodes} nodes; {master} is the first node's address")
+            run.append({"where": f"every node ({nodes}), at the same time",
+                        "command": f"torchrun --nnodes {nodes} --nproc_per_node {gpus} --rdzv_backend c10d"
+                                   f" --rdzv_endpoint {endpoint} --rdzv_id gputopo {args}"})
+            notes.append("c10d hands out ranks: the command is the same on every node")
     elif launcher == "deepspeed":
         if nodes == 1:
-            cmd = f"deepspeed --num_gpus {gpus} {args}"
+            port_arg = f" --master_port {port}" if port != PORT else ""
+            run.append({"where": "this machine", "command": f"deepspeed --num_gpus {gpus}{port_arg} {args}"})
         else:
-            files["hostfile"] = "".join(f"node{i + 1} slots={gpus}\n" for i in range(nodes))
-            cmd = (f"deepspeed --hostfile hostfile --num_nodes {nodes} --num_gpus {gpus}"
-                   f" --master_addr node1 --master_port {PORT} {args}")
-            notes.append("edit hostfile with your node names; the deepspeed launcher reaches them over passwordless ssh")
+            hosts = [master or "node1"] + [f"node{i + 1}" for i in range(1, nodes)]
+            files[path["hostfile"]] = "".join(f"{h} slots={gpus}\n" for h in hosts)
+            hf = q(path["hostfile"])
+            common = f"--master_addr {q(hosts[0])} --master_port {port}"
+            run.append({"where": f"node 0 ({hosts[0]}) only: it starts the others over passwordless ssh",
+                        "command": f"deepspeed --hostfile {hf} --num_nodes {nodes} --num_gpus {gpus} {common} {args}"})
+            run.append({"where": "or, without ssh: every node, NODE_RANK=0 on the first host of the hostfile,"
+                                 f" {_ranks(nodes)} on the others in hostfile order",
+                        "command": f'deepspeed --hostfile {hf} --no_ssh --node_rank "$NODE_RANK" {common} {args}'})
+            notes.append(f"edit {path['hostfile']}: one line per node, its ssh-reachable name and its GPU count"
+                         + ("" if master else " (node1 is the head node)"))
     elif launcher == "accelerate":
-        files["accelerate_config.yaml"] = "\n".join([
-            "compute_environment: LOCAL_MACHINE",
-            "distributed_type: DEEPSPEED",
-            "deepspeed_config:",
-            f"  deepspeed_config_file: {config}",
-            f"  zero3_init_flag: {'true' if stage == 3 else 'false'}",
-            "machine_rank: 0",
-            f"main_process_ip: {'127.0.0.1' if nodes == 1 else master}",
-            f"main_process_port: {PORT}",
-            f"num_machines: {nodes}",
-            f"num_processes: {gpus * nodes}",
-            "rdzv_backend: static",
-            "same_network: true",
-            "use_cpu: false", ""])
-        cmd = f"accelerate launch --config_file accelerate_config.yaml {shlex.quote(script)}"
-        notes.append("the DeepSpeed file holds batch sizes and precision; keep them out of the accelerate YAML")
-        if nodes > 1:
-            notes.append("on node k set machine_rank: k in its copy of the YAML")
+        files[path["accelerate_config.yaml"]] = accelerate_yaml(config, gpus=gpus, nodes=nodes, master=master,
+                                                                port=port, stage=stage)
+        cmd = f"accelerate launch --config_file {q(path['accelerate_config.yaml'])}"
+        if nodes == 1:
+            run.append({"where": "this machine", "command": f"{cmd} {q(script)}"})
+        else:
+            ip = "" if master else ' --main_process_ip "$MASTER_ADDR"'
+            run.append({"where": f"node 0, the head node{f' ({master})' if master else ''}",
+                        "command": f"{cmd}{ip} --machine_rank 0 {q(script)}"})
+            run.append({"where": f"each other node, with its rank ({_ranks(nodes)}) in NODE_RANK, at the same time",
+                        "command": f'{cmd}{ip} --machine_rank "$NODE_RANK" {q(script)}'})
+            if not master:
+                notes.append("set MASTER_ADDR to the head node's address on every node (or pass --master-addr to"
+                             " write it into the YAML)")
+        notes.append("precision and batch sizes live in the DeepSpeed file: accelerate refuses `mixed_precision`"
+                     " in a YAML that names a deepspeed_config_file")
     elif launcher == "slurm":
-        files["train.sbatch"] = "\n".join([
-            "#!/bin/bash",
-            "#SBATCH --job-name=gputopo-train",
-            f"#SBATCH --nodes={nodes}",
-            "#SBATCH --ntasks-per-node=1",
-            f"#SBATCH --gpus-per-node={gpus}",
-            "#SBATCH --cpus-per-task=8",
-            "#SBATCH --output=%x-%j.out",
-            "set -euo pipefail",
-            "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)",
-            "# One torchrun per node; c10d rendezvous on the first node.",
-            f"srun torchrun --nnodes \"$SLURM_NNODES\" --nproc_per_node {gpus} --rdzv_backend c10d \\",
-            f"  --rdzv_endpoint \"$head:{PORT}\" --rdzv_id \"$SLURM_JOB_ID\" {args}", ""])
-        cmd = "sbatch train.sbatch"
+        files[path["train.sbatch"]] = sbatch(args, gpus=gpus, nodes=nodes, port=port)
+        run.append({"where": "a Slurm login node", "command": f"sbatch {q(path['train.sbatch'])}"})
+        notes.append("srun starts one torchrun per node; the rendezvous is the job's first node"
+                     " (from scontrol), so no address is needed")
     else:
         raise ValueError(launcher)
-    return {"launcher": launcher, "command": cmd, "files": files, "notes": notes}
+    return {"launcher": launcher, "command": run[0]["command"], "run": run, "files": files, "notes": notes,
+            "script_needs": script_needs(launcher, shape, ds_optimizer, grad_accum)}
+
+
+def _ranks(nodes: int) -> str:
+    return "1" if nodes == 2 else f"1 to {nodes - 1}"
+
+
+def accelerate_yaml(config: str, *, gpus: int, nodes: int, master: str | None, port: int, stage: int) -> str:
+    """An accelerate config (as `accelerate config` writes it) that hands everything DeepSpeed to `config`."""
+    lines = [
+        "compute_environment: LOCAL_MACHINE",
+        "distributed_type: DEEPSPEED",
+        "deepspeed_config:",
+        f"  deepspeed_config_file: {config}",
+        # standalone: torchrun on each node; accelerate's default for several nodes is pdsh from node 0.
+        *(["  deepspeed_multinode_launcher: standalone"] if nodes > 1 else []),
+        f"  zero3_init_flag: {'true' if stage == 3 else 'false'}",
+        "machine_rank: 0",
+        *([f"main_process_ip: {master}"] if master else []),
+        f"main_process_port: {port}",
+        "main_training_function: main",
+        f"num_machines: {nodes}",
+        f"num_processes: {gpus * nodes}",
+        "rdzv_backend: static",
+        "same_network: true",
+        "use_cpu: false",
+        ""]
+    return "\n".join(lines)
+
+
+def sbatch(args: str, *, gpus: int, nodes: int, port: int) -> str:
+    """A batch script: srun runs one torchrun per node; c10d rendezvous on the job's first node."""
+    return "\n".join([
+        "#!/bin/bash",
+        "#SBATCH --job-name=gputopo-train",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={gpus}",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --output=%x-%j.out",
+        "set -euo pipefail",
+        "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)",
+        "# One torchrun per node; c10d rendezvous on the first node.",
+        f"srun torchrun --nnodes \"$SLURM_NNODES\" --nproc_per_node {gpus} --rdzv_backend c10d \\",
+        f"  --rdzv_endpoint \"$head:{port}\" --rdzv_id \"$SLURM_JOB_ID\" {args}", ""])
+
+
+def script_needs(launcher: str, shape: str, ds_optimizer: bool, grad_accum: int) -> list[str]:
+    """What the user's training script must contain for this launcher and config."""
+    if launcher == "accelerate":
+        lines = ["nothing DeepSpeed-specific: accelerate passes the config to DeepSpeed in prepare()",
+                 f"accelerator = Accelerator(gradient_accumulation_steps={grad_accum})"
+                 "  # fills gradient_accumulation_steps",
+                 "the prepared DataLoader's batch_size fills train_micro_batch_size_per_gpu (and train_batch_size)"]
+        if ds_optimizer:
+            lines += ["from accelerate.utils import DummyOptim, DummyScheduler",
+                      "optimizer = DummyOptim(model.parameters(), lr=LR, weight_decay=WD)"
+                      "  # DeepSpeed's AdamW; lr and weight_decay fill the config's \"auto\"",
+                      "scheduler = DummyScheduler(optimizer, total_num_steps=STEPS, warmup_num_steps=WARMUP)"
+                      "  # DeepSpeed's WarmupDecayLR",
+                      "model, optimizer, train_dataloader, scheduler = accelerator.prepare(model, optimizer,"
+                      " train_dataloader, scheduler)"]
+        else:
+            lines += ["your own optimizer and scheduler (torch.optim.AdamW, ...):"
+                      " model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)"]
+        lines.append("accelerator.backward(loss); optimizer.step(); optimizer.zero_grad()")
+        return lines
+    if shape == "trainer":
+        return ["HF Trainer: parse the command line into TrainingArguments (HfArgumentParser), so --deepspeed"
+                " CONFIG reaches TrainingArguments(deepspeed=...); the Trainer fills every \"auto\""]
+    lines = ["parser.add_argument('--deepspeed', metavar='CONFIG')",
+             "engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),"
+             " config=args.deepspeed)",
+             "loss = engine(batch); engine.backward(loss); engine.step()"]
+    if launcher == "deepspeed":
+        lines.insert(1, "parser.add_argument('--local_rank', type=int)  # the deepspeed launcher passes it")
+    return lines

@@ -155,9 +155,10 @@ def test_auto_takes_the_plan():
 
 
 @pytest.mark.parametrize("launcher,expect", [
-    ("torchrun", "--rdzv_backend c10d --rdzv_endpoint $MASTER_ADDR:29500"),
+    ("torchrun", '--rdzv_backend c10d --rdzv_endpoint "$MASTER_ADDR:29500"'),
     ("deepspeed", "deepspeed --hostfile hostfile --num_nodes 2 --num_gpus 4"),
-    ("accelerate", "accelerate launch --config_file accelerate_config.yaml train.py"),
+    ("accelerate", 'accelerate launch --config_file accelerate_config.yaml --main_process_ip "$MASTER_ADDR"'
+                   " --machine_rank 0 train.py"),
 ])
 def test_multi_node_launch_commands(launcher, expect):
     info = launch.command(launcher, "ds.json", gpus=4, nodes=2)

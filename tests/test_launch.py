@@ -1,0 +1,145 @@
+"""Launch files and commands: written beside the config under the --force rule, no shell variable in any file,
+the accelerate shape, and refusals. The runs themselves are in test_launch_runs.py."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gputopo import dsconfig
+from gputopo.cli import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def generate(tmp_path, *args):
+    out = tmp_path / "cfg" / "ds.json"
+    out.parent.mkdir(exist_ok=True)
+    r = run("deepspeed-config", *args, "-o", str(out), "--force", "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout), out
+
+
+def shell_vars_undefined(script: str) -> set[str]:
+    """$NAME / ${NAME} in a shell script that neither Slurm nor the script itself sets."""
+    used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", script))
+    assigned = set(re.findall(r"^\s*([A-Za-z_][A-Za-z0-9_]*)=", script, re.M))
+    return {v for v in used - assigned if not v.startswith("SLURM_")}
+
+
+LAYOUTS = [(launcher, nodes, master) for launcher in ("torchrun", "deepspeed", "accelerate", "slurm")
+           for nodes in (1, 2, 3) for master in (None, "10.1.2.3")
+           if not (master and (nodes == 1 or launcher == "slurm"))]
+
+
+@pytest.mark.parametrize("launcher,nodes,master", LAYOUTS)
+def test_files_are_written_beside_the_config_without_shell_variables(tmp_path, launcher, nodes, master):
+    data, out = generate(tmp_path, "--stage", "3", "--offload", "cpu", "--gpus", "4", "--nodes", str(nodes),
+                         "--launcher", launcher, *(["--master-addr", master] if master else []))
+    info = data["launch"]
+    written = sorted(p.name for p in out.parent.iterdir())
+    assert written == sorted(["ds.json"] + [Path(p).name for p in info["files"]])
+    for path, text in info["files"].items():
+        assert Path(path).parent == out.parent and Path(path).read_text() == text
+        if path.endswith(".sbatch"):
+            assert not shell_vars_undefined(text), text
+        else:  # YAML, hostfiles and JSON expand nothing
+            assert "$" not in text, text
+        assert any(path in r["command"] for r in info["run"]), (path, info["run"])  # the command names it
+    assert "$" not in out.read_text()
+    if master:
+        assert any(master in text for text in info["files"].values()) or master in info["command"]
+    commands = " ".join(r["command"] for r in info["run"])
+    if nodes > 1 and launcher == "accelerate":
+        assert "--machine_rank 0" in commands and '--machine_rank "$NODE_RANK"' in commands
+        assert ('--main_process_ip "$MASTER_ADDR"' in commands) == (master is None)
+        assert "deepspeed_multinode_launcher: standalone" in next(iter(info["files"].values()))
+    if nodes > 1 and launcher == "torchrun":
+        assert (f'"$MASTER_ADDR:29500"' in commands) == (master is None)
+    assert info["script_needs"] and all(r["where"] for r in info["run"])
+
+
+def test_launcher_files_obey_force_before_any_work(tmp_path):
+    out = tmp_path / "ds.json"
+    (tmp_path / "accelerate_config.yaml").write_text("mine")
+    r = run("deepspeed-config", "--stage", "2", "--launcher", "accelerate", "-o", str(out))
+    assert r.exit_code == 2 and "accelerate_config.yaml exists; pass --force" in r.output
+    assert not out.exists() and (tmp_path / "accelerate_config.yaml").read_text() == "mine"
+    r = run("deepspeed-config", "--stage", "2", "--launcher", "accelerate", "-o", str(out), "--force")
+    assert r.exit_code == 0 and "deepspeed_config_file: " + str(out) in (tmp_path / "accelerate_config.yaml").read_text()
+    # one node needs no hostfile: an existing one is left alone
+    (tmp_path / "hostfile").write_text("mine")
+    r = run("deepspeed-config", "--stage", "2", "--launcher", "deepspeed", "-o", str(out), "--force")
+    assert r.exit_code == 0 and (tmp_path / "hostfile").read_text() == "mine"
+
+
+def auto_paths(cfg, prefix=""):
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            yield from auto_paths(v, prefix + k + ".")
+        elif v == "auto":
+            yield prefix + k
+
+
+# What accelerator.prepare fills (accelerate/accelerator.py, _prepare_deepspeed).
+ACCELERATE_FILLS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
+DUMMY_FILLS = {"optimizer.params.lr", "optimizer.params.weight_decay", "scheduler.params.warmup_min_lr",
+               "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps", "scheduler.params.total_num_steps"}
+
+
+@pytest.mark.parametrize("stage,offload", [(0, "none"), (1, "none"), (2, "none"), (3, "none"), (2, "cpu"), (3, "cpu")])
+@pytest.mark.parametrize("ds_optimizer", [False, True])
+def test_accelerate_shape(stage, offload, ds_optimizer):
+    cfg = dsconfig.build(stage, offload, accelerate=True, ds_optimizer=ds_optimizer, precision="bf16")
+    assert ("optimizer" in cfg, "scheduler" in cfg) == (ds_optimizer, ds_optimizer)
+    assert set(auto_paths(cfg)) == ACCELERATE_FILLS | (DUMMY_FILLS if ds_optimizer else set())
+    assert cfg["bf16"]["enabled"] is True and cfg["fp16"]["enabled"] is False
+    assert ("zero_force_ds_cpu_optimizer" in cfg) == (offload != "none")
+    concrete = dsconfig.build(stage, offload, accelerate=True, hf=False, batch_size=3, grad_accum=2, gpus=4)
+    assert not set(auto_paths(concrete)) & ACCELERATE_FILLS
+    assert (concrete["train_micro_batch_size_per_gpu"], concrete["train_batch_size"]) == (3, 24)
+
+
+@pytest.mark.parametrize("optimizer,force", [("adamw", True), ("sgd", False), ("adafactor", False)])
+def test_offload_optimizer_choice(optimizer, force):
+    cfg = dsconfig.build(2, "cpu", accelerate=True, client_optimizer=optimizer)
+    assert cfg["zero_force_ds_cpu_optimizer"] is force
+    notes = " ".join(dsconfig.accelerate_notes(cfg, hf=True, ds_optimizer=False, optimizer=optimizer))
+    assert ("DeepSpeedCPUAdam (same update" in notes) == force and ("runs on the CPU as written" in notes) != force
+
+
+def test_printed_text_names_node_and_script_needs(tmp_path):
+    r = run("deepspeed-config", "--stage", "2", "--launcher", "accelerate", "--nodes", "2", "--gpus", "8",
+            "--ds-optimizer")
+    assert r.exit_code == 0
+    assert "# on node 0, the head node:" in r.output and "DummyOptim(model.parameters()" in r.output
+    assert "# set MASTER_ADDR to the head node's address on every node" in r.output
+    r = run("deepspeed-config", "--stage", "2", "--launcher", "deepspeed", "--no-hf", "--nodes", "2",
+            "--master-addr", "head.example")
+    assert "head.example slots=1" in r.output and "--master_addr head.example" in r.output
+    assert "--no_ssh --node_rank \"$NODE_RANK\"" in r.output and "--local_rank" in r.output
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--ds-optimizer"], "--ds-optimizer is for --launcher accelerate"),
+    (["--ds-optimizer", "--launcher", "torchrun"], "--ds-optimizer is for --launcher accelerate"),
+    (["--ds-optimizer", "--launcher", "accelerate", "--optimizer", "sgd"], "cannot be --optimizer sgd"),
+    (["--master-addr", "h", "--launcher", "torchrun"], "--master-addr is for"),
+    (["--master-addr", "h", "--launcher", "slurm", "--nodes", "2"], "Slurm finds its head node itself"),
+    (["--master-addr", "$MASTER_ADDR", "--launcher", "torchrun", "--nodes", "2"], "a host name or IP address"),
+    (["--master-port", "1234"], "--master-port is for --launcher"),
+    (["--master-port", "1234", "--launcher", "torchrun"], "picks a free port itself"),
+])
+def test_launch_option_refusals(args, msg):
+    r = run("deepspeed-config", "--stage", "2", *args)
+    assert r.exit_code == 2 and msg in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_master_port_reaches_every_launcher(tmp_path):
+    for launcher in ("deepspeed", "accelerate", "slurm"):
+        data, _ = generate(tmp_path, "--stage", "1", "--launcher", launcher, "--master-port", "31337")
+        text = data["launch"]["command"] + "".join(data["launch"]["files"].values())
+        assert "31337" in text, launcher
