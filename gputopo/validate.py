@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-from unittest import mock
 
 from .errors import BadInput
 
@@ -118,6 +117,7 @@ def with_deepspeed(cfg: dict, gpus: int = 1, micro: int = 1, accum: int = 1, pre
     key, cache = _cache_key(cfg, gpus, micro, accum, precision)
     if key in cache:  # importing deepspeed costs seconds; a config it accepted once it accepts again
         return cache[key]
+    from unittest import mock  # imports asyncio: ~40 ms a cached answer does not need
     with quiet():
         import deepspeed
         from deepspeed.runtime.config import DeepSpeedConfig
@@ -163,7 +163,7 @@ def _cache_key(cfg: dict, *args) -> tuple[str, dict]:
     return key, cache if isinstance(cache, dict) else {}
 
 
-def _remember(key: str, cache: dict, version: str) -> None:
+def _remember(key: str, cache: dict, version) -> None:
     import json
     path = _cache_path()
     try:
@@ -177,12 +177,35 @@ def _remember(key: str, cache: dict, version: str) -> None:
 
 
 def libaio_ok() -> bool | None:
-    """Whether DeepSpeed's async_io op can build here (needs libaio); None without deepspeed."""
+    """Whether DeepSpeed's async_io op can build here (needs libaio); None without deepspeed.
+
+    DeepSpeed answers by compiling and linking a test program (2-3 s with its import), so the answer is kept in
+    the validation cache, keyed by DeepSpeed's version and by what the probe depends on: libaio.h where the
+    compiler looks and the CFLAGS/LDFLAGS/CPATH/LIBRARY_PATH it reads. Installing libaio-dev changes the key."""
     if not available():
         return None
+    key, cache = _cache_key({"probe": "async_io"}, _libaio_fingerprint())
+    if key in cache:
+        return cache[key]
     import sys
     with quiet():
         from deepspeed.ops.op_builder import AsyncIOBuilder
         # The builder probes with a compile that needs real file descriptors: give it the real stdout object.
         with contextlib.redirect_stdout(sys.__stdout__), contextlib.redirect_stderr(sys.__stderr__):
-            return bool(AsyncIOBuilder().is_compatible(verbose=False))
+            ok = bool(AsyncIOBuilder().is_compatible(verbose=False))
+    _remember(key, cache, ok)
+    return ok
+
+
+def _libaio_fingerprint() -> list:
+    import os
+    env = {k: os.environ.get(k) for k in ("CFLAGS", "LDFLAGS", "CPATH", "C_INCLUDE_PATH", "LIBRARY_PATH")}
+    dirs = ["/usr/include", "/usr/local/include"] + [d for k in ("CPATH", "C_INCLUDE_PATH")
+                                                     for d in (env[k] or "").split(os.pathsep) if d]
+    headers = []
+    for d in dirs:
+        try:
+            headers.append([d, os.stat(os.path.join(d, "libaio.h")).st_mtime_ns])
+        except OSError:
+            pass
+    return [env, headers]

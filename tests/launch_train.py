@@ -5,7 +5,8 @@
 
 With --deepspeed it is a deepspeed.initialize script (gputopo.worker's loop). Without, it is an accelerate
 script written as accelerate's examples are: its own torch AdamW and scheduler, accelerator.prepare,
-accelerator.backward, nothing DeepSpeed-specific; LAUNCH_TEST_DUMMY=1 makes it use DummyOptim/DummyScheduler.
+accelerator.backward, nothing DeepSpeed-specific; LAUNCH_TEST_DUMMY=1 makes it use DummyOptim/DummyScheduler,
+LAUNCH_TEST_OPT=sgd torch's SGD.
 The model is a tiny GPT-2 (LAUNCH_TEST_MODEL, a folder with config.json); LAUNCH_TEST_STEPS steps.
 Each node's first process prints `GPUTOPO_RESULT {json}` with the losses averaged over all ranks.
 """
@@ -46,6 +47,9 @@ def accelerate_script():
         from accelerate.utils import DummyOptim, DummyScheduler
         optimizer = DummyOptim(model.parameters(), lr=1e-3, weight_decay=0.0)
         scheduler = DummyScheduler(optimizer, total_num_steps=STEPS, warmup_num_steps=1)
+    elif os.environ.get("LAUNCH_TEST_OPT") == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)

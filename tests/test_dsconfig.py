@@ -183,3 +183,25 @@ def test_launchers_scripts_open_with_their_command():
     for p in scripts:
         head = p.read_text().splitlines()[:4]
         assert any(re.search(r"^# .*(bash|sbatch|python|torchrun)\b.*launchers/" + re.escape(p.name), l) for l in head), p.name
+
+
+@needs_ds
+def test_repeat_nvme_config_answers_from_the_cache(tmp_path):
+    """An NVMe config validated once (with DeepSpeed's libaio probe) is answered again without importing
+    deepspeed or torch; a change to what the probe reads (CFLAGS) asks DeepSpeed again."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "nvme").mkdir()
+    code = ("import sys; from click.testing import CliRunner; from gputopo.cli import cli; "
+            f"r = CliRunner().invoke(cli, ['deepspeed-config', '--stage', '3', '--offload', 'nvme', '--nvme-path', {str(tmp_path / 'nvme')!r}]); "
+            "assert r.exit_code == 0, r.output; print(sorted(m for m in ('deepspeed', 'torch') if m in sys.modules))")
+
+    def imported(**env):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), **env})
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.strip().splitlines()[-1]
+    assert imported() == "['deepspeed', 'torch']"
+    assert imported() == "[]"
+    assert imported(CFLAGS="-I/nonexistent") == "['deepspeed', 'torch']"
