@@ -100,8 +100,9 @@ def accelerate_yaml(config: str, *, gpus: int, nodes: int, master: str | None, p
         "distributed_type: DEEPSPEED",
         "deepspeed_config:",
         f"  deepspeed_config_file: {config}",
-        # standalone: torchrun on each node; accelerate's default for several nodes is pdsh from node 0.
-        *(["  deepspeed_multinode_launcher: standalone"] if nodes > 1 else []),
+        # "standard": torchrun on each node (accelerate's DEEPSPEED_MULTINODE_LAUNCHERS[1]); the default is pdsh
+        # from node 0, and accelerate takes any other word, "standalone" too, as pdsh without a warning.
+        *(["  deepspeed_multinode_launcher: standard"] if nodes > 1 else []),
         f"  zero3_init_flag: {'true' if stage == 3 else 'false'}",
         "machine_rank: 0",
         *([f"main_process_ip: {master}"] if master else []),

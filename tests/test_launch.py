@@ -56,7 +56,9 @@ def test_files_are_written_beside_the_config_without_shell_variables(tmp_path, l
     if nodes > 1 and launcher == "accelerate":
         assert "--machine_rank 0" in commands and '--machine_rank "$NODE_RANK"' in commands
         assert ('--main_process_ip "$MASTER_ADDR"' in commands) == (master is None)
-        assert "deepspeed_multinode_launcher: standalone" in next(iter(info["files"].values()))
+        from accelerate.utils.constants import DEEPSPEED_MULTINODE_LAUNCHERS
+        assert DEEPSPEED_MULTINODE_LAUNCHERS[1] == "standard"  # torchrun per node, as accelerate names it
+        assert "deepspeed_multinode_launcher: standard" in next(iter(info["files"].values()))
     if nodes > 1 and launcher == "torchrun":
         assert (f'"$MASTER_ADDR:29500"' in commands) == (master is None)
     assert info["script_needs"] and all(r["where"] for r in info["run"])

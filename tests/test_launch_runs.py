@@ -190,15 +190,17 @@ def test_slurm_script_runs_both_nodes(tmp_path):
 
 
 def test_deepspeed_hostfile_naming_this_machine(tmp_path):
-    """The printed per-node (no ssh) deepspeed command with its hostfile edited to name only this machine."""
+    """The printed per-node (no ssh) deepspeed command on two "nodes", its hostfile edited (as the printed note
+    asks) to name this machine twice: localhost and 127.0.0.1."""
     info = generate(tmp_path / "cfg", "--stage", "2", "--no-hf", "--precision", "fp32", "--batch-size", "2",
-                    "--gpus", "2", "--nodes", "2", "--launcher", "deepspeed", "--master-addr", "localhost",
+                    "--gpus", "1", "--nodes", "2", "--launcher", "deepspeed", "--master-addr", "localhost",
                     "--master-port", str(free_port()))
     (hostfile,) = info["files"]
-    assert Path(hostfile).read_text() == "localhost slots=2\nnode2 slots=2\n"
-    Path(hostfile).write_text("localhost slots=2\n")
+    assert Path(hostfile).read_text() == "localhost slots=1\nnode2 slots=1\n"
+    Path(hostfile).write_text("localhost slots=1\n127.0.0.1 slots=1\n")
     no_ssh = next(r for r in info["run"] if "--no_ssh" in r["command"])
-    r = one(finish([start(no_ssh["command"], tmp_path, env_for(tmp_path, NODE_RANK="0"))]))
+    env = env_for(tmp_path)
+    r = one(finish([start(no_ssh["command"], tmp_path, {**env, "NODE_RANK": str(k)}) for k in (0, 1)]))
     assert r["info"]["zero_stage"] == 2
 
 
