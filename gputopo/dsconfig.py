@@ -50,8 +50,11 @@ def check(stage: int, offload: str, offload_params: bool | None, nvme_path: str 
 def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params: bool | None = None,
           nvme_path: str | None = None, precision: str | None = None, hidden_size: int | None = None,
           largest_layer: int | None = None, batch_size: int | None = None, grad_accum: int = 1,
-          gpus: int | None = None) -> dict:
-    """A DeepSpeed config. hf=True: "auto" where the HF Trainer fills it; hf=False: concrete values."""
+          gpus: int | None = None, torch_adam: bool = False) -> dict:
+    """A DeepSpeed config. hf=True: "auto" where the HF Trainer fills it; hf=False: concrete values.
+
+    torch_adam: AdamW through torch.optim (DeepSpeed's `torch_adam` param) instead of FusedAdam/DeepSpeedCPUAdam,
+    so nothing has to be compiled (where nvcc, CUDA_HOME or a compiler is missing), at the cost of a slower step."""
     if offload_params is None:
         offload_params = stage == 3 and offload != "none"
     check(stage, offload, offload_params, nvme_path, precision)
@@ -77,6 +80,8 @@ def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params:
         cfg["optimizer"] = {"type": "AdamW", "params": {k: HF_DEFAULTS[k] for k in ("lr", "betas", "eps", "weight_decay")}}
         cfg["fp16"] = {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16}
         cfg["bf16"] = {"enabled": precision == "bf16"}
+    if torch_adam:
+        cfg["optimizer"]["params"]["torch_adam"] = True
     if hf and precision:  # a precision the user chose is written out; "auto" would follow the Trainer's flags
         cfg["fp16"]["enabled"] = precision == "fp16"
         cfg["bf16"]["enabled"] = precision == "bf16"
