@@ -30,7 +30,6 @@ def cli(*args) -> str:
     cli("inspect", "--example", "dgx-a100", "--model", "llama-2-7b", "--gpu-mem", "80GiB"),
     cli("plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GiB"),
     cli("doctor"),
-    cli("deepspeed-config", "--stage", "3", "--offload", "nvme", "--no-compile-ops"),
     "from gputopo import dsconfig, launch; dsconfig.build(3, 'cpu', hidden_size=64); launch.command('slurm', 'x', gpus=8)",
 ])
 def test_fast_paths_stay_light(statement):
