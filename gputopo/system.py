@@ -55,7 +55,7 @@ class Host:
         """Output of a command (None when absent or failing); a recorded tree holds it as cmd/<args>.txt."""
         if not self.live:
             return self.read(f"cmd/{' '.join(args)}.txt")
-        exe = shutil.which(args[0], path=self.env.get("PATH"))
+        exe = shutil.which(args[0])
         if exe is None:
             return None
         try:
@@ -67,7 +67,7 @@ class Host:
     def which(self, name: str) -> str | None:
         if not self.live:
             return (self.read(f"cmd/which {name}.txt") or "").strip() or None
-        return shutil.which(name, path=self.env.get("PATH"))
+        return shutil.which(name)
 
     def usage(self, mountpoint: str) -> tuple[int, int] | None:
         """(total, free) bytes of the file system at `mountpoint`; a recorded tree holds `df -B1` output."""
