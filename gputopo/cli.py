@@ -193,15 +193,31 @@ def _read(path: str) -> str:
             raise BadInput(f"{path}: is a directory, not a text file")
         except OSError as e:
             raise BadInput(f"{path}: cannot read ({e.strerror})")
-    if b"\x00" in data:
-        raise BadInput(f"{path}: binary file, not nvidia-smi text")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode("latin-1")
+    text = _decode(data)
+    if text is None:
+        raise BadInput(f"{'stdin' if path == '-' else path}: binary file, not nvidia-smi text")
     if not text.strip():
         raise BadInput(f"{'stdin' if path == '-' else path}: empty; paste the output of `nvidia-smi topo -m`")
     return text
+
+
+def _decode(data: bytes) -> str | None:
+    """Text as saved by a shell: UTF-8 (BOM or not), UTF-16 with a BOM (PowerShell's `>`), or latin-1;
+    None for binary data (NUL or control bytes in what should be text)."""
+    import codecs
+    import re
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError:
+            return None
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            text = data.decode("latin-1")
+    # Tabs, line ends and ESC (nvidia-smi's underline escape) are text; other control characters are not.
+    return None if re.search(r"[\x00-\x08\x0b\x0e-\x19\x1c-\x1f\x7f-\x9f]", text) else text
 
 
 def _topology(from_file, example, gpu_model):

@@ -31,7 +31,7 @@ def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None 
     out = {"schema_version": SCHEMA_VERSION, "source": topo.source if topo else None, "inputs": sources or [],
            "gpu_status": {"visible": topo is not None, "reason": status}, "host": host,
            "gpus": [], "nics": [], "links": [], "selected": [], "islands": [], "weakest_link": None,
-           "best": None, "findings": [], "recommendation": None, "plan": None, "notes": []}
+           "best": None, "findings": [], "recommendation": None, "plan": None, "links_note": None, "notes": []}
     if topo is None:
         return out
     names = select(topo, gpus)
@@ -64,8 +64,23 @@ def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None 
     out["findings"] = [f.to_dict() for f in health.check(topo, names, env or {})]
     out["recommendation"] = planned["recommendation"] if planned else advise.recommend(topo, names).to_dict()
     out["plan"] = planned
+    if len(names) < 2:
+        out["links_note"] = _one_gpu(topo, names[0], out["recommendation"], planned is not None)
     out["notes"] = list(topo.notes)
     return out
+
+
+def _one_gpu(topo: Topology, name: str, rec: dict, planned: bool) -> str:
+    """What inspect says instead of a link table when one GPU is in view."""
+    g = topo.gpu(name)
+    which = f"{name}, {g.model}" if g.model else name
+    if len(topo.gpus) > 1:
+        which += f", of this machine's {len(topo.gpus)}"
+    strategy = rec.get("strategy")
+    plan = (f"the plan for it is {strategy} ({advise.WHAT.get(strategy, strategy)})" if strategy else "no plan yet")
+    plan += "" if planned else "; give --model to check that the model fits its memory"
+    return (f"One GPU ({which}): no GPU-to-GPU interconnect to judge; {plan}. `--best K` and `gputopo bench-nvlink`"
+            " (P2P on vs off) need two or more GPUs on one machine.")
 
 
 def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
