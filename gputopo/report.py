@@ -111,22 +111,14 @@ def layout_from_topology(topo: Topology, names: list[str], gpu_mem: int | None, 
                            link_type=weakest.type if weakest else None, link_gbps=gbps, link_basis=basis, **rest)
 
 
-def plan(model, layout: planning.Layout, training: planning.Training, global_batch: int | None = None) -> dict:
-    """The `plan` report: every strategy's memory and traffic, and the recommendation."""
-    amp = advise.is_ampere_or_newer(layout.gpu_model)
-    if training.precision == "bf16" and amp is False:
-        raise BadInput(f"bf16 needs an Ampere or newer GPU; {layout.gpu_model} is older: use --precision fp16")
-    if training.batch_size < 1 or training.seq_len < 1 or training.grad_accum < 1:
-        raise BadInput("--batch-size, --seq-len and --grad-accum must be 1 or more")
-    if global_batch is not None:
-        if global_batch < training.batch_size * layout.gpus:
-            raise BadInput(f"--global-batch {global_batch} is below one micro-batch on every GPU"
-                           f" ({training.batch_size} x {layout.gpus})")
-        from dataclasses import replace
-        training = replace(training, grad_accum=-(-global_batch // (training.batch_size * layout.gpus)))
+def plan(model, layout: planning.Layout, training: planning.Training, global_batch: int | None = None,
+         notes: tuple[str, ...] = ()) -> dict:
+    """The `plan` report: every strategy's memory and traffic, and the recommendation.
+
+    The inputs come resolved and checked from gputopo.request (defaults, bf16, global batch)."""
     strategies = planning.strategies(model, layout, training)
     fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
     advice = advise.from_plan(model, layout, training, strategies, fast, global_batch)
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
             "training": training.to_dict(), "strategies": [s.to_dict() for s in strategies],
-            "recommendation": advice.to_dict()}
+            "recommendation": advice.to_dict(), "notes": list(notes)}
