@@ -321,6 +321,7 @@ def test_exit_1_for_acs_above_the_gpus(tree, fake_nvml):
 
 def test_config_exit_code_follows_the_op_builders(tree, fake_nvml, monkeypatch, tmp_path):
     import fake_nvml as fm
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "jit"))  # nothing JIT-built by other tests
     tree(VM)
     fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
     path = tmp_path / "ds.json"
@@ -368,6 +369,7 @@ def test_deepspeed_config_nvme_refuses_when_no_local_disk(monkeypatch):
 
 
 def test_check_without_libaio_says_so_in_one_line_and_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "jit"))
     monkeypatch.setattr(dsops, "builders", lambda: ({"cpu_adam": FakeBuilder(True), "async_io": FakeBuilder(False)},
                                                      {"cpu_adam": True}, "cuda"))
     out = tmp_path / "ds.json"
