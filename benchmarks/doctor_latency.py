@@ -6,23 +6,11 @@ Run: .venv/bin/python benchmarks/doctor_latency.py [--repeat 5]
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
-
-
-def wall(cmd: list[str], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+from cli_latency import BIN, wall  # the same median-of-runs timer (run from the repository root)
 
 
 def main():

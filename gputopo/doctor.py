@@ -210,7 +210,7 @@ def check_env(env: dict, topo: Topology | None, names: list[str]) -> list[Check]
     t = topo or Topology(gpus=())
     out = [Check(f"env:{f.code}", LEVEL[f.level], f.subject, f.message,
                  "NCCL/CUDA variables left in a shell change the transport or the GPU numbering",
-                 f"unset it unless you mean it" if f.level != "info" else None)
+                 "unset it unless you mean it" if f.level != "info" else None)
            for f in health.check(t, names, env) if f.subject == "env"]
     if (env.get("CUDA_LAUNCH_BLOCKING") or "0") not in ("0", ""):
         out.append(Check("env:cuda_launch_blocking", "warn", "env", "CUDA_LAUNCH_BLOCKING is set",

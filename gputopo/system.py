@@ -365,7 +365,7 @@ def cuda_home(host: Host) -> tuple[str | None, str]:
             return host.env[var], f"${var}"
     nvcc = host.which("nvcc")
     if nvcc:
-        return os.path.dirname(os.path.dirname(nvcc)), f"nvcc on PATH ({nvcc})"
+        return os.path.dirname(os.path.dirname(nvcc)), f"from nvcc on PATH at {nvcc}"
     if host.path("usr/local/cuda").exists():
         return "/usr/local/cuda", "/usr/local/cuda exists"
     return None, "no $CUDA_HOME, no nvcc on PATH, no /usr/local/cuda"
