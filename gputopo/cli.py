@@ -91,14 +91,17 @@ def _topology(from_file, example, gpu_model):
             raise BadInput(f"--example {example}: unknown; `gputopo inspect --example list` lists them")
         e = index[example]
         text = resources.files("gputopo.examples").joinpath(e["file"]).read_text()
-        return parse.texts([text], gpu_model or e["gpu_model"]), [f"example:{example}"], None
+        pasted = [(f"example:{example}", text)]
+        return parse.texts([text], gpu_model or e["gpu_model"]), [f"example:{example}"], None, pasted
     if from_file:
-        texts = [_read(path) for path in from_file]
-        return parse.texts(texts, gpu_model, names=[("stdin" if p == "-" else p) for p in from_file]), list(from_file), None
+        from .markdown import unwrap  # a saved `inspect --markdown` report or issue: its fenced blocks
+        pasted = [(("stdin" if p == "-" else p), t) for p in from_file for t in unwrap(_read(p))]
+        return (parse.texts([t for _, t in pasted], gpu_model, names=[n for n, _ in pasted]), list(from_file), None,
+                pasted)
     try:
-        return probe.topology(), [], None
+        return probe.topology(), [], None, []
     except NvmlUnavailable as e:
-        return None, [], str(e)
+        return None, [], str(e), []
 
 
 def model_options(fn):
@@ -212,11 +215,22 @@ def plan(gpus, gpu_mem, gpu_model, link, as_json, **kw):
 @click.option("--best", type=int, metavar="K", help="Pick the K GPUs with the best interconnect.")
 @click.option("--gpu-model", metavar="NAME", help="GPU model when the paste does not name it (for bandwidth).")
 @click.option("--gpu-mem", metavar="SIZE", help="Memory per GPU when the paste does not say (for --model).")
+@click.option("--markdown", is_flag=True, help="Print a report to paste into a GitHub issue (Mermaid graph, source"
+              " text); `inspect -f report.md` reads it back.")
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="PATH.png|svg",
+              help="Also draw the topology to a PNG or SVG (needs matplotlib).")
+@click.option("--force", is_flag=True, help="Overwrite --plot if it exists.")
 @model_options
 @json_option
-def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
+def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
     from . import probe, render, report
+    if markdown and as_json:
+        raise BadInput("--markdown and --json exclude each other")
+    if plot:
+        _check_plot(plot, force)
+    if example == "list" and (markdown or plot):
+        raise BadInput("--example list lists the examples; --markdown/--plot need one: --example NAME")
     if example == "list":
         rows = [[k, v["description"]] for k, v in _examples().items() if not k.startswith("_")]
         if as_json:
@@ -225,7 +239,7 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
         else:
             click.echo(render.table(rows, ["example", "machine"]))
         return
-    topo, sources, status = _topology(from_file, example, gpu_model)
+    topo, sources, status, pasted = _topology(from_file, example, gpu_model)
     planned = None
     if topo is not None and _wants_plan(kw):
         names = report.select(topo, gpus)
@@ -233,7 +247,39 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
             topo, names, parse_bytes(gpu_mem, "--gpu-mem") if gpu_mem else None, **host))
     data = report.inspect(topo, gpus=gpus, best=best, env=probe.environment(), host=probe.host(),
                           status=status, sources=sources, planned=planned)
+    if plot:
+        from . import plot as drawing
+        if topo is None:
+            raise BadInput(f"--plot: no GPU topology to draw ({status}); give --from-file or --example")
+        _write(plot, drawing.render(data, plot.rsplit(".", 1)[1].lower()))
+        click.echo(f"wrote {plot}", err=True)
+    if markdown:
+        from . import markdown as md
+        click.echo(md.report(data, pasted), nl=False)
+        return
     emit(data, render.inspect, as_json)
+
+
+def _check_plot(path: str, force: bool) -> None:
+    """--plot: a .png or .svg in a writable folder, not overwritten without --force; matplotlib present."""
+    import os
+    if not path.lower().endswith((".png", ".svg")):
+        raise BadInput(f"--plot {path}: give a .png or .svg file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise BadInput(f"--plot {path}: folder {folder} does not exist or is not writable")
+    if os.path.exists(path) and not force:
+        raise BadInput(f"{path} exists; pass --force to overwrite it")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise BadInput("--plot needs matplotlib: pip install matplotlib")
+
+
+def _write(path: str, data: bytes) -> None:
+    import os
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 @cli.command("deepspeed-config")
