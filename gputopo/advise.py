@@ -71,9 +71,12 @@ WHAT = {
 
 
 def is_ampere_or_newer(gpu_model: str | None) -> bool | None:
+    """bf16 support: from the GPU catalog, else pre-Ampere names by pattern (a name NVML reports may be new)."""
     if not gpu_model:
         return None
-    return not re.search(PRE_AMPERE, gpu_model, re.I)
+    from .gpus import ampere_or_newer
+    known = ampere_or_newer(str(gpu_model))
+    return known if known is not None else not re.search(PRE_AMPERE, str(gpu_model), re.I)
 
 
 def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None) -> Advice:

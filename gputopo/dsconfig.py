@@ -111,3 +111,13 @@ def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params:
     cfg["steps_per_print"] = 2000
     cfg["wall_clock_breakdown"] = False
     return cfg
+
+
+def training_arguments(training, precision: str | None) -> dict:
+    """The transformers.TrainingArguments that fill an --hf config's "auto" values for this setup."""
+    out = {"per_device_train_batch_size": training.batch_size, "gradient_accumulation_steps": training.grad_accum}
+    if precision in ("fp16", "bf16"):
+        out[precision] = True
+    if training.grad_checkpointing:
+        out["gradient_checkpointing"] = True
+    return out

@@ -58,15 +58,18 @@ def inspect(report: dict) -> str:
     if len(keep) > 1:  # a paste without `nvlink -s`/`-L` says nothing per GPU beyond the matrix
         out += ["", table([[r[i] for i in keep] for r in rows], [header[i] for i in keep])]
     out += ["", matrix(report)]
-    out += ["", f"Links among {', '.join(report['selected'])}, slowest first:"]
-    rows = []
-    for t, pairs, l in ranked_types(report):
-        bw = f"{l['bandwidth_gbps']:g} GB/s" if l.get("bandwidth_gbps") else "N/A"
-        total = len(report["selected"]) * (len(report["selected"]) - 1) // 2
-        rows.append([t, f"all {total} pairs" if len(pairs) == total > 1 else _short(pairs), bw, l["explanation"]])
-    out.append(table(rows, ["link", "pairs", "theoretical/dir", "meaning"]))
-    nv_basis = {l["bandwidth_basis"] for l in report["links"] if l.get("bandwidth_basis")}
-    out += [f"  bandwidth: {b}" for b in sorted(nv_basis)]
+    if report.get("links_note"):
+        out += ["", report["links_note"]]
+    else:
+        out += ["", f"Links among {', '.join(report['selected'])}, slowest first:"]
+        rows = []
+        for t, pairs, l in ranked_types(report):
+            bw = f"{l['bandwidth_gbps']:g} GB/s" if l.get("bandwidth_gbps") else "N/A"
+            total = len(report["selected"]) * (len(report["selected"]) - 1) // 2
+            rows.append([t, f"all {total} pairs" if len(pairs) == total > 1 else _short(pairs), bw, l["explanation"]])
+        out.append(table(rows, ["link", "pairs", "theoretical/dir", "meaning"]))
+        nv_basis = {l["bandwidth_basis"] for l in report["links"] if l.get("bandwidth_basis")}
+        out += [f"  bandwidth: {b}" for b in sorted(nv_basis)]
     if report["islands"]:
         out.append("NVLink islands: " + "  ".join("{" + ", ".join(i) + "}" for i in report["islands"]))
     w = report["weakest_link"]

@@ -1,0 +1,534 @@
+"""One option layer (issue 14): values checked once and meaning the same in every command, the rules that
+relate options in one place, and every option of every command shown changing the result or refused.
+
+The walk at the bottom fails when a command gains an option with no entry in WALK: add one that shows what
+the option does (or how it is refused).
+"""
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES
+from gputopo import gpus as catalog
+from gputopo import request
+from gputopo.cli import cli
+from gputopo.errors import BadInput
+from gputopo.units import parse_size
+
+GIB, MIB = 2 ** 30, 2 ** 20
+TOPO = FIXTURES / "topo"
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input)
+
+
+def one_line_usage_error(r, text):
+    """Every refusal: exit 2, one `Error:` line naming the problem, no traceback, nothing on stdout."""
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    assert r.output.startswith("Error: ") and r.output.count("\n") == 1 and text in r.output, r.output
+    assert r.stdout == "" and "Traceback" not in r.output
+
+
+# --- sizes: binary units as GPUs are sold and printed -----------------------------------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("80GB", 80 * GIB), ("80G", 80 * GIB), ("80GiB", 80 * GIB), ("80 gb", 80 * GIB), ("16000MiB", 16000 * MIB),
+    ("16000MB", 16000 * MIB), ("1.5TB", int(1.5 * 2 ** 40)), ("512K", 512 * 1024), ("4096B", 4096),
+])
+def test_sizes_are_binary(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text,msg", [("24", "give a unit, e.g. 24GB"), ("-3GB", "positive"), ("0GB", "positive"),
+                                      ("lots", "expected a positive size"), ("12XB", "expected a positive size")])
+def test_sizes_refused(text, msg):
+    with pytest.raises(ValueError, match=msg):
+        parse_size(text)
+
+
+def test_80gb_card_is_not_7_percent_short():
+    """Issue 14: `--gpu-mem 80GB` became 74.5 GiB; an 80GB A100 has 81920 MiB as nvidia-smi prints it."""
+    data = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "8", "--gpu-mem", "80GB").output)
+    assert data["layout"]["gpu_mem_bytes"] == 80 * GIB == 81920 * MIB
+    data = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "16GB").output)
+    assert data["layout"]["gpu_mem_bytes"] == 16 * GIB
+
+
+def test_bare_number_refused_everywhere():
+    one_line_usage_error(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24"),
+                         "Error: --gpu-mem 24: give a unit, e.g. 24GB")
+    one_line_usage_error(run("deepspeed-config", "--auto", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB",
+                             "--cpu-mem", "64"), "--cpu-mem 64: give a unit")
+    one_line_usage_error(run("inspect", "--example", "dgx-a100", "--model", "gpt2", "--nvme-free", "4"),
+                         "--nvme-free 4: give a unit")
+    one_line_usage_error(run("bench-nvlink", "--allreduce-sizes", "1MB,4"), "--allreduce-sizes 4: give a unit")
+
+
+def test_help_states_the_unit_rule_once():
+    out = run("plan", "--help").output
+    assert "80GB = 80 GiB" in out
+
+
+# --- counts, bandwidths, GPU models, link types -----------------------------------------------------------------
+
+@pytest.mark.parametrize("cmd,opt", [
+    ("plan", "--gpus"), ("plan", "--batch-size"), ("plan", "--nodes"), ("plan", "--grad-accum"), ("plan", "--seq-len"),
+    ("plan", "--global-batch"), ("deepspeed-config", "--gpus"), ("deepspeed-config", "--nodes"),
+    ("bench-nvlink", "--nproc"), ("bench-nvlink", "--steps"), ("bench-nvlink", "--repeat"), ("inspect", "--best"),
+])
+def test_counts_are_one_or_more(cmd, opt):
+    base = {"plan": ["--model", "gpt2", "--gpu-mem", "24GB"], "deepspeed-config": ["--stage", "1"]}.get(cmd, [])
+    one_line_usage_error(run(cmd, *base, opt, "0"), f"Error: {opt} must be 1 or more, not 0")
+
+
+def test_bandwidth_must_be_positive():
+    """Issue 14: `--inter-node-gbps -5` printed a traffic time of -0.149 s."""
+    one_line_usage_error(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--nodes", "2",
+                             "--inter-node-gbps", "-5"), "--inter-node-gbps -5: a bandwidth must be above 0 GB/s")
+    one_line_usage_error(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--inter-node-gbps", "0"),
+                         "above 0")
+    bits = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--nodes", "2",
+                          "--inter-node-gbps", "200Gb/s").output)
+    assert bits["layout"]["inter_node_gbps"] == 25.0  # network speeds are sold in bits
+
+
+def test_unknown_gpu_model_refused_naming_the_known_ones():
+    r = run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-model", "Z9000")
+    one_line_usage_error(r, "--gpu-model Z9000: unknown GPU model; known: ")
+    assert "A100" in r.output and "RTX 4090" in r.output and "V100" in r.output
+
+
+@pytest.mark.parametrize("name,mib,bf16", [
+    ("A100-80GB", 81920, True), ("NVIDIA A100-SXM4-80GB", 81920, True), ("NVIDIA H100 80GB HBM3", 81559, True),
+    ("H100", 81559, True), ("RTX 4090", 24564, True), ("NVIDIA GeForce RTX 4090", 24564, True),
+    ("Tesla V100-SXM2-16GB", 16160, False), ("V100-32GB", 32 * 1024, False), ("TITAN RTX", 24 * 1024, False),
+    ("A10G", 24 * 1024, True), ("NVIDIA L40S", 48 * 1024, True), ("T4", 16 * 1024, False),
+])
+def test_gpu_model_fills_memory_and_precision(name, mib, bf16):
+    data = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "2", "--gpu-model", name).output)
+    assert data["layout"]["gpu_mem_bytes"] == mib * MIB
+    assert data["training"]["precision"] == ("bf16" if bf16 else "fp16")
+    assert any("GPU memory" in n and name in n for n in data["notes"])
+
+
+def test_gpu_model_sold_in_several_sizes_asks_which():
+    one_line_usage_error(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-model", "A100"),
+                         "A100 is sold as 40GB or 80GB: name one (e.g. --gpu-model A100-80GB) or give --gpu-mem")
+    ok = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "2", "--gpu-model", "A100",
+                        "--gpu-mem", "40GB").output)
+    assert ok["layout"]["gpu_mem_bytes"] == 40 * GIB and ok["training"]["precision"] == "bf16"
+    one_line_usage_error(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-model", "A100-60GB"),
+                         "A100 is sold as 40GB or 80GB, not 60GB")
+
+
+def test_catalog_names_are_unique_and_found():
+    assert len(set(catalog.KNOWN)) == len(catalog.KNOWN)
+    for key, _, arch, variants in catalog.CATALOG:
+        for gb in variants:
+            found = catalog.known(f"{key} {gb}GB")
+            assert found.key == key and found.arch == arch, (key, gb, found)
+
+
+def test_link_type_refused_once_for_every_command():
+    one_line_usage_error(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--link", "QQ"),
+                         "--link QQ: not a link type of nvidia-smi")
+    one_line_usage_error(run("deepspeed-config", "--auto", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB",
+                             "--link", "QQ"), "--link QQ: not a link type")
+
+
+# --- the rules that relate options ------------------------------------------------------------------------------
+
+def test_bf16_needs_ampere_in_every_command():
+    """Issue 14: plan refused bf16 on V100, the config generator wrote it."""
+    for args in (["plan", "--model", "gpt2", "--gpus", "2"], ["deepspeed-config", "--stage", "2", "--gpus", "2"],
+                 ["deepspeed-config", "--auto", "--model", "gpt2", "--gpus", "2"]):
+        one_line_usage_error(run(*args, "--gpu-model", "V100-16GB", "--precision", "bf16"),
+                             "--precision bf16 needs an Ampere or newer GPU; V100-16GB is older")
+    cfg = json.loads(run("deepspeed-config", "--stage", "2", "--no-hf", "--gpu-model", "V100-16GB", "--json").output)
+    assert cfg["config"]["fp16"]["enabled"] is True and cfg["config"]["bf16"]["enabled"] is False
+    with pytest.raises(BadInput, match="bf16 needs"):
+        request.precision("bf16", "Tesla V100-SXM2-16GB")  # bench-nvlink uses the same rule for live GPUs
+
+
+def test_global_batch_sets_concrete_values_with_no_hf():
+    """Issue 14: `--no-hf --gpus 8 --batch-size 4 --global-batch 128` wrote train_batch_size 32, accumulation 1."""
+    cfg = json.loads(run("deepspeed-config", "--stage", "2", "--no-hf", "--gpus", "8", "--batch-size", "4",
+                         "--global-batch", "128", "--json").output)["config"]
+    assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) == (128, 4, 4)
+    two = json.loads(run("deepspeed-config", "--stage", "2", "--no-hf", "--gpus", "8", "--nodes", "2", "--batch-size", "4",
+                         "--global-batch", "128", "--json").output)["config"]
+    assert (two["train_batch_size"], two["gradient_accumulation_steps"]) == (128, 2)
+
+
+def test_global_batch_with_hf_prints_the_training_arguments():
+    r = run("deepspeed-config", "--stage", "2", "--gpus", "8", "--batch-size", "4", "--global-batch", "128", "--json")
+    data = json.loads(r.output)
+    assert data["training_arguments"] == {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4}
+    assert data["config"]["train_batch_size"] == "auto"
+    text = run("deepspeed-config", "--stage", "2", "--gpus", "8", "--batch-size", "4", "--global-batch", "128")
+    assert "TrainingArguments(per_device_train_batch_size=4, gradient_accumulation_steps=4)" in text.output
+    assert "4 x 4 x 8 GPU(s) = 128 per step" in text.output
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--gpus", "8", "--batch-size", "4", "--global-batch", "100"],
+     "--global-batch 100 is not a multiple of --batch-size x GPUs (4 x 8 = 32): try 96 or 128"),
+    (["--gpus", "8", "--batch-size", "4", "--grad-accum", "2", "--global-batch", "128"],
+     "--global-batch 128 is not --batch-size x --grad-accum x GPUs (4 x 2 x 8 = 64)"),
+    (["--gpus", "8", "--batch-size", "4", "--global-batch", "16"], "try 32"),
+])
+def test_global_batch_must_be_exact(args, msg):
+    """Issue 14: `--global-batch 100` was accepted."""
+    one_line_usage_error(run("deepspeed-config", "--stage", "2", "--no-hf", *args), msg)
+    one_line_usage_error(run("plan", "--model", "gpt2", "--gpu-mem", "24GB", *args), msg)
+
+
+def test_global_batch_plan_and_config_agree():
+    plan = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "4", "--gpu-mem", "24GB", "--nodes", "2",
+                          "--batch-size", "2", "--global-batch", "64").output)
+    cfg = json.loads(run("deepspeed-config", "--json", "--stage", "1", "--no-hf", "--gpus", "4", "--nodes", "2",
+                         "--batch-size", "2", "--global-batch", "64").output)["config"]
+    assert plan["training"]["grad_accum"] == cfg["gradient_accumulation_steps"] == 4
+
+
+def test_example_excludes_from_file():
+    """Issue 14: `inspect --example dgx-a100 --from-file topo.txt` ignored the file."""
+    one_line_usage_error(run("inspect", "--example", "dgx-a100", "--from-file", str(TOPO / "rtx5090x2_phb.txt")),
+                         "--example and --from-file exclude each other")
+
+
+def test_model_and_params_exclude_each_other():
+    one_line_usage_error(run("plan", "--model", "gpt2", "--params", "7B", "--hidden-size", "4096", "--layers", "32",
+                             "--gpus", "2", "--gpu-mem", "24GB"), "--model and --params exclude each other")
+    one_line_usage_error(run("plan", "--model", "gpt2", "--hidden-size", "4096", "--gpus", "2", "--gpu-mem", "24GB"),
+                         "describe a --params model")
+
+
+def test_paste_model_fills_memory_for_inspect():
+    """A bundled machine names its GPU: --model plans on it without --gpu-mem."""
+    data = json.loads(run("inspect", "--json", "--example", "dgx-a100", "--model", "llama-2-7b", "--batch-size", "1").output)
+    assert data["plan"]["layout"]["gpu_mem_bytes"] == 81920 * MIB
+
+
+def test_usage_errors_are_one_line():
+    one_line_usage_error(run("plan", "--bogus"), "No such option")
+    one_line_usage_error(run("nope"), "No such command")
+    one_line_usage_error(run("plan", "--precision", "fp8"), "--precision 'fp8' is not one of")
+
+
+# --- the walk: every option of every command shows an effect or a refusal ---------------------------------------
+
+PLAN = ["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--cpu-mem", "64GB", "--nvme-free", "1TB", "--json"]
+DS = ["--stage", "2", "--json"]
+AUTO = ["--auto", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--cpu-mem", "64GB", "--json"]
+INSPECT = ["--example", "dgx-a100", "--json"]
+INSPECT_PLAN = INSPECT + ["--model", "gpt2", "--cpu-mem", "64GB", "--nvme-free", "1TB"]
+PARAMS = ["--params", "1B", "--hidden-size", "2048", "--layers", "16"]
+
+
+def js(r):
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def by(name):
+    return lambda d: next(s for s in d["strategies"] if s["name"] == name)
+
+
+def strategy(name, key):
+    return lambda d: by(name)(d)["per_gpu_bytes"][key]
+
+
+# Options shared by plan, inspect --model and deepspeed-config --auto, with one effect each, read from the plan:
+# (extra args for the base, extra args for the changed run, what differs in the plan).
+SHARED = {
+    "model": ([], ["--model", "gpt2-medium"], lambda p: p["model"]["name"]),
+    "params": (["--model", "gpt2"], PARAMS, lambda p: p["model"]["params"]),
+    "hidden_size": (PARAMS, PARAMS + ["--hidden-size", "4096"], lambda p: p["model"]["hidden_size"]),
+    "layers": (PARAMS, PARAMS + ["--layers", "32"], lambda p: by("ddp")(p)["per_gpu_bytes"]["activations"]),
+    "vocab_size": (PARAMS, PARAMS + ["--vocab-size", "50000"], lambda p: p["model"]["vocab_size"]),
+    "precision": ([], ["--precision", "fp32"], lambda p: p["training"]["precision"]),
+    "optimizer": ([], ["--optimizer", "sgd"], strategy("ddp", "optimizer")),
+    "batch_size": ([], ["--batch-size", "8"], strategy("ddp", "activations")),
+    "seq_len": ([], ["--seq-len", "256"], strategy("ddp", "activations")),
+    "grad_checkpointing": ([], ["--grad-checkpointing"], strategy("ddp", "activations")),
+    "grad_accum": ([], ["--grad-accum", "2"], lambda p: by("zero2")(p)["comm_bytes_per_step"]),
+    "global_batch": (["--batch-size", "4"], ["--batch-size", "4", "--global-batch", "64"],
+                     lambda p: p["training"]["grad_accum"]),
+    "flash_attention": ([], ["--flash-attention"], strategy("ddp", "activations")),
+    "offload_params": ([], ["--no-offload-params"], strategy("zero3_offload_cpu", "weights")),
+    "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
+    "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
+                  lambda p: [n for n in p["notes"] if "NVMe free" in n or "nvme" in n]),
+    "nvme_free": ([], ["--nvme-free", "2TB"], lambda p: p["layout"]["nvme_free_bytes"]),
+    "nodes": ([], ["--nodes", "2"], lambda p: p["layout"]["gpus"]),
+    "inter_node_gbps": (["--nodes", "2"], ["--nodes", "2", "--inter-node-gbps", "50"],
+                        lambda p: by("ddp")(p)["comm_seconds_per_step"]),
+    "gpus": ([], ["--gpus", "4"], lambda p: p["layout"]["gpus"]),
+    "gpu_mem": ([], ["--gpu-mem", "40GB"], lambda p: p["layout"]["gpu_mem_bytes"]),
+    "gpu_model": ([], ["--gpu-model", "TITAN RTX"], lambda p: p["training"]["precision"]),
+    "link": ([], ["--link", "NV2"], lambda p: by("ddp")(p)["comm_seconds_per_step"]),
+}
+
+
+def _base_without_nvme_free(base):
+    """nvme_path shows its effect where --nvme-free does not override the measurement."""
+    out = list(base)
+    if "--nvme-free" in out:
+        i = out.index("--nvme-free")
+        del out[i:i + 2]
+    return out
+
+
+def shared_effect(cmd, base, plan_of):
+    def check(name):
+        before, after, read = SHARED[name]
+        b = _base_without_nvme_free(base) if name == "nvme_path" else base
+        if name.startswith(("params", "hidden", "layers", "vocab")):
+            b = [x for i, x in enumerate(b) if not (x == "--model" or (i and b[i - 1] == "--model"))]
+        x, y = plan_of(js(run(cmd, *b, *before))), plan_of(js(run(cmd, *b, *after)))
+        assert read(x) != read(y), (cmd, name, read(x))
+    return check
+
+
+def plan_check(name):
+    shared_effect("plan", PLAN, lambda d: d)(name)
+
+
+def inspect_check(name):
+    shared_effect("inspect", INSPECT_PLAN, lambda d: d["plan"])(name)
+
+
+def auto_check(name):
+    shared_effect("deepspeed-config", AUTO, lambda d: d["plan"])(name)
+
+
+def differs(cmd, before, after, read):
+    def check(_):
+        assert read(js(run(cmd, *before))) != read(js(run(cmd, *after))), (cmd, before, after)
+    return check
+
+
+def refused(cmd, args, msg):
+    def check(_):
+        one_line_usage_error(run(cmd, *args), msg)
+    return check
+
+
+def ds_cfg(*args):
+    return js(run("deepspeed-config", *args, "--json"))
+
+
+def _ds_output(tmp):
+    def check(_):
+        out = tmp / "ds.json"
+        assert not out.exists()
+        data = ds_cfg("--stage", "2", "-o", str(out))
+        assert data["path"] == str(out) and json.loads(out.read_text())["zero_optimization"]["stage"] == 2
+    return check
+
+
+def _ds_force(tmp):
+    def check(_):
+        out = tmp / "force.json"
+        out.write_text("keep")
+        one_line_usage_error(run("deepspeed-config", "--stage", "2", "-o", out), "exists; pass --force")
+        assert out.read_text() == "keep"
+        ds_cfg("--stage", "2", "-o", str(out), "--force")
+        assert json.loads(out.read_text())["zero_optimization"]["stage"] == 2
+    return check
+
+
+def _json_flag(cmd, args):
+    def check(_):
+        assert json.loads(run(cmd, *args, "--json").stdout)["schema_version"] == 1
+        text = run(cmd, *args).stdout
+        try:
+            assert "schema_version" not in json.loads(text)  # deepspeed-config prints the bare config
+        except ValueError:
+            pass  # a table
+    return check
+
+
+def _walk(tmp):
+    """{(command, option name): check}. A new option needs an entry here."""
+    w = {}
+    for name in SHARED:
+        w[("plan", name)] = plan_check
+        w[("deepspeed-config", name)] = auto_check
+        if name not in ("gpus", "gpu_mem", "gpu_model", "link"):
+            w[("inspect", name)] = inspect_check
+    w[("plan", "as_json")] = _json_flag("plan", PLAN[:-1])
+    # deepspeed-config: options of its own, and the shared ones where they change the config without --auto.
+    w.update({
+        ("deepspeed-config", "stage"): differs("deepspeed-config", DS, ["--stage", "3", "--json"],
+                                               lambda d: d["config"]["zero_optimization"]["stage"]),
+        ("deepspeed-config", "offload"): differs("deepspeed-config", DS, DS + ["--offload", "cpu"],
+                                                 lambda d: d["config"]["zero_optimization"].get("offload_optimizer")),
+        ("deepspeed-config", "auto_"): differs("deepspeed-config", ["--stage", "2", "--model", "gpt2", "--json"], AUTO,
+                                               lambda d: d["plan"] and d["plan"]["recommendation"]["strategy"]),
+        ("deepspeed-config", "hf"): differs("deepspeed-config", DS, DS + ["--no-hf"],
+                                            lambda d: d["config"]["train_micro_batch_size_per_gpu"]),
+        ("deepspeed-config", "output"): _ds_output(tmp),
+        ("deepspeed-config", "force"): _ds_force(tmp),
+        ("deepspeed-config", "launcher"): differs("deepspeed-config", DS, DS + ["--launcher", "torchrun"],
+                                                  lambda d: d["launch"]),
+        ("deepspeed-config", "script"): differs("deepspeed-config", DS + ["--launcher", "torchrun"],
+                                                DS + ["--launcher", "torchrun", "--script", "mine.py"],
+                                                lambda d: d["launch"]["command"]),
+        ("deepspeed-config", "as_json"): _json_flag("deepspeed-config", ["--stage", "2"]),
+    })
+    # inspect: its own options.
+    pasted = str(TOPO / "consumer_x2_pcie_phb_numa_na.txt")
+    w.update({
+        ("inspect", "from_file"): differs("inspect", INSPECT, ["-f", pasted, "--json"], lambda d: d["inputs"]),
+        ("inspect", "example"): differs("inspect", INSPECT, ["--example", "h100x8", "--json"], lambda d: d["inputs"]),
+        ("inspect", "gpus"): differs("inspect", INSPECT, INSPECT + ["--gpus", "0,1"], lambda d: d["selected"]),
+        ("inspect", "best"): differs("inspect", INSPECT, INSPECT + ["--best", "2"], lambda d: d["best"]),
+        ("inspect", "gpu_model"): differs("inspect", ["-f", pasted, "--json"],
+                                          ["-f", pasted, "--gpu-model", "RTX 4090", "--json"],
+                                          lambda d: d["gpus"][0]["model"]),
+        ("inspect", "gpu_mem"): differs("inspect", INSPECT_PLAN, INSPECT_PLAN + ["--gpu-mem", "40GB"],
+                                        lambda d: d["plan"]["layout"]["gpu_mem_bytes"]),
+        ("inspect", "as_json"): _json_flag("inspect", ["--example", "dgx-a100"]),
+    })
+    return w
+
+
+# bench-nvlink: the runs are faked at the process boundary (bench.run_child), so the walk shows each option
+# reaching the torchrun command, its environment or the report, in milliseconds.
+def _fake_child(calls):
+    def run_child(label, cmd, env, timeout, progress):
+        calls.append({"label": label, "cmd": cmd, "env": env, "timeout": timeout, "progress": progress})
+        progress(label, "step 1")
+        args = cmd[cmd.index("gputopo.worker") + 1:]
+        steps = int(args[args.index("--steps") + 1])
+        warm = int(args[args.index("--warmup-steps") + 1])
+        sizes = [int(x) for x in args[args.index("--allreduce-sizes") + 1].split(",")] if "--allreduce-sizes" in args else []
+        t = [0.1] * (steps - warm)
+        return {"world_size": 2, "steps": steps, "warmup_steps": warm, "train_runtime_s": 1.0, "timed_runtime_s": 0.5,
+                "samples_per_second": 10.0, "step_times_s": t, "loss_finite": True, "model": {"name": "gpt2"},
+                "dataset": "synthetic",
+                "allreduce": [{"bytes": s, "algbw_gbps": 1.0, "busbw_gbps": 1.0} for s in sizes]}
+    return run_child
+
+
+@pytest.fixture
+def bench_calls(monkeypatch, fake_nvml):
+    import fake_nvml as fm
+
+    from gputopo import bench
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)   # the CPU twin, here and in CI
+    calls = []
+    monkeypatch.setattr(bench, "run_child", _fake_child(calls))
+    return calls
+
+
+def _bench(calls, *args):
+    calls.clear()
+    r = run("bench-nvlink", "--steps", "3", *args)
+    return r, list(calls)
+
+
+def _worker_arg(calls, flag):
+    args = calls[0]["cmd"]
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+BENCH = {
+    "model": (["--model", "gpt2-medium"], lambda r, c: _worker_arg(c, "--model")),
+    "nproc": (["--nproc", "3"], lambda r, c: _worker_arg(c, "--nproc_per_node")),
+    "steps": (["--steps", "5"], lambda r, c: _worker_arg(c, "--steps")),
+    "warmup_steps": (["--warmup-steps", "2"], lambda r, c: _worker_arg(c, "--warmup-steps")),
+    "batch_size": (["--batch-size", "3"], lambda r, c: _worker_arg(c, "--batch-size")),
+    "seq_len": (["--seq-len", "64"], lambda r, c: _worker_arg(c, "--seq-len")),
+    "precision": (["--precision", "bf16"], lambda r, c: _worker_arg(c, "--precision")),
+    "dataset": (["--dataset", "synthetic"], lambda r, c: _worker_arg(c, "--dataset")),
+    "repeat": (["--repeat", "2"], lambda r, c: len(c)),
+    "timeout": (["--timeout", "30"], lambda r, c: c[0]["timeout"]),
+    "train_only": (["--train-only"], lambda r, c: [x["label"] for x in c]),
+    "allreduce_only": (["--allreduce-only"], lambda r, c: [x["label"] for x in c]),
+    "allreduce_sizes": (["--allreduce-sizes", "1MB,2MB"], lambda r, c: _worker_arg(c[-1:], "--allreduce-sizes")),
+    "node_rank": (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:1"],
+                  lambda r, c: _worker_arg(c, "--node_rank")),
+    "rdzv_endpoint": (["--rdzv-endpoint", "127.0.0.1:1"], lambda r, c: _worker_arg(c, "--rdzv_endpoint")),
+    "verbose": (["--verbose"], lambda r, c: "[p2p] step 1" in r.output),
+    "as_json": (["--json"], lambda r, c: r.stdout.lstrip().startswith("{")),
+}
+
+
+def _bench_check(name, tmp):
+    def check(calls):
+        if name == "gpus":
+            one_line_usage_error(run("bench-nvlink", "--gpus", "0,1"), "--gpus: no NVIDIA GPU visible here")
+            return
+        if name == "nnodes":
+            one_line_usage_error(run("bench-nvlink", "--nnodes", "2"), "--nnodes > 1 needs --rdzv-endpoint")
+            r, c = _bench(calls, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1")
+            assert r.exit_code == 0 and _worker_arg(c, "--nnodes") == "2"
+            return
+        if name in ("output", "force"):
+            out = tmp / "ab.json"
+            out.write_text("keep")
+            one_line_usage_error(run("bench-nvlink", "--output", out), "exists; pass --force")
+            assert out.read_text() == "keep"
+            r, _ = _bench(calls, "--output", out, "--force")
+            assert r.exit_code == 0 and json.loads(out.read_text())["complete"] is True
+            return
+        if name == "plot":
+            out = tmp / "ab.png"
+            out.write_text("keep")
+            one_line_usage_error(run("bench-nvlink", "--plot", out), "exists; pass --force")
+            return
+        args, read = BENCH[name]
+        r0, c0 = _bench(calls)
+        r1, c1 = _bench(calls, *args)
+        assert r0.exit_code == 0 and r1.exit_code == 0, (r0.output, r1.output)
+        assert read(r0, c0) != read(r1, c1), (name, read(r1, c1))
+    return check
+
+
+def _group(name):
+    def check(_):
+        if name == "version":
+            r = run("--version")
+            assert r.exit_code == 0 and "gputopo, version" in r.output
+        elif name == "debug":
+            quiet = run("plan", "--model", "nope", "--gpus", "1", "--gpu-mem", "8GB")
+            loud = CliRunner().invoke(cli, ["--debug", "plan", "--model", "nope", "--gpus", "1", "--gpu-mem", "8GB"])
+            assert quiet.exit_code == 2 and loud.exception is not None and isinstance(loud.exception, BadInput)
+    return check
+
+
+def all_options():
+    out = [("gputopo", p.name) for p in cli.params if p.name != "help"]
+    for name, cmd in cli.commands.items():
+        out += [(name, p.name) for p in cmd.params if p.name != "help"]
+    return out
+
+
+def test_walk_covers_every_option(tmp_path):
+    walked = set(_walk(tmp_path)) | {("bench-nvlink", n) for n in list(BENCH) + ["gpus", "nnodes", "output", "force", "plot"]}
+    walked |= {("gputopo", "version"), ("gputopo", "debug")}
+    missing = sorted(set(all_options()) - walked)
+    assert not missing, f"options with no entry in tests/test_options.py (show their effect or refusal): {missing}"
+
+
+@pytest.mark.parametrize("cmd,name", [o for o in all_options() if o[0] not in ("bench-nvlink", "gputopo")])
+def test_option_has_an_effect_or_is_refused(cmd, name, tmp_path):
+    check = _walk(tmp_path).get((cmd, name))
+    assert check is not None, f"{cmd} {name}: no entry"
+    check(name)
+
+
+@pytest.mark.parametrize("name", [n for c, n in all_options() if c == "bench-nvlink"])
+def test_bench_option_has_an_effect_or_is_refused(name, bench_calls, tmp_path):
+    _bench_check(name, tmp_path)(bench_calls)
+
+
+@pytest.mark.parametrize("name", [n for c, n in all_options() if c == "gputopo"])
+def test_group_option(name):
+    _group(name)(None)
