@@ -360,6 +360,8 @@ def report(data: dict, pasted: list[tuple[str, str]]) -> str:
     out += [matrix_table(data), ""]
     g = graph(data)
     out += ["```mermaid", mermaid(data), "```", "", f"<sub>{reading(g)}</sub>", ""]
+    if data.get("links_note"):
+        out += [data["links_note"], ""]
     out.append("#### Findings")
     out += [f"- {MARK[f['level']]} **{f['subject']}**: {f['message']}" for f in data["findings"]] or ["- none"]
     out += [f"- ℹ️ {n}" for n in data["notes"] + g.notes]

@@ -22,7 +22,7 @@ def style(t: str) -> dict:
     """Line style by link class: NV# thick (thicker with more links), PCIe thinner, NODE/SYS dashed."""
     if t.startswith("NV"):
         n = int(t[2:] or 1)
-        return {"color": COLORS["NV"], "lw": min(2.0 + 0.35 * n, 7.0), "ls": "-"}
+        return {"color": COLORS["NV"], "lw": min(1.8 + 1.0 * n, 7.0), "ls": "-"}
     return {"color": COLORS.get(t, "#555"), "lw": {"PIX": 2.2, "PXB": 1.8, "PHB": 1.4}.get(t, 1.0),
             "ls": {"NODE": (0, (5, 3)), "SYS": (0, (2, 2.5))}.get(t, "-")}
 
@@ -59,6 +59,14 @@ class _Placer:
         return False
 
 
+def _mean(x: dict, names) -> float:
+    return sum(x[n] for n in names) / len(names)
+
+
+def _title(grp) -> str:
+    return grp.title + (f" · {grp.default} inside" if grp.default and grp.default != "NODE" else "")
+
+
 def _bezier(p0, p1, p2, t):
     return ((1 - t) ** 2 * p0[0] + 2 * (1 - t) * t * p1[0] + t ** 2 * p2[0],
             (1 - t) ** 2 * p0[1] + 2 * (1 - t) * t * p1[1] + t ** 2 * p2[1])
@@ -84,51 +92,53 @@ def figure(report: dict):
 
     g: Graph = graph(report)
     nodes = g.nodes
-    # x of every GPU: boxes side by side; NICs near no GPU group go in a column on the right.
-    x, cursor = {}, 0.0
-    box_span = {}
+    nics = [n for n in nodes.values() if n.kind == "nic"]
+    # Each NUMA box: its GPUs in a row, its NICs in a row below, each as near as it can be to the mean of
+    # its nearest GPUs without touching the next; boxes side by side. NICs near no one GPU go on the right.
+    x, nic_pos, box_span, cursor = {}, {}, {}, 0.0
     for grp in g.groups:
-        start = cursor
-        for n in grp.gpus:
-            x[n] = cursor
-            cursor += STEP
-        box_span[grp.id] = (start - W / 2 - 0.25, cursor - STEP + W / 2 + 0.25)
-        cursor += GAP
-    right = cursor - GAP + W / 2 + 0.25
+        local = {n: i * STEP for i, n in enumerate(grp.gpus)}
+        mine = sorted((n for n in nics if n.group == grp.id), key=lambda n: _mean(local, n.members))
+        want = [_mean(local, n.members) for n in mine]
+        pos: list[float] = []
+        for w in want:
+            pos.append(max(w, pos[-1] + NIC_W + 0.15) if pos else w)
+        shift = (sum(pos) - sum(want)) / len(pos) if pos else 0.0
+        pos = [p - shift for p in pos]
+        lo = min([-W / 2] + [p - NIC_W / 2 for p in pos]) - 0.25
+        hi = max([local[grp.gpus[-1]] + W / 2] + [p + NIC_W / 2 for p in pos]) + 0.25
+        hi = max(hi, lo + 0.068 * len(_title(grp)) + 0.3)   # the box's title fits in it
+        for n, v in local.items():
+            x[n] = v + cursor - lo
+        for n, p in zip(mine, pos):
+            nic_pos[n.id] = p + cursor - lo
+        box_span[grp.id] = (cursor, cursor + hi - lo)
+        cursor += hi - lo + GAP
+    right = cursor - GAP
     hubs = [n for n in nodes.values() if n.kind == "hub" and n.members]
     nv_edges = [e for e in g.edges if e.type.startswith("NV") and e.a in x and e.b in x]
     span_max = max([abs(x[e.a] - x[e.b]) for e in nv_edges] + [0])
-    top = W / 2 * 0 + H / 2 + 0.45 + 0.5 * len(hubs) + (0.32 * span_max / STEP + 0.4 if nv_edges else 0)
+    top = H / 2 + 0.45 + 0.5 * len(hubs) + (0.32 * span_max / STEP + 0.4 if nv_edges else 0)
     depth = {"PIX": 0, "PXB": 1, "PHB": 2}
     junctions = [n for n in nodes.values() if n.kind == "junction"]
     levels = sorted({depth[j.label] for j in junctions})
     jy = {lv: -H / 2 - 0.55 - 0.55 * i for i, lv in enumerate(levels)}
     nic_top = min(jy.values(), default=-H / 2) - 0.75
-    nics = [n for n in nodes.values() if n.kind == "nic"]
-
-    # NICs: under the mean of their nearest GPUs, in as many rows as needed to keep them apart.
     orphan_x = right + 0.5 + NIC_W / 2
-    nic_pos, rows = {}, []
-    for n in sorted(nics, key=lambda n: (n.group is None, sum(x[m] for m in n.members) / len(n.members) if n.members else 0)):
-        cx = orphan_x if n.group is None else sum(x[m] for m in n.members) / len(n.members)
-        for r, row in enumerate(rows + [[]]):
-            if n.group is None or all(abs(cx - o) >= NIC_W + 0.12 for o in row):
-                if r == len(rows):
-                    rows.append([])
-                if n.group is not None:
-                    rows[r].append(cx)
-                break
-        nic_pos[n.id] = (cx, nic_top - r * (NIC_H + 0.22)) if n.group is not None else None
-    orphans = [n for n in nics if nic_pos[n.id] is None]
+    orphans = [n for n in nics if n.id not in nic_pos]
+    for n in nics:
+        if n.id in nic_pos:
+            nic_pos[n.id] = (nic_pos[n.id], nic_top)
     for i, n in enumerate(orphans):
         nic_pos[n.id] = (orphan_x, nic_top - i * (NIC_H + 0.22))
     bottom = min([p[1] for p in nic_pos.values()] + [min(jy.values(), default=-H / 2)]) - NIC_H / 2 - 0.35
     xmax = orphan_x + NIC_W / 2 + 0.3 if orphans else right
-    xmin = -W / 2 - 0.6
+    xmin = -0.35
     legend_h = 1.45
-    title_lines = textwrap.wrap(summary(report), width=max(60, int((xmax - xmin) * 13)))
+    fig_w = max(xmax - xmin + 0.3, 7.5)
+    title_lines = textwrap.wrap(summary(report), width=int(fig_w * 12))
     title_h = 0.28 * len(title_lines) + 0.4
-    fig_w, fig_h = max(xmax - xmin + 0.3, 7.5), top - bottom + title_h + legend_h
+    fig_h = top - bottom + title_h + legend_h
     fig = Figure(figsize=(fig_w, fig_h), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_axes((0, 0, 1, 1))
@@ -145,8 +155,7 @@ def figure(report: dict):
         ax.add_patch(FancyBboxPatch((x0, box_bottom), x1 - x0, H / 2 + 0.38 - box_bottom,
                                     boxstyle="round,pad=0,rounding_size=0.12", fc="#f7f7f2", ec="#999", lw=1,
                                     zorder=-1))
-        label = grp.title + (f" · {grp.default} inside" if grp.default and grp.default != "NODE" else "")
-        t = ax.text(x0 + 0.08, box_bottom + 0.06, label, fontsize=7.5, va="bottom", ha="left", color="#444")
+        t = ax.text(x0 + 0.08, box_bottom + 0.06, _title(grp), fontsize=7.5, va="bottom", ha="left", color="#444")
         place.taken.append(place.extent(t))
     for n, cx in x.items():
         node = nodes[n]
