@@ -105,7 +105,8 @@ def _header(lines: list[str]) -> tuple[int, list[str], list[str]] | None:
     return None
 
 
-def _trailing(row: str, line: str, values: list[str], trailers: list[str], header: str) -> dict[str, str | None]:
+def _trailing(row: str, line: str, cells_end: int, values: list[str], trailers: list[str],
+              header: str) -> dict[str, str | None]:
     """The values after a GPU row's cells -> {column title: value}; blank cells (nvidia-smi prints nothing there
     in some containers) are placed by the columns they sit under, a missing last cell means the line was cut."""
     if len(values) > len(trailers):
@@ -119,7 +120,7 @@ def _trailing(row: str, line: str, values: list[str], trailers: list[str], heade
         # a value starts at most one tab stop before its title).
         wide, head = line.expandtabs(8), header.expandtabs(8)
         starts = [head.find(t) for t in trailers]
-        placed, pos = {}, len(wide) - len(wide.lstrip())
+        placed, pos = {}, len(line[:cells_end].expandtabs(8))
         for v in values:
             col = wide.index(v, pos)
             pos = col + len(v)
@@ -254,7 +255,7 @@ def matrix(text: str) -> Matrix:
         for col, v in zip(labels, values):
             m.cells[(row, col)] = v
         if row.startswith("GPU"):
-            m.extras[row] = _trailing(row, line, rest, trailers, lines[start])
+            m.extras[row] = _trailing(row, line, pos, rest, trailers, lines[start])
     gpu_labels = [l for l in labels if l.startswith("GPU")]
     missing_rows = [l for l in gpu_labels if l not in seen]
     if missing_rows:
