@@ -28,6 +28,7 @@ P2P_MODE = re.compile(r"-p2p\s+(rw|r|w|n|a)\b")
 GPU_LINE = re.compile(r"^\s*GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
 NVLINK_LINE = re.compile(r"^\s*Link (\d+):\s*(.*?)\s*$")
 RUN_ON_ROW = re.compile(r"X(?:NV\d|NODE|SYS|PH|PX|PI|SOC|CPU|OK|CNS|GNS|TNS|NS|U)")
+QUOTE = re.compile(r"^>+ ?")
 CPULIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
 # nvidia-smi's legend lines, every wording seen across drivers (old ones say SOC and "PCIe switch").
 LEGEND = (
@@ -40,18 +41,21 @@ LEGEND = (
     "PIX = Connection traversing at most a single PCIe bridge", "PIX = Connection traversing a single PCIe switch",
     "NV# = Connection traversing a bonded set of # NVLinks",
     "OK = Status Ok", "CNS = Chipset not supported", "GNS = GPU not supported", "TNS = Topology not supported",
-    "NS = Not supported", "U = Unknown")
-P2P_LEGEND = {"OK", "CNS", "GNS", "TNS", "NS"}
+    "NS = Not supported", "DR = Disabled by regkey", "U = Unknown")
+P2P_LEGEND = {"OK", "CNS", "GNS", "TNS", "NS", "DR"}
 TOPO_LEGEND = {"SYS", "SOC", "NODE", "PHB", "PXB", "PIX", "NV#"}
 # What every "cut off" refusal tells the user to do instead.
 FULL_COPY = "save the whole output with `nvidia-smi topo -m > topo.txt` and give that file"
+DRIVER = re.compile(r"Driver Version:\s*([\d.]+)")  # nvidia-smi's banner, or gputopo's regenerated text
 
 
 def clean(text: str) -> list[str]:
-    """Lines without a byte-order mark, ANSI escapes or carriage returns."""
+    """Lines without a byte-order mark, ANSI escapes, carriage returns or a quote mark (`> ` of a quoted
+    reply; nvidia-smi never starts a line with '>')."""
     if "\x00" in text:
         raise BadInput("the input is binary, not nvidia-smi text")
-    return ANSI.sub("", text.lstrip("\ufeff")).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = ANSI.sub("", text.lstrip("\ufeff")).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return [QUOTE.sub("", l) for l in lines]
 
 
 @dataclass
@@ -102,7 +106,8 @@ def _header(lines: list[str]) -> tuple[int, list[str], list[str]] | None:
     return None
 
 
-def _trailing(row: str, line: str, values: list[str], trailers: list[str], header: str) -> dict[str, str | None]:
+def _trailing(row: str, line: str, cells_end: int, values: list[str], trailers: list[str],
+              header: str) -> dict[str, str | None]:
     """The values after a GPU row's cells -> {column title: value}; blank cells (nvidia-smi prints nothing there
     in some containers) are placed by the columns they sit under, a missing last cell means the line was cut."""
     if len(values) > len(trailers):
@@ -116,7 +121,7 @@ def _trailing(row: str, line: str, values: list[str], trailers: list[str], heade
         # a value starts at most one tab stop before its title).
         wide, head = line.expandtabs(8), header.expandtabs(8)
         starts = [head.find(t) for t in trailers]
-        placed, pos = {}, len(wide) - len(wide.lstrip())
+        placed, pos = {}, len(line[:cells_end].expandtabs(8))
         for v in values:
             col = wide.index(v, pos)
             pos = col + len(v)
@@ -140,26 +145,45 @@ def _trailing(row: str, line: str, values: list[str], trailers: list[str], heade
 
 
 def _legend(lines: list[str]) -> set[str]:
-    """Codes of the legend after the matrix; a legend line cut short (a narrow terminal) is refused."""
+    """Codes of the legend after the matrix. A legend line wrapped onto the next line (`fold`, a pager, a
+    reflowed comment) is joined back; one cut short (a narrow terminal) is refused."""
     codes: set[str] = set()
     full = {" ".join(l.split()) for l in LEGEND}
-    inside = False
-    for line in lines:
+    inside, i = False, 0
+    while i < len(lines):
+        line, i = lines[i], i + 1
         if re.match(r"^\s*Legend:", line):
             inside = True
             continue
-        if re.match(r"^\s*NIC Legend:", line) or (inside and _is_header(line.split())):
-            inside = False
+        if re.match(r"^\s*NIC Legend:", line) or _is_header(line.split()):
+            break
         if not inside or not line.strip():
             continue
         norm = " ".join(line.split())
         entry = re.match(r"^(\S+) = ", norm)
         if entry:
             codes.add(entry.group(1))
-        if norm not in full and any(f.startswith(norm) for f in full):
-            raise BadInput(f"the legend line {line.strip()!r} is cut short: the paste was cut at the right, so the"
+        while norm not in full and any(f.startswith(norm) for f in full) and i < len(lines) and lines[i].strip():
+            longer = norm + " " + " ".join(lines[i].split())
+            if not any(f.startswith(longer) for f in full):
+                break
+            norm, i = longer, i + 1
+        if _cut_mid_word(norm, full):
+            raise BadInput(f"the legend line {norm!r} is cut short: the paste was cut at the right, so the"
                            f" matrix may be too; {FULL_COPY}")
     return codes
+
+
+def _cut_mid_word(line: str, full: set[str]) -> bool:
+    """True when `line` is a known legend line stopped inside a word ("... between PC"); a line that stops
+    at a word boundary may be another driver's wording and is let through."""
+    words = line.split(" ")
+    for f in full:
+        if f != line and f.startswith(line):
+            whole = f.split(" ")
+            if whole[len(words) - 1] != words[-1]:
+                return True
+    return False
 
 
 def _row_like(line: str) -> str | None:
@@ -218,6 +242,9 @@ def matrix(text: str) -> Matrix:
                            " (X, SYS, NODE, PHB, PXB, PIX, NV#): cut off or garbled?")
         if len(values) < len(labels):
             missing = ", ".join(labels[len(values):])
+            if not any(l.strip() for l in lines[n + 1:]):
+                raise BadInput(f"the paste ends inside row {row} ({len(values)} of {len(labels)} cells): it was cut"
+                               f" off at the bottom; {FULL_COPY}")
             raise BadInput(f"row {row} has {len(values)} of {len(labels)} cells (missing {missing}): the line was"
                            f" cut at the right; {FULL_COPY}")
         if values[labels.index(row)] != "X":
@@ -229,7 +256,7 @@ def matrix(text: str) -> Matrix:
         for col, v in zip(labels, values):
             m.cells[(row, col)] = v
         if row.startswith("GPU"):
-            m.extras[row] = _trailing(row, line, rest, trailers, lines[start])
+            m.extras[row] = _trailing(row, line, pos, rest, trailers, lines[start])
     gpu_labels = [l for l in labels if l.startswith("GPU")]
     missing_rows = [l for l in gpu_labels if l not in seen]
     if missing_rows:
@@ -296,7 +323,7 @@ def topo_matrix(text: str) -> Topology:
                             numa_affinity=ex.get("NUMA Affinity"), gpu_numa_id=ex.get("GPU NUMA ID")))
     nics = tuple(Nic(name=l, device=m.nic_legend.get(l, None if re.match(r"NIC\d+$", l) else l))
                  for l in m.labels if not l.startswith("GPU"))
-    links = tuple(Link(a, b, v) for a, b, v in _pairs(m))
+    links = tuple(Link(a, b, None if v == "N/A" else v) for a, b, v in _pairs(m))  # N/A: unknown
     asym = [f"{a}-{b}" for a, b, _ in _pairs(m)
             if (b, a) in m.cells and (a, b) in m.cells and m.cells[(a, b)] != m.cells[(b, a)]]
     if asym:
@@ -356,13 +383,23 @@ def texts(pasted: list[str], gpu_model: str | None = None, names: list[str] | No
         pairs = [(a.name, b.name) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
         topo = Topology(gpus=gpus, links=tuple(Link(a, b, None) for a, b in pairs), source="file",
                         notes=("no `nvidia-smi topo -m` given: link types unknown",))
-    return merge(topo, listed, p2p, gpu_model)
+    driver = next((m.group(1) for t in pasted for m in [DRIVER.search(t)] if m), None)
+    return replace(merge(topo, listed, p2p, gpu_model), driver=driver)
 
 
 def _one(text: str, topo: Topology | None, p2p: dict) -> tuple[Topology | None, list[Gpu]]:
-    """Read one text into the running topology / P2P table; returns GPUs listed by `nvlink -s`/`-L`."""
+    """Read one text into the running topology / P2P table; returns GPUs listed by `nvlink -s`/`-L`.
+    A text holding several matrices (an environment report with `topo -m` then `topo -p2p rw`) is read
+    matrix by matrix."""
     if not text.strip():
         raise BadInput("the input is empty")
+    parts = _matrices(text)
+    if len(parts) > 1:
+        listed: list[Gpu] = []
+        for part in parts:
+            topo, more = _one(part, topo, p2p)
+            listed.extend(more)
+        return topo, listed
     k = kind(text)
     if k == "topo":
         if topo is not None:
@@ -371,9 +408,20 @@ def _one(text: str, topo: Topology | None, p2p: dict) -> tuple[Topology | None, 
     if k == "p2p":
         mode, statuses = p2p_matrix(text)
         for pair, status in statuses.items():
-            p2p.setdefault(pair, {})[mode or "r"] = status
+            p2p.setdefault(pair, {})[mode or "unknown"] = status  # the paste did not say which -p2p mode
         return topo, []
     return topo, gpu_list(text)
+
+
+def _matrices(text: str) -> list[str]:
+    """The text split before each matrix header after the first; each part keeps the lines before its
+    header (the command line that says `-p2p rw`)."""
+    lines = clean(text)
+    heads = [i for i, l in enumerate(lines) if _is_header(re.findall(r"GPU\d+|NIC\d+|\S+", l))]
+    if len(heads) < 2:
+        return [text]
+    bounds = [0] + [h + 1 for h in heads[:-1]]
+    return ["\n".join(lines[b:e]) for b, e in zip(bounds, heads[1:] + [len(lines)])]
 
 
 def merge(topo: Topology, listed: list[Gpu], p2p: dict, gpu_model: str | None = None) -> Topology:
