@@ -230,14 +230,17 @@ def _topology(from_file, example, gpu_model):
             raise BadInput(f"--example {example}: unknown; `gputopo inspect --example list` lists them")
         e = index[example]
         text = resources.files("gputopo.examples").joinpath(e["file"]).read_text()
-        return parse.texts([text], gpu_model or e["gpu_model"]), [f"example:{example}"], None
+        pasted = [(f"example:{example}", text)]
+        return parse.texts([text], gpu_model or e["gpu_model"]), [f"example:{example}"], None, pasted
     if from_file:
-        texts = [_read(path) for path in from_file]
-        return parse.texts(texts, gpu_model, names=[("stdin" if p == "-" else p) for p in from_file]), list(from_file), None
+        from .markdown import unwrap  # a saved `inspect --markdown` report or issue: its fenced blocks
+        pasted = [(("stdin" if p == "-" else p), t) for p in from_file for t in unwrap(_read(p))]
+        return (parse.texts([t for _, t in pasted], gpu_model, names=[n for n, _ in pasted]), list(from_file), None,
+                pasted)
     try:
-        return probe.topology(), [], None
+        return probe.topology(), [], None, []
     except NvmlUnavailable as e:
-        return None, [], str(e)
+        return None, [], str(e), []
 
 
 model_options = _options(
@@ -302,7 +305,17 @@ def _plan(req) -> dict:
 def plan(as_json, **kw):
     """Memory per GPU for each strategy (DDP, ZeRO-1/2/3, offload) and the one to use."""
     from . import render
-    emit(_plan(_request(kw)), render.plan, as_json)
+    data = _plan(_request(kw))
+    emit(data, render.plan, as_json)
+    _exit_if_nothing_fits(data)
+
+
+def _exit_if_nothing_fits(planned: dict | None) -> None:
+    """The whole table is shown first (each strategy with how much it is short); then one line and exit 1."""
+    from .errors import DoesNotFit
+    if planned and planned["recommendation"]["strategy"] is None:
+        click.echo(f"Error: {planned['recommendation']['reasons'][0]}", err=True)
+        sys.exit(DoesNotFit.exit_code)
 
 
 @cli.command()
@@ -315,12 +328,29 @@ def plan(as_json, **kw):
 @click.option("--gpu-mem", type=SIZE, help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
 @model_options
 @training_options
+@click.option("--markdown", is_flag=True, help="Print a report to paste into a GitHub issue (Mermaid graph, source"
+              " text); `inspect -f report.md` reads it back.")
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="PATH.png|svg",
+              help="Also draw the topology to a PNG or SVG (needs matplotlib).")
+@click.option("--force", is_flag=True, help="Overwrite --plot if it exists.")
 @host_options
 @json_option
-def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
+def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
-    from . import probe, render, report, request
+    from . import files, probe, render, report, request
     request.exclusive(example=example, from_file=from_file)
+    if markdown and as_json:
+        raise BadInput("--markdown and --json exclude each other")
+    if force and not plot:
+        raise BadInput("--force overwrites --plot; give --plot PATH")
+    if plot:
+        if not plot.lower().endswith((".png", ".svg")):
+            raise BadInput(f"--plot {plot}: give a .png or .svg file name")
+        files.check_output(plot, force, "--plot")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise BadInput("--plot needs matplotlib: pip install matplotlib")
+    if example == "list" and (markdown or plot):
+        raise BadInput("--example list lists the examples; --markdown and --plot need one: --example NAME")
     if example == "list":
         rows = [[k, v["description"]] for k, v in _examples().items() if not k.startswith("_")]
         if as_json:
@@ -329,7 +359,7 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
         else:
             click.echo(render.table(rows, ["example", "machine"]))
         return
-    topo, sources, status = _topology(from_file, example, str(gpu_model) if gpu_model else None)
+    topo, sources, status, pasted = _topology(from_file, example, str(gpu_model) if gpu_model else None)
     planned = None
     if topo is not None and (kw.get("model") or kw.get("params")):
         names = report.select(topo, gpus)
@@ -338,7 +368,18 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
                           status=status, sources=sources, planned=planned)
     if not sources:  # this machine, not a paste: its blocking host problems, briefly (`gputopo doctor` for all)
         data["host_checks"] = [c for c in _doctor(topo=topo, status=status or "")["checks"] if c["blocking"]]
+    if plot:
+        from . import plot as drawing
+        if topo is None:
+            raise BadInput(f"--plot: no GPU topology to draw ({status}); give --from-file or --example")
+        files.write_atomic(plot, drawing.render(data, plot.rsplit(".", 1)[1].lower()))
+        click.echo(f"wrote {plot}", err=True)
+    if markdown:
+        from . import markdown as md
+        click.echo(md.report(data, pasted), nl=False)
+        return
     emit(data, render.inspect, as_json)
+    _exit_if_nothing_fits(planned)
 
 
 # Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
@@ -366,7 +407,9 @@ PLAN_ONLY = ("gpu_mem", "link", "seq_len", "flash_attention", "cpu_mem", "inter_
 @gpu_options
 @host_options
 @json_option
-def deepspeed_config(stage, offload, auto_, hf, output, force, launcher, script, check, no_compile_ops, as_json, **kw):
+@click.pass_context
+def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, check, no_compile_ops, as_json,
+                     **kw):
     """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
     import os
 
@@ -379,10 +422,15 @@ def deepspeed_config(stage, offload, auto_, hf, output, force, launcher, script,
     if stage is None and not auto_:
         raise BadInput("give --stage 0|1|2|3, or --auto with --model")
     if not auto_:
-        unused = [f"--{k.replace('_', '-')}" for k in PLAN_ONLY if kw.get(k) not in (None, False)
-                  and not (k == "grad_checkpointing" and hf) and not (k == "inter_node_gbps" and kw[k] == 12.5)]
+        given = [k for k in PLAN_ONLY if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
+        unused = [f"--{k.replace('_', '-')}" for k in given if not (k == "grad_checkpointing" and hf)]
+        if kw.get("nvme_free") is not None and offload == "nvme" and not (kw.get("model") or kw.get("params")):
+            raise BadInput("--nvme-free is checked against what the offload needs: give --model too")
+        if kw.get("nvme_free") is not None and offload != "nvme":
+            unused.append("--nvme-free")
         if unused:
-            raise BadInput(f"{', '.join(unused)} only feed the memory plan: add --auto (with --model), or drop them")
+            raise BadInput(f"{', '.join(unused)} only {'feeds' if len(unused) == 1 else 'feed'} the memory plan:"
+                           " add --auto (with --model), or drop " + ("it" if len(unused) == 1 else "them"))
     req = _request(kw, need_model=auto_, need_layout=auto_)
     # With --hf and no --precision the Trainer's own fp16/bf16 flags decide ("auto"); otherwise it is written out.
     precision = req.training.precision if (kw.get("precision") or auto_ or not hf) else None
@@ -390,6 +438,10 @@ def deepspeed_config(stage, offload, auto_, hf, output, force, launcher, script,
     planned = None
     if auto_:
         planned = _plan(req)
+        if planned["recommendation"]["strategy"] is None:
+            from .errors import DoesNotFit
+            raise DoesNotFit(planned["recommendation"]["reasons"][0] + " (`gputopo plan` with the same options shows"
+                             " every strategy)")
         stage, offload = dsconfig.STRATEGY_TO_CONFIG[planned["recommendation"]["strategy"]]
         warnings.append(f"--auto: gputopo plan recommends {planned['recommendation']['strategy']}")
     model, t = req.model, req.training
@@ -418,15 +470,16 @@ def deepspeed_config(stage, offload, auto_, hf, output, force, launcher, script,
                                f" ({gib(need - free)} missing)")
         if not check and validate.libaio_ok() is False:
             warnings.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
-    elif kw.get("nvme_free") is not None and not auto_:
-        raise BadInput("--nvme-free only matters with --offload nvme (or --auto)")
     cfg = dsconfig.build(stage, offload, hf=hf, offload_params=kw.get("offload_params"),
                          nvme_path=os.path.abspath(nvme_path) if nvme_path else None, precision=precision,
                          hidden_size=model.hidden_size if model else None,
                          largest_layer=model.largest_layer_params if model else None,
                          batch_size=t.batch_size, grad_accum=t.grad_accum,
                          gpus=None if req.gpus_assumed else req.world,  # unknown: DeepSpeed derives it at start
-                         torch_adam=no_compile_ops)
+                         optimizer=t.optimizer, torch_adam=no_compile_ops)
+    if t.optimizer != "adamw" and not hf:
+        warnings.append(f"--optimizer {t.optimizer}: no optimizer block; pass yours to"
+                        " deepspeed.initialize(optimizer=...)")
     version = validate.with_deepspeed(cfg, gpus=req.world, micro=t.batch_size, accum=t.grad_accum,
                                       precision=precision)
     warnings.append(f"validated by DeepSpeed {version}'s own config classes" if version else

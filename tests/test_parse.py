@@ -320,22 +320,33 @@ def test_real_damaged_pastes_refused_in_one_line(name, msg):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("width", range(20, 140, 3))
-def test_any_terminal_width_parses_exactly_or_refuses(width):
-    """A paste cut at any width is either the same topology or one clear refusal, never a half parse."""
-    for name in ["a100x2_nv12_5nic_sglang_check_env", "h100x1_gke_pod_cmd_comment", "a800x8_nv8_4nic_crlf",
-                 "dgx1_v100_hybrid_cube_mesh_mlx5_old_format", "gpu2_nv12_8nic_blank_affinity_vllm"]:
-        full = as_expected(parse.texts([fixture_text(f"{name}.txt")]))
+def _wrap(text: str, width: int) -> str:
+    """What a terminal `width` columns wide shows when it wraps long lines instead of cutting them."""
+    out = []
+    for line in text.replace("\r", "").splitlines():
+        line = line.expandtabs(8)
+        out += [line[i:i + width] for i in range(0, len(line), width)] or [""]
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("damage", [_cut, _wrap])
+@pytest.mark.parametrize("name", EXPECTED)
+def test_any_terminal_width_parses_exactly_or_refuses(name, damage):
+    """Every real paste, cut or wrapped at any width: the same topology, or one clear refusal; never a half
+    parse. An affinity column that vanished whole is allowed only when a note says so."""
+    full = json.loads((FIXTURES / "topo" / f"{name}.expected.json").read_text())
+    full.pop("_note", None)
+    for width in range(8, 200, 4):
         try:
-            got = as_expected(parse.texts([_cut(fixture_text(f"{name}.txt"), width)]))
+            topo = parse.texts([damage(fixture_text(f"{name}.txt"), width)])
         except BadInput as e:
-            assert "\n" not in str(e)
+            assert "\n" not in str(e) and str(e)
             continue
-        notes = " ".join(parse.texts([_cut(fixture_text(f"{name}.txt"), width)]).notes)
+        expected, notes = dict(full), " ".join(topo.notes)
         for col, key in (("CPU Affinity", "cpu_affinity"), ("NUMA Affinity", "numa_affinity")):
             if f"no {col}" in notes or "no CPU Affinity or NUMA Affinity" in notes:  # said, not guessed
-                full[key] = {g: None for g in full[key]}
-        assert got == full, (name, width)
+                expected[key] = {g: None for g in expected[key]}
+        assert as_expected(topo) == expected, (name, damage.__name__, width)
 
 
 def test_legend_stopping_at_a_word_boundary_is_not_a_cut():

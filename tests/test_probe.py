@@ -201,3 +201,14 @@ def test_one_selected_gpu_of_several(fake_nvml):
     data = report.inspect(probe.topology(), gpus="2", env={})
     assert data["links_note"].startswith("One GPU (GPU2, NVIDIA H100 80GB HBM3, of this machine's 4)")
     assert report.inspect(probe.topology(), env={})["links_note"] is None
+
+
+def test_one_gpu_from_the_nvidia_smi_binary_when_nvml_is_missing(fake_nvml, monkeypatch, tmp_path):
+    # The H100 record: NVML absent, `nvidia-smi topo -m` with the driver-580 escape-wrapped header.
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    _fake_smi(monkeypatch, tmp_path, fixture_text("h100x1_driver580_ansi_header.txt"))
+    topo = probe.topology()
+    assert topo.source == "nvidia-smi" and [g.name for g in topo.gpus] == ["GPU0"]
+    assert (topo.gpus[0].cpu_affinity, topo.gpus[0].numa_affinity) == ("0-15", "0")
+    assert report.inspect(topo, env={})["links_note"].startswith("One GPU (GPU0)")
