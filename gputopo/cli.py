@@ -230,14 +230,17 @@ def _topology(from_file, example, gpu_model):
             raise BadInput(f"--example {example}: unknown; `gputopo inspect --example list` lists them")
         e = index[example]
         text = resources.files("gputopo.examples").joinpath(e["file"]).read_text()
-        return parse.texts([text], gpu_model or e["gpu_model"]), [f"example:{example}"], None
+        pasted = [(f"example:{example}", text)]
+        return parse.texts([text], gpu_model or e["gpu_model"]), [f"example:{example}"], None, pasted
     if from_file:
-        texts = [_read(path) for path in from_file]
-        return parse.texts(texts, gpu_model, names=[("stdin" if p == "-" else p) for p in from_file]), list(from_file), None
+        from .markdown import unwrap  # a saved `inspect --markdown` report or issue: its fenced blocks
+        pasted = [(("stdin" if p == "-" else p), t) for p in from_file for t in unwrap(_read(p))]
+        return (parse.texts([t for _, t in pasted], gpu_model, names=[n for n, _ in pasted]), list(from_file), None,
+                pasted)
     try:
-        return probe.topology(), [], None
+        return probe.topology(), [], None, []
     except NvmlUnavailable as e:
-        return None, [], str(e)
+        return None, [], str(e), []
 
 
 model_options = _options(
@@ -315,12 +318,29 @@ def plan(as_json, **kw):
 @click.option("--gpu-mem", type=SIZE, help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
 @model_options
 @training_options
+@click.option("--markdown", is_flag=True, help="Print a report to paste into a GitHub issue (Mermaid graph, source"
+              " text); `inspect -f report.md` reads it back.")
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="PATH.png|svg",
+              help="Also draw the topology to a PNG or SVG (needs matplotlib).")
+@click.option("--force", is_flag=True, help="Overwrite --plot if it exists.")
 @host_options
 @json_option
-def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
+def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
-    from . import probe, render, report, request
+    from . import files, probe, render, report, request
     request.exclusive(example=example, from_file=from_file)
+    if markdown and as_json:
+        raise BadInput("--markdown and --json exclude each other")
+    if force and not plot:
+        raise BadInput("--force overwrites --plot; give --plot PATH")
+    if plot:
+        if not plot.lower().endswith((".png", ".svg")):
+            raise BadInput(f"--plot {plot}: give a .png or .svg file name")
+        files.check_output(plot, force, "--plot")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise BadInput("--plot needs matplotlib: pip install matplotlib")
+    if example == "list" and (markdown or plot):
+        raise BadInput("--example list lists the examples; --markdown and --plot need one: --example NAME")
     if example == "list":
         rows = [[k, v["description"]] for k, v in _examples().items() if not k.startswith("_")]
         if as_json:
@@ -329,13 +349,23 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
         else:
             click.echo(render.table(rows, ["example", "machine"]))
         return
-    topo, sources, status = _topology(from_file, example, str(gpu_model) if gpu_model else None)
+    topo, sources, status, pasted = _topology(from_file, example, str(gpu_model) if gpu_model else None)
     planned = None
     if topo is not None and (kw.get("model") or kw.get("params")):
         names = report.select(topo, gpus)
         planned = _plan(_request(kw, gpu_mem=gpu_mem, gpu_model=gpu_model, topology=topo, selected=names))
     data = report.inspect(topo, gpus=gpus, best=best, env=probe.environment(), host=probe.host(),
                           status=status, sources=sources, planned=planned)
+    if plot:
+        from . import plot as drawing
+        if topo is None:
+            raise BadInput(f"--plot: no GPU topology to draw ({status}); give --from-file or --example")
+        files.write_atomic(plot, drawing.render(data, plot.rsplit(".", 1)[1].lower()))
+        click.echo(f"wrote {plot}", err=True)
+    if markdown:
+        from . import markdown as md
+        click.echo(md.report(data, pasted), nl=False)
+        return
     emit(data, render.inspect, as_json)
 
 

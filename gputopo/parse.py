@@ -46,6 +46,7 @@ P2P_LEGEND = {"OK", "CNS", "GNS", "TNS", "NS", "DR"}
 TOPO_LEGEND = {"SYS", "SOC", "NODE", "PHB", "PXB", "PIX", "NV#"}
 # What every "cut off" refusal tells the user to do instead.
 FULL_COPY = "save the whole output with `nvidia-smi topo -m > topo.txt` and give that file"
+DRIVER = re.compile(r"Driver Version:\s*([\d.]+)")  # nvidia-smi's banner, or gputopo's regenerated text
 
 
 def clean(text: str) -> list[str]:
@@ -322,7 +323,7 @@ def topo_matrix(text: str) -> Topology:
                             numa_affinity=ex.get("NUMA Affinity"), gpu_numa_id=ex.get("GPU NUMA ID")))
     nics = tuple(Nic(name=l, device=m.nic_legend.get(l, None if re.match(r"NIC\d+$", l) else l))
                  for l in m.labels if not l.startswith("GPU"))
-    links = tuple(Link(a, b, v) for a, b, v in _pairs(m))
+    links = tuple(Link(a, b, None if v == "N/A" else v) for a, b, v in _pairs(m))  # N/A: unknown
     asym = [f"{a}-{b}" for a, b, _ in _pairs(m)
             if (b, a) in m.cells and (a, b) in m.cells and m.cells[(a, b)] != m.cells[(b, a)]]
     if asym:
@@ -385,7 +386,8 @@ def texts(pasted: list[str], gpu_model: str | None = None, names: list[str] | No
         pairs = [(a.name, b.name) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
         topo = Topology(gpus=gpus, links=tuple(Link(a, b, None) for a, b in pairs), source="file",
                         notes=("no `nvidia-smi topo -m` given: link types unknown",))
-    return merge(topo, listed, p2p, gpu_model)
+    driver = next((m.group(1) for t in pasted for m in [DRIVER.search(t)] if m), None)
+    return replace(merge(topo, listed, p2p, gpu_model), driver=driver)
 
 
 def _one(text: str, topo: Topology | None, p2p: dict) -> tuple[Topology | None, list[Gpu]]:

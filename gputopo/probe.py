@@ -167,7 +167,8 @@ def nvml_topology() -> Topology:
                 kind = f"NV{nv}" if nv else NVML_LEVEL.get(level)
                 status = _safe(nvml, "nvmlDeviceGetP2PStatus", handles[i], handles[j], 0)
                 links.append(Link(a.name, b.name, kind, p2p=None if status is None else {"r": P2P_STATUS.get(status, "U")}))
-        return Topology(gpus=tuple(gpus), links=tuple(links), source="nvml", notes=tuple(notes))
+        return Topology(gpus=tuple(gpus), links=tuple(links), source="nvml", notes=tuple(notes),
+                        driver=_text(_safe(nvml, "nvmlSystemGetDriverVersion")))
     finally:
         _safe(nvml, "nvmlShutdown")
 

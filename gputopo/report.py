@@ -29,12 +29,13 @@ def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None 
             sources: list[str] | None = None, planned: dict | None = None) -> dict:
     """The whole inspect report. `topo` is None when no GPU is visible; `status` then says why."""
     out = {"schema_version": SCHEMA_VERSION, "source": topo.source if topo else None, "inputs": sources or [],
-           "gpu_status": {"visible": topo is not None, "reason": status}, "host": host,
+           "gpu_status": {"visible": topo is not None, "reason": status}, "host": host, "driver": None,
            "gpus": [], "nics": [], "links": [], "selected": [], "islands": [], "weakest_link": None,
            "best": None, "findings": [], "recommendation": None, "plan": None, "links_note": None, "notes": []}
     if topo is None:
         return out
     names = select(topo, gpus)
+    out["driver"] = topo.driver
     out["gpus"] = [g.to_dict() for g in topo.gpus]
     out["nics"] = [n.to_dict() for n in topo.nics]
     links = []

@@ -394,8 +394,38 @@ def _walk(tmp):
         ("inspect", "gpu_mem"): differs("inspect", INSPECT_PLAN, INSPECT_PLAN + ["--gpu-mem", "40GB"],
                                         lambda d: d["plan"]["layout"]["gpu_mem_bytes"]),
         ("inspect", "as_json"): _json_flag("inspect", ["--example", "dgx-a100"]),
+        ("inspect", "markdown"): _inspect_markdown,
+        ("inspect", "plot"): _inspect_plot(tmp),
+        ("inspect", "force"): _inspect_force(tmp),
     })
     return w
+
+
+def _inspect_markdown(_):
+    out = run("inspect", "--example", "h100x8", "--markdown").stdout
+    assert out.startswith("### GPU topology") and "```mermaid" in out
+    one_line_usage_error(run("inspect", "--example", "h100x8", "--markdown", "--json"), "exclude each other")
+
+
+def _inspect_plot(tmp):
+    def check(_):
+        pytest.importorskip("matplotlib")
+        out = tmp / "topo.svg"
+        assert run("inspect", "--example", "h100x8", "--plot", str(out)).exit_code == 0 and b"<svg" in out.read_bytes()
+    return check
+
+
+def _inspect_force(tmp):
+    def check(_):
+        pytest.importorskip("matplotlib")
+        out = tmp / "keep.png"
+        out.write_text("keep")
+        one_line_usage_error(run("inspect", "--example", "h100x8", "--plot", str(out)), "exists; pass --force")
+        assert out.read_text() == "keep"
+        assert run("inspect", "--example", "h100x8", "--plot", str(out), "--force").exit_code == 0
+        assert out.read_bytes()[:4] == b"\x89PNG"
+        one_line_usage_error(run("inspect", "--example", "h100x8", "--force"), "--force overwrites --plot")
+    return check
 
 
 # bench-nvlink: the runs are faked at the process boundary (bench.run_child), so the walk shows each option
