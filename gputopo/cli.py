@@ -305,7 +305,17 @@ def _plan(req) -> dict:
 def plan(as_json, **kw):
     """Memory per GPU for each strategy (DDP, ZeRO-1/2/3, offload) and the one to use."""
     from . import render
-    emit(_plan(_request(kw)), render.plan, as_json)
+    data = _plan(_request(kw))
+    emit(data, render.plan, as_json)
+    _exit_if_nothing_fits(data)
+
+
+def _exit_if_nothing_fits(planned: dict | None) -> None:
+    """The whole table is shown first (each strategy with how much it is short); then one line and exit 1."""
+    from .errors import DoesNotFit
+    if planned and planned["recommendation"]["strategy"] is None:
+        click.echo(f"Error: {planned['recommendation']['reasons'][0]}", err=True)
+        sys.exit(DoesNotFit.exit_code)
 
 
 @cli.command()
@@ -367,6 +377,7 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, 
         click.echo(md.report(data, pasted), nl=False)
         return
     emit(data, render.inspect, as_json)
+    _exit_if_nothing_fits(planned)
 
 
 # Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
@@ -390,7 +401,8 @@ PLAN_ONLY = ("gpu_mem", "link", "seq_len", "flash_attention", "cpu_mem", "inter_
 @gpu_options
 @host_options
 @json_option
-def deepspeed_config(stage, offload, auto_, hf, output, force, launcher, script, as_json, **kw):
+@click.pass_context
+def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, as_json, **kw):
     """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
     import os
 
@@ -403,10 +415,15 @@ def deepspeed_config(stage, offload, auto_, hf, output, force, launcher, script,
     if stage is None and not auto_:
         raise BadInput("give --stage 0|1|2|3, or --auto with --model")
     if not auto_:
-        unused = [f"--{k.replace('_', '-')}" for k in PLAN_ONLY if kw.get(k) not in (None, False)
-                  and not (k == "grad_checkpointing" and hf) and not (k == "inter_node_gbps" and kw[k] == 12.5)]
+        given = [k for k in PLAN_ONLY if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
+        unused = [f"--{k.replace('_', '-')}" for k in given if not (k == "grad_checkpointing" and hf)]
+        if kw.get("nvme_free") is not None and offload == "nvme" and not (kw.get("model") or kw.get("params")):
+            raise BadInput("--nvme-free is checked against what the offload needs: give --model too")
+        if kw.get("nvme_free") is not None and offload != "nvme":
+            unused.append("--nvme-free")
         if unused:
-            raise BadInput(f"{', '.join(unused)} only feed the memory plan: add --auto (with --model), or drop them")
+            raise BadInput(f"{', '.join(unused)} only {'feeds' if len(unused) == 1 else 'feed'} the memory plan:"
+                           " add --auto (with --model), or drop " + ("it" if len(unused) == 1 else "them"))
     req = _request(kw, need_model=auto_, need_layout=auto_)
     # With --hf and no --precision the Trainer's own fp16/bf16 flags decide ("auto"); otherwise it is written out.
     precision = req.training.precision if (kw.get("precision") or auto_ or not hf) else None
@@ -414,13 +431,19 @@ def deepspeed_config(stage, offload, auto_, hf, output, force, launcher, script,
     planned = None
     if auto_:
         planned = _plan(req)
+        if planned["recommendation"]["strategy"] is None:
+            from .errors import DoesNotFit
+            raise DoesNotFit(planned["recommendation"]["reasons"][0] + " (`gputopo plan` with the same options shows"
+                             " every strategy)")
         stage, offload = dsconfig.STRATEGY_TO_CONFIG[planned["recommendation"]["strategy"]]
         warnings.append(f"--auto: gputopo plan recommends {planned['recommendation']['strategy']}")
     model, t = req.model, req.training
     nvme_path = kw.get("nvme_path")
     if offload == "nvme":
         if not nvme_path:
-            raise BadInput("--offload nvme needs --nvme-path DIR (a local NVMe folder)")
+            raise BadInput("--offload nvme needs --nvme-path DIR (a local NVMe folder)" if not auto_ else
+                           "--auto: gputopo plan recommends zero3_offload_nvme; the config needs --nvme-path DIR"
+                           " (a local NVMe folder)")
         if not os.path.isdir(nvme_path):
             raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
         if not os.access(nvme_path, os.W_OK):
@@ -438,14 +461,16 @@ def deepspeed_config(stage, offload, auto_, hf, output, force, launcher, script,
                                f" ({gib(need - free)} missing)")
         if validate.libaio_ok() is False:
             warnings.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
-    elif kw.get("nvme_free") is not None and not auto_:
-        raise BadInput("--nvme-free only matters with --offload nvme (or --auto)")
     cfg = dsconfig.build(stage, offload, hf=hf, offload_params=kw.get("offload_params"),
                          nvme_path=os.path.abspath(nvme_path) if nvme_path else None, precision=precision,
                          hidden_size=model.hidden_size if model else None,
                          largest_layer=model.largest_layer_params if model else None,
                          batch_size=t.batch_size, grad_accum=t.grad_accum,
-                         gpus=None if req.gpus_assumed else req.world)  # unknown: DeepSpeed derives it at start
+                         gpus=None if req.gpus_assumed else req.world,  # unknown: DeepSpeed derives it at start
+                         optimizer=t.optimizer)
+    if t.optimizer != "adamw" and not hf:
+        warnings.append(f"--optimizer {t.optimizer}: no optimizer block; pass yours to"
+                        " deepspeed.initialize(optimizer=...)")
     version = validate.with_deepspeed(cfg, gpus=req.world, micro=t.batch_size, accum=t.grad_accum,
                                       precision=precision)
     warnings.append(f"validated by DeepSpeed {version}'s own config classes" if version else

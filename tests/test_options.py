@@ -562,3 +562,226 @@ def test_bench_option_has_an_effect_or_is_refused(name, bench_calls, tmp_path):
 @pytest.mark.parametrize("name", [n for c, n in all_options() if c == "gputopo"])
 def test_group_option(name):
     _group(name)(None)
+
+
+# --- words from the same figures as the table -------------------------------------------------------------------
+
+NOFIT = ["--model", "llama-2-70b", "--gpus", "1", "--gpu-mem", "8GB", "--cpu-mem", "16GB", "--nvme-free", "10GB"]
+
+
+def test_nothing_fits_shows_the_whole_table_and_exits_1():
+    """Issue 14: when nothing fit, plan printed one error line: no table, no JSON, exit 1 with stdout empty."""
+    r = run("plan", *NOFIT, "--json")
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert data["recommendation"]["strategy"] is None and len(data["strategies"]) == 4
+    for s in data["strategies"]:
+        assert not s["fits"] and s["short_bytes"]
+        b = s["per_gpu_bytes"]
+        if "gpu" in s["short_bytes"]:
+            assert s["short_bytes"]["gpu"] == b["total"] - int(0.9 * 8 * GIB) or \
+                abs(s["short_bytes"]["gpu"] - (b["total"] - 0.9 * 8 * GIB)) < 1
+    nvme = next(s for s in data["strategies"] if s["name"] == "zero3_offload_nvme")
+    assert nvme["short_bytes"]["nvme"] == nvme["nvme_bytes"] - 10 * GIB
+    assert r.stderr.startswith("Error: llama-2-70b (68.98B params) fits no strategy") and r.stderr.count("\n") == 1
+    text = run("plan", *NOFIT)
+    assert text.exit_code == 1 and "Recommendation: none fits" in text.stdout
+    assert "no: GPU 146.0 GiB short, NVMe 1.1 TiB short" in text.stdout  # zero3_offload_nvme's row
+    assert text.stdout.count("\n") > 8
+
+
+def test_nothing_fits_in_auto_is_one_line():
+    r = run("deepspeed-config", "--auto", *NOFIT)
+    assert r.exit_code == 1 and r.output.startswith("Error: llama-2-70b") and r.output.count("\n") == 1
+
+
+def _reasons(*args):
+    return " ".join(json.loads(run("plan", "--json", *args).stdout)["recommendation"]["reasons"])
+
+
+def test_traffic_words_match_the_table():
+    """Issue 14: ZeRO-1 picked on NVLink with "ZeRO's extra traffic is cheap" while it sends half of DDP's."""
+    args = ["--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GB", "--link", "NV12", "--gpu-model", "A100-80GB",
+            "--batch-size", "1", "--cpu-mem", "512GB", "--nvme-free", "1TB"]
+    data = json.loads(run("plan", "--json", *args).stdout)
+    s = {x["name"]: x for x in data["strategies"]}
+    chosen = data["recommendation"]["strategy"]
+    assert chosen == "zero1"
+    ddp, z1, z2, z3 = (s[n]["comm_bytes_per_step"] for n in ("ddp", "zero1", "zero2", "zero3"))
+    assert z1 == z2 == ddp // 2 and z3 == pytest.approx(1.5 * z1, rel=1e-6)  # bf16 vs DDP's fp32 gradients
+    words = " ".join(data["recommendation"]["reasons"])
+    assert "extra traffic" not in words and "0.50x DDP's 43.9 GiB" in words and "22.0 GiB sent per GPU" in words
+
+
+def test_zero1_traffic_is_once_per_step_zero2_every_micro_step():
+    base = ["--model", "gpt2", "--gpus", "4", "--gpu-mem", "24GB", "--link", "NV4", "--cpu-mem", "64GB", "--nvme-free", "1TB"]
+    one = {x["name"]: x["comm_bytes_per_step"] for x in json.loads(run("plan", "--json", *base).stdout)["strategies"]}
+    four = {x["name"]: x["comm_bytes_per_step"] for x in
+            json.loads(run("plan", "--json", *base, "--grad-accum", "4").stdout)["strategies"]}
+    assert four["ddp"] == one["ddp"] and four["zero1"] == one["zero1"]
+    assert four["zero2"] == one["zero2"] * 5 // 2 and four["zero3"] == one["zero3"] * 4
+
+
+def test_accumulation_advised_only_where_it_cuts_traffic():
+    """Issue 14: accumulation was advised "to sync less often" for ZeRO-2, which reduces on every micro-step."""
+    pcie = ["--gpus", "4", "--gpu-mem", "16GB", "--link", "SYS", "--cpu-mem", "64GB", "--nvme-free", "1TB", "--batch-size", "1"]
+    ddp = _reasons("--model", "gpt2", *pcie)
+    assert "Gradient accumulation cuts it: ddp syncs once per optimizer step" in ddp
+    sharded = json.loads(run("plan", "--json", "--model", "gpt2-xl", *pcie).stdout)["recommendation"]
+    assert sharded["strategy"].startswith(("zero2", "zero3"))
+    words = " ".join(sharded["reasons"])
+    assert "cuts it" not in words and "sync less often" not in words and "every micro-step" in words
+
+
+def test_unknown_link_said_plainly():
+    """Issue 14: "over the unknown link (unknown GB/s per direction, unknown)"."""
+    data = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "4", "--gpu-mem", "24GB", "--cpu-mem", "64GB",
+                          "--nvme-free", "1TB").stdout)
+    words = " ".join(data["recommendation"]["reasons"])
+    assert "unknown GB/s" not in words and "The link between the GPUs is unknown, so no time is estimated" in words
+    assert data["recommendation"]["interconnect"] == "unknown"
+    text = run("plan", "--model", "gpt2", "--gpus", "4", "--gpu-mem", "24GB", "--cpu-mem", "64GB", "--nvme-free", "1TB")
+    assert "(link unknown)" in text.stdout
+
+
+# --- plan and deepspeed-config --auto: the same inputs, the same answer -----------------------------------------
+
+AGREE = [
+    ["--model", "gpt2", "--gpus", "2", "--gpu-model", "TITAN RTX", "--link", "NV2", "--cpu-mem", "64GB"],
+    ["--model", "llama-2-7b", "--gpus", "8", "--gpu-model", "A100-80GB", "--link", "NV12", "--batch-size", "1",
+     "--cpu-mem", "1TB"],
+    ["--model", "t5-3b", "--gpus", "1", "--gpu-mem", "16GB", "--batch-size", "1", "--cpu-mem", "128GB"],
+    # the issue's case: plan said NVMe offload, --auto measured the folder instead of using --nvme-free
+    ["--model", "llama-2-7b", "--gpus", "1", "--gpu-mem", "24GB", "--cpu-mem", "32GB", "--nvme-free", "4TB",
+     "--grad-checkpointing", "--batch-size", "1", "--nvme-path", "{tmp}"],
+    ["--model", "llama-2-70b", "--gpus", "8", "--gpu-model", "H100", "--link", "NV18", "--grad-checkpointing",
+     "--batch-size", "1", "--cpu-mem", "256GB", "--nvme-free", "4TB", "--nvme-path", "{tmp}"],
+    ["--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "16GB", "--link", "SYS", "--batch-size", "1", "--cpu-mem", "64GB"],
+    ["--model", "llama-2-13b", "--gpus", "8", "--nodes", "2", "--gpu-model", "A100-40GB", "--link", "NV12",
+     "--inter-node-gbps", "200Gb/s", "--batch-size", "2", "--global-batch", "64", "--grad-checkpointing",
+     "--cpu-mem", "1TB"],
+    ["--model", "qwen2.5-7b", "--gpus", "4", "--gpu-model", "RTX 4090", "--link", "PHB", "--batch-size", "1",
+     "--seq-len", "2048", "--grad-checkpointing", "--flash-attention", "--cpu-mem", "128GB", "--nvme-free", "100GB"],
+    ["--model", "qwen2.5-7b", "--gpus", "4", "--gpu-model", "RTX 4090", "--link", "PHB", "--batch-size", "1",
+     "--seq-len", "2048", "--grad-checkpointing", "--flash-attention", "--cpu-mem", "256GB", "--nvme-free", "100GB"],
+    ["--model", "mistral-7b", "--gpus", "2", "--gpu-model", "V100-32GB", "--link", "NV2", "--batch-size", "1",
+     "--optimizer", "adamw-8bit", "--cpu-mem", "256GB", "--grad-checkpointing", "--nvme-free", "1TB"],
+    ["--params", "3B", "--hidden-size", "2560", "--layers", "32", "--gpus", "2", "--gpu-mem", "24GB",
+     "--precision", "fp32", "--cpu-mem", "32GB", "--no-offload-params", "--nvme-free", "1TB", "--nvme-path", "{tmp}"],
+]
+
+
+@pytest.mark.parametrize("case", range(len(AGREE)))
+def test_plan_and_auto_agree(case, tmp_path):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in AGREE[case]]
+    if "--nvme-free" not in args:  # the free space of a shared /tmp moves between two runs
+        args += ["--nvme-free", "1TB"]
+    p = run("plan", "--json", *args)
+    plan = json.loads(p.stdout)
+    r = run("deepspeed-config", "--auto", "--json", *args)
+    if plan["recommendation"]["strategy"] is None:  # nothing fits: both say so, with the same reason
+        assert p.exit_code == r.exit_code == 1 and plan["recommendation"]["reasons"][0] in r.output
+        return
+    assert r.exit_code == 0, r.output
+    auto = json.loads(r.stdout)
+    assert auto["plan"] == plan  # the same resolved inputs, the same figures
+    from gputopo.dsconfig import STRATEGY_TO_CONFIG
+    stage, offload = STRATEGY_TO_CONFIG[plan["recommendation"]["strategy"]]
+    zero = auto["config"]["zero_optimization"]
+    assert zero["stage"] == stage
+    assert (zero.get("offload_optimizer") or {}).get("device", "none") == offload
+    assert f"--auto: gputopo plan recommends {plan['recommendation']['strategy']}" in auto["warnings"]
+
+
+def test_agreement_table_is_held_apart():
+    """The cases above are not one answer repeated: they span every kind of recommendation."""
+    seen = set()
+    with_tmp = "/tmp"
+    for args in AGREE:
+        args = [a.replace("{tmp}", with_tmp) for a in args]
+        seen.add(json.loads(run("plan", "--json", *args).stdout)["recommendation"]["strategy"])
+    assert {"ddp", "zero1", "zero3_offload_nvme", None} <= seen and any("offload_cpu" in (s or "") for s in seen)
+    assert len(seen) >= 6
+
+
+def test_explicit_nvme_free_wins_over_the_folder_with_a_note(tmp_path):
+    args = ["--model", "llama-2-7b", "--gpus", "1", "--gpu-mem", "24GB", "--cpu-mem", "32GB", "--nvme-free", "4TB",
+            "--grad-checkpointing", "--batch-size", "1", "--nvme-path", str(tmp_path)]
+    plan = json.loads(run("plan", "--json", *args).stdout)
+    assert plan["layout"]["nvme_free_bytes"] == 4 * 2 ** 40
+    assert any(n.startswith("--nvme-free 4096.0 GiB is used; " + str(tmp_path)) for n in plan["notes"])
+    auto = json.loads(run("deepspeed-config", "--auto", "--json", *args).stdout)
+    assert auto["config"]["zero_optimization"]["offload_param"]["nvme_path"] == str(tmp_path)
+    assert any("--nvme-free 4096.0 GiB is used" in w for w in auto["warnings"])
+
+
+def test_explicit_cpu_mem_wins():
+    a = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "8GB", "--cpu-mem", "3GB").stdout)
+    assert a["layout"]["cpu_mem_bytes"] == 3 * GIB and not any("CPU RAM" in n for n in a["notes"])
+    b = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "8GB").stdout)
+    assert any(n.startswith("CPU RAM: ") and "this machine's" in n for n in b["notes"])
+
+
+# --- output paths: checked before the work, written atomically --------------------------------------------------
+
+def test_output_folder_checked_before_any_work(tmp_path):
+    """Issue 14: `deepspeed-config --stage 2 -o missing/ds.json` ended in a FileNotFoundError traceback."""
+    missing = tmp_path / "missing" / "ds.json"
+    one_line_usage_error(run("deepspeed-config", "--stage", "2", "-o", missing),
+                         f"--output {missing}: folder {missing.parent} does not exist")
+    # checked first: a model that would fail later is not even looked at
+    one_line_usage_error(run("deepspeed-config", "--auto", "--model", "nope", "-o", missing), "does not exist")
+    one_line_usage_error(run("deepspeed-config", "--stage", "2", "-o", tmp_path), "is a directory")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_output_folder_not_writable(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        one_line_usage_error(run("deepspeed-config", "--stage", "2", "-o", ro / "ds.json"), "is not writable")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+    from gputopo import files
+    out = tmp_path / "ds.json"
+    out.write_text("old")
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    with pytest.raises(OSError):
+        files.write_atomic(str(out), "new")
+    assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["ds.json"]
+    monkeypatch.undo()
+    files.write_atomic(str(out), "new")
+    assert out.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["ds.json"]
+    assert (out.stat().st_mode & 0o777) == 0o666 & ~files._umask()
+
+
+# --- deepspeed-config: --optimizer and the plan-only options ----------------------------------------------------
+
+def test_optimizer_reaches_the_config():
+    assert ds_cfg("--stage", "2")["config"]["optimizer"]["type"] == "AdamW"
+    d = ds_cfg("--stage", "2", "--optimizer", "adafactor")
+    assert "optimizer" not in d["config"] and d["config"]["zero_allow_untested_optimizer"] is True
+    assert d["training_arguments"]["optim"] == "adafactor"
+    n = ds_cfg("--stage", "1", "--no-hf", "--optimizer", "sgd")
+    assert "optimizer" not in n["config"] and any("deepspeed.initialize(optimizer=" in w for w in n["warnings"])
+    one_line_usage_error(run("deepspeed-config", "--stage", "3", "--offload", "cpu", "--optimizer", "sgd"),
+                         "ZeRO-Offload steps the optimizer on the host")
+
+
+@pytest.mark.parametrize("opt,value", [("--seq-len", "512"), ("--gpu-mem", "24GB"), ("--link", "NV2"),
+                                       ("--flash-attention", None), ("--cpu-mem", "64GB"),
+                                       ("--inter-node-gbps", "12.5"), ("--nvme-free", "1TB")])
+def test_plan_only_options_refused_without_auto(opt, value):
+    args = [opt] + ([value] if value else [])
+    one_line_usage_error(run("deepspeed-config", "--stage", "2", *args),
+                         f"{opt} only feeds the memory plan: add --auto (with --model), or drop it")
+
+
+def test_grad_checkpointing_reaches_the_trainer_or_is_refused():
+    assert ds_cfg("--stage", "2", "--grad-checkpointing")["training_arguments"]["gradient_checkpointing"] is True
+    one_line_usage_error(run("deepspeed-config", "--stage", "2", "--no-hf", "--grad-checkpointing"),
+                         "--grad-checkpointing only feeds the memory plan")

@@ -197,7 +197,6 @@ def test_8bit_adam_hint_when_optimizer_states_do_not_fit():
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["--model", "llama-2-70b", "--gpus", "1", "--gpu-mem", "8GiB", "--cpu-mem", "16GiB", "--nvme-free", "10GB"], "fits no strategy"),
     (["--model", "gpt2", "--gpus", "0", "--gpu-mem", "24GiB"], "--gpus must be 1 or more"),
     (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "-3GiB"], "--gpu-mem -3GiB: expected a positive size"),
     (["--model", "nope", "--gpus", "2", "--gpu-mem", "24GiB"], "--model nope: not a known model"),
