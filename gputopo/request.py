@@ -105,8 +105,11 @@ def exclusive(**given) -> None:
 
 
 def _nvme_free(nvme_free: int | None, nvme_path: str | None, notes: dict) -> int:
-    """--nvme-free wins; else the free space measured at --nvme-path (default: the temp dir)."""
-    folder = nvme_path or tempfile.gettempdir()
+    """--nvme-free wins; else the free space measured at --nvme-path (default: the folder deepspeed-config would
+    choose, system.default_offload_dir(); the temp dir when no local disk is writable)."""
+    from . import system
+    picked = None if nvme_path else system.default_offload_dir()
+    folder = nvme_path or (picked[0] if picked else tempfile.gettempdir())
     if nvme_path and not os.path.isdir(nvme_path):
         raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
     if nvme_free is not None:
