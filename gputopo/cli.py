@@ -117,7 +117,10 @@ def model_options(fn):
         click.option("--grad-checkpointing", is_flag=True, help="Recompute activations in backward."),
         click.option("--grad-accum", type=int, default=1, show_default=True, help="Gradient accumulation steps."),
         click.option("--global-batch", type=int, help="Target global batch: derives --grad-accum."),
-        click.option("--flash-attention", is_flag=True, help="Fused attention (no s^2 scores kept)."),
+        click.option("--attention", type=click.Choice(["auto", "eager", "sdpa"]),
+                     help="Attention as transformers runs it [default: auto, what transformers picks: sdpa where"
+                          " the architecture supports it]."),
+        click.option("--flash-attention", is_flag=True, help="Same as --attention sdpa (fused: no s^2 scores kept)."),
         click.option("--offload-params/--no-offload-params", default=None,
                      help="With ZeRO-3 offload, offload parameters too (default: yes at stage 3)."),
         click.option("--cpu-mem", metavar="SIZE", help="CPU RAM per node [default: this machine's]."),
@@ -161,8 +164,17 @@ def _plan(kw, layout_fn):
     seq = kw.get("seq_len") or min(model.max_positions or 512, 1024)
     training = Training(precision=precision, optimizer=kw["optimizer"], batch_size=kw["batch_size"], seq_len=seq,
                         grad_checkpointing=kw["grad_checkpointing"], grad_accum=kw["grad_accum"],
-                        flash_attention=kw["flash_attention"], offload_params=kw["offload_params"] is not False)
+                        attention=_attention(kw), offload_params=kw["offload_params"] is not False)
     return report.plan(model, layout, training, kw.get("global_batch"))
+
+
+def _attention(kw) -> str:
+    """--attention, with --flash-attention as its old spelling of sdpa."""
+    if kw.get("flash_attention"):
+        if kw.get("attention") not in (None, "sdpa"):
+            raise BadInput(f"--flash-attention means --attention sdpa; it contradicts --attention {kw['attention']}")
+        return "sdpa"
+    return kw.get("attention") or "auto"
 
 
 def _layout_fn(gpus, gpu_mem, gpu_model, link):
@@ -196,11 +208,16 @@ def _layout_fn(gpus, gpu_mem, gpu_model, link):
 @click.option("--gpu-mem", metavar="SIZE", help="Memory per GPU: 24GiB, 80GB, 16000MiB [default: this machine's].")
 @click.option("--gpu-model", metavar="NAME", help="GPU model (bf16 support, NVLink bandwidth).")
 @click.option("--link", metavar="TYPE", help="Weakest link between GPUs as nvidia-smi prints it: NV12, PIX, PHB, SYS...")
+@click.option("--measure", is_flag=True, help="Also train the model (random weights) two steps here and compare.")
 @json_option
-def plan(gpus, gpu_mem, gpu_model, link, as_json, **kw):
+def plan(gpus, gpu_mem, gpu_model, link, measure, as_json, **kw):
     """Memory per GPU for each strategy (DDP, ZeRO-1/2/3, offload) and the one to use."""
     from . import render
-    emit(_plan(kw, _layout_fn(gpus, gpu_mem, gpu_model, link)), render.plan, as_json)
+    data = _plan(kw, _layout_fn(gpus, gpu_mem, gpu_model, link))
+    if measure:
+        from . import measure as measuring
+        data["measured"] = measuring.check(data)
+    emit(data, render.plan, as_json)
 
 
 

@@ -1,7 +1,9 @@
 """Topology + findings + advice -> the `inspect` report, one dict (its schema is in README.md). Pure."""
 from __future__ import annotations
 
-from . import advise, health, plan as planning
+from dataclasses import replace
+
+from . import advise, health, memory, plan as planning
 from .errors import BadInput, TooFewGpus
 from .topology import Topology, kind_of, rank
 
@@ -107,8 +109,8 @@ def plan(model, layout: planning.Layout, training: planning.Training, global_bat
         if global_batch < training.batch_size * layout.gpus:
             raise BadInput(f"--global-batch {global_batch} is below one micro-batch on every GPU"
                            f" ({training.batch_size} x {layout.gpus})")
-        from dataclasses import replace
         training = replace(training, grad_accum=-(-global_batch // (training.batch_size * layout.gpus)))
+    training = replace(training, attention=memory.resolve_attention(model, training.attention))
     strategies = planning.strategies(model, layout, training)
     fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
     advice = advise.from_plan(model, layout, training, strategies, fast, global_batch)
