@@ -215,12 +215,14 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
 
 
 def peak(m, t, attention: str, grad_bytes: int, device: str = "cuda", plain_torch: bool = True) -> dict:
-    """The worst phase for a strategy whose full gradients take `grad_bytes` on this device."""
-    best = None
+    """The worst phase for a strategy whose full gradients take `grad_bytes` on this device, with every
+    phase's total (so a change that moves a phase other than the worst one still shows)."""
+    best, totals = None, []
     for ph in phases(m, t, attention, device, plain_torch):
         grads = int(grad_bytes * ph.grad_params / m.params) if m.params else 0
         total = grads + ph.activations + ph.temporaries
+        totals.append({"phase": ph.name, "bytes": total})
         if best is None or total > best["bytes"]:
             best = {"phase": ph.name, "bytes": total, "gradients": grads, "activations": ph.activations,
                     "temporaries": ph.temporaries}
-    return best
+    return {**best, "phases": totals}

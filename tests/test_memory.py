@@ -86,8 +86,10 @@ def test_optimizer_step():
     assert memory.optimizer_temporaries(big, "adamw", "cpu") == 2 * 4 * 10 ** 8  # per tensor: the largest one
     assert memory.optimizer_temporaries(big, "sgd", "cuda") == 0
     pk = memory.peak(big, FP32, "eager", 4 * 10 ** 9)
-    assert pk == {"phase": "optimizer step", "bytes": 8 * 10 ** 9, "gradients": 4 * 10 ** 9, "activations": 0,
-                  "temporaries": 4 * 10 ** 9}
+    assert {k: v for k, v in pk.items() if k != "phases"} == {
+        "phase": "optimizer step", "bytes": 8 * 10 ** 9, "gradients": 4 * 10 ** 9, "activations": 0,
+        "temporaries": 4 * 10 ** 9}
+    assert max(pk["phases"], key=lambda p: p["bytes"]) == {"phase": "optimizer step", "bytes": 8 * 10 ** 9}
 
 
 def test_gradient_accumulation_keeps_gradients_alive():
