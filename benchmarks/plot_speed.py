@@ -3,6 +3,7 @@
 Run: python benchmarks/plot_speed.py   (target: under 3 s per PNG and per SVG on a CPU-only machine)
 """
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -30,3 +31,22 @@ with tempfile.TemporaryDirectory() as tmp:
             row.append(f"{fmt} {dt:.2f} s ({out.stat().st_size // 1024} KiB)")
         print(f"{name:22s} " + "   ".join(row))
     print(f"slowest: {worst:.2f} s  target < 3 s: {'OK' if worst < 3 else 'MISSED'}")
+
+# The same in one process: what matplotlib's import costs once, and what drawing costs per figure.
+t0 = time.perf_counter()
+import matplotlib.figure  # noqa: E402,F401
+from matplotlib.backends import backend_agg  # noqa: E402,F401
+print(f"import matplotlib: {time.perf_counter() - t0:.2f} s")
+from click.testing import CliRunner  # noqa: E402
+
+from gputopo import plot  # noqa: E402
+from gputopo.cli import cli  # noqa: E402
+
+for name in examples:
+    data = json.loads(CliRunner().invoke(cli, ["inspect", "--json", "--example", name]).output)
+    t0 = time.perf_counter()
+    plot.render(data, "png")
+    t1 = time.perf_counter()
+    plot.render(data, "svg")
+    print(f"{name:22s} in process: png {t1 - t0:.2f} s, svg {time.perf_counter() - t1:.2f} s")
+print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -374,6 +374,8 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, 
         planned = _plan(_request(kw, gpu_mem=gpu_mem, gpu_model=gpu_model, topology=topo, selected=names))
     data = report.inspect(topo, gpus=gpus, best=best, env=probe.environment(), host=probe.host(),
                           status=status, sources=sources, planned=planned)
+    if not sources:  # this machine, not a paste: its blocking host problems, briefly (`gputopo doctor` for all)
+        data["host_checks"] = [c for c in _doctor(topo=topo, status=status or "")["checks"] if c["blocking"]]
     if plot:
         from . import plot as drawing
         if topo is None:
@@ -404,13 +406,18 @@ PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_
 @click.option("--launcher", type=click.Choice(["torchrun", "deepspeed", "accelerate", "slurm"]),
               help="Also print the matching launch command and files.")
 @click.option("--script", default="train.py", show_default=True, help="Training script for --launcher.")
+@click.option("--check", is_flag=True,
+              help="Run `gputopo doctor` on this config before writing it: refuse (exit 1) if its ops cannot build here.")
+@click.option("--no-compile-ops", is_flag=True,
+              help='Adam/AdamW through torch ("torch_adam": true): no FusedAdam/CPUAdam to compile (slower step).')
 @model_options
 @training_options
 @gpu_options
 @host_options
 @json_option
 @click.pass_context
-def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, as_json, **kw):
+def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, check, no_compile_ops, as_json,
+                     **kw):
     """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
     import os
 
@@ -447,11 +454,13 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
         warnings.append(f"--auto: gputopo plan recommends {planned['recommendation']['strategy']}")
     model, t = req.model, req.training
     nvme_path = kw.get("nvme_path")
+    need = None
     if offload == "nvme":
         if not nvme_path:
-            raise BadInput("--offload nvme needs --nvme-path DIR (a local NVMe folder)" if not auto_ else
-                           "--auto: gputopo plan recommends zero3_offload_nvme; the config needs --nvme-path DIR"
-                           " (a local NVMe folder)")
+            nvme_path, why = _offload_dir()
+            warnings.append(why)
+            if as_json:  # the text output prints every warning on stderr at the end
+                click.echo(f"note: {why}", err=True)
         if not os.path.isdir(nvme_path):
             raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
         if not os.access(nvme_path, os.W_OK):
@@ -467,7 +476,7 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
             if need > free:
                 raise BadInput(f"--nvme-path {nvme_path}: {gib(free)} free, offload needs {gib(need)}"
                                f" ({gib(need - free)} missing)")
-        if validate.libaio_ok() is False:
+        if not check and validate.libaio_ok() is False:
             warnings.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
     cfg = dsconfig.build(stage, offload, hf=hf, offload_params=kw.get("offload_params"),
                          nvme_path=os.path.abspath(nvme_path) if nvme_path else None, precision=precision,
@@ -475,7 +484,7 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
                          largest_layer=model.largest_layer_params if model else None,
                          batch_size=t.batch_size, grad_accum=t.grad_accum,
                          gpus=None if req.gpus_assumed else req.world,  # unknown: DeepSpeed derives it at start
-                         optimizer=t.optimizer)
+                         optimizer=t.optimizer, torch_adam=no_compile_ops)
     if t.optimizer != "adamw" and not hf:
         warnings.append(f"--optimizer {t.optimizer}: no optimizer block; pass yours to"
                         " deepspeed.initialize(optimizer=...)")
@@ -483,6 +492,10 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
                                       precision=precision)
     warnings.append(f"validated by DeepSpeed {version}'s own config classes" if version else
                     "deepspeed is not installed: checked by gputopo's rules only")
+    if check:  # before anything is written: the ops this config loads, its NVMe folder, locked memory
+        report = _preflight("deepspeed-config --check", cfg=cfg, nvme_need=need)
+        warnings += [f"doctor: {c['subject']}: {c['found']}" for c in report["checks"]
+                     if c["id"].startswith(("ds_op", "nvme_path", "memlock"))]
     text = json.dumps(cfg, indent=2) + "\n"
     if output:
         files.write_atomic(output, text)
@@ -513,6 +526,72 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
         click.echo(launch_info["command"], file=out)
         for n in launch_info["notes"]:
             click.echo(f"# {n}", file=out)
+
+
+def _ds_config(path: str) -> dict:
+    """A DeepSpeed config file as a dict; bad files get one line."""
+    try:
+        cfg = json.loads(_read(path))
+    except ValueError as e:
+        raise BadInput(f"{path}: not JSON ({e})")
+    if not isinstance(cfg, dict):
+        raise BadInput(f"{path}: a DeepSpeed config is a JSON object")
+    return cfg
+
+
+def _doctor(cfg=None, config_path=None, topo=None, status=None, nvme_need=None) -> dict:
+    """Run the doctor; a topology already probed (and why it is missing) is reused instead of probed again."""
+    from . import doctor
+    from .errors import NvmlUnavailable
+    if topo is None and status is None:
+        return doctor.run(cfg, config_path=config_path, nvme_need=nvme_need)
+
+    def topo_fn():
+        if topo is None:
+            raise NvmlUnavailable(status)
+        return topo
+    return doctor.run(cfg, config_path=config_path, topo_fn=topo_fn, nvme_need=nvme_need)
+
+
+def _preflight(what: str, cfg=None, topo=None, status=None, nvme_need=None) -> dict:
+    """Doctor before launching or writing: each blocking check on one line with its fix, then exit 1."""
+    data = _doctor(cfg, topo=topo, status=status, nvme_need=nvme_need)
+    stop = [c for c in data["checks"] if c["blocking"]]
+    for c in stop:
+        click.echo(f"doctor: {c['subject']}: {c['found']}" + (f" - fix: {c['fix']}" if c["fix"] else ""), err=True)
+    if stop:
+        raise GputopoError(f"{what}: {len(stop)} blocking problem(s) found by `gputopo doctor` (listed above)")
+    return data
+
+
+def _offload_dir() -> tuple[str, str]:
+    """--offload nvme without --nvme-path: the NVMe mount with the most free space, else the roomiest local disk."""
+    import tempfile
+
+    from . import system
+    from .units import size
+    host = system.Host()
+    picked = system.pick_offload_dir(host, system.disks(host), tempfile.gettempdir())
+    if picked is None:
+        raise BadInput("--offload nvme: no writable local disk here (tmpfs is RAM, not NVMe); give --nvme-path DIR")
+    folder, d, why = picked
+    where = f"{d.mountpoint}: {d.fstype} on {d.block or d.device}, {size(d.free_bytes)} free"
+    warning = "" if d.kind == "nvme" else f"; it is NOT NVMe ({d.kind}): offload will be slower, pass --nvme-path"
+    return folder, f"--nvme-path not given: using {folder} ({where}), {why}{warning}"
+
+
+@cli.command()
+@click.option("--config", "config_path", metavar="DS.json",
+              help="Also check what this DeepSpeed config needs: its compiled ops, NVMe folder, locked memory.")
+@json_option
+@click.pass_context
+def doctor(ctx, config_path, as_json):
+    """Host and install traps that break multi-GPU runs, worst first; exit 1 if one will."""
+    from . import render
+    cfg = _ds_config(config_path) if config_path else None
+    data = _doctor(cfg, config_path=config_path)
+    emit(data, render.doctor, as_json)
+    ctx.exit(data["exit_code"])
 
 
 @cli.command("bench-nvlink")
@@ -600,6 +679,9 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
             with open(tmp, "w") as f:
                 json.dump(results, f, indent=2, sort_keys=True)
             os.replace(tmp, output)
+    warned = _preflight("bench-nvlink", topo=topo, status=None if topo else "no NVIDIA GPU visible")["counts"]["warn"]
+    if warned:
+        click.echo(f"note: `gputopo doctor` has {warned} warning(s) about this machine", err=True)
     progress = _progress(verbose)
     try:
         results = bench.run(o, link, save, progress)

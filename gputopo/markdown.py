@@ -127,6 +127,9 @@ def graph(report: dict) -> Graph:
         lines = [n] + [x for x in (_short_model(g["model"]),) if x]
         if g.get("memory_total_bytes"):
             lines.append(f"{g['memory_total_bytes'] / 2 ** 30:.0f} GiB")
+        if g.get("pcie_gbps"):  # live only: the link's generation x width, theoretical per direction
+            lines.append(f"PCIe gen{g['pcie_gen_max'] or g['pcie_gen']} x{g['pcie_width_max'] or g['pcie_width']}"
+                         f" · {g['pcie_gbps']:g} GB/s")
         nodes[n] = Node(id=n, kind="gpu", label="\n".join(lines), group=group_of[n], selected=n in chosen)
 
     # NVLink: one hub for an island where every pair has the same NV#, else one edge per pair.

@@ -352,7 +352,10 @@ def gpu_list(text: str) -> list[Gpu]:
         ln = NVLINK_LINE.match(line)
         if ln and gpus:
             state = ln.group(2)
-            speed = re.match(r"([\d.]+)\s*GB/s", state)
+            speed = re.fullmatch(r"(\d+(?:\.\d+)?)\s*GB/s", state)
+            if not speed and "inactive" not in state.lower():
+                raise BadInput(f"GPU {gpus[-1].index}, Link {ln.group(1)}: {state!r} is neither a speed (26.562 GB/s)"
+                               " nor <inactive>: the paste is garbled")
             links.setdefault(len(gpus) - 1, []).append(NvLink(
                 link=int(ln.group(1)), active=bool(speed), speed_gbps=float(speed.group(1)) if speed else None))
     if not gpus:

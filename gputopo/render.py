@@ -44,6 +44,10 @@ def inspect(report: dict) -> str:
         out.append(f"Host: {h['cpus_logical']} CPUs ({h['cpus_physical']} cores), {h['numa_nodes'] or 'N/A'} NUMA"
                    f" node(s), RAM {size(h['ram_total_bytes'])} ({size(h['ram_available_bytes'])} free),"
                    f" {h['tmp_dir']} {size(h['tmp_free_bytes'])} free")
+    for c in report.get("host_checks") or []:  # blocking host problems from `gputopo doctor`, briefly
+        out.append(f"!! {c['subject']}: {c['found']}" + (f" (fix: {c['fix']})" if c["fix"] else ""))
+    if report.get("host_checks"):
+        out.append("   `gputopo doctor` explains these and checks the rest")
     if not report["gpu_status"]["visible"]:
         out.append(f"No NVIDIA GPU visible: {report['gpu_status']['reason']}")
         out.append("Try `gputopo inspect --from-file topo.txt` with a saved `nvidia-smi topo -m`,"
@@ -235,3 +239,29 @@ def bench_plot(data: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+DOCTOR_MARK = {"fail": "FAIL", "warn": "WARN", "unknown": "????", "info": "info", "ok": "ok"}
+
+
+def doctor(data: dict) -> str:
+    """Human text for `gputopo doctor`: the checks worst first, why and fix under the ones that need action."""
+    c = data["counts"]
+    out = [f"gputopo doctor: {c['fail']} blocking, {c['warn']} warning(s), {c['unknown']} not checkable"
+           + (f"; DeepSpeed config {data['config']}" if data.get("config") else "") + f" ({data['elapsed_s']:.2f} s)", ""]
+    rows = []
+    for ch in data["checks"]:
+        rows.append([DOCTOR_MARK[ch["status"]], ch["id"], ch["found"]])
+        if ch["status"] in ("fail", "warn", "unknown"):
+            if ch["why"]:
+                rows.append(["", "", f"  why: {ch['why']}"])
+            if ch["fix"]:
+                rows.append(["", "", f"  fix: {ch['fix']}"])
+    out.append(table(rows, ["status", "check", "found"]))
+    if data["disks"]:
+        rows = [[d["mountpoint"], d["fstype"], d["kind"], d["block"], size(d["free_bytes"]), size(d["total_bytes"])]
+                for d in data["disks"] if d["kind"] != "ram" or d["mountpoint"] == "/dev/shm"]
+        out += ["", table(rows, ["mount", "fs", "kind", "disk", "free", "size"])]
+    out.append("")
+    out.append("Exit 1: something above will break a run." if c["fail"] else "Nothing blocks a run here.")
+    return "\n".join(out)

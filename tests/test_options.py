@@ -4,6 +4,7 @@ relate options in one place, and every option of every command shown changing th
 The walk at the bottom fails when a command gains an option with no entry in WALK: add one that shows what
 the option does (or how it is refused).
 """
+import contextlib
 import json
 import os
 
@@ -359,6 +360,47 @@ def _json_flag(cmd, args):
     return check
 
 
+class _Builder:
+    """A DeepSpeed op builder as doctor asks it (tests/test_doctor.py has the full set of cases)."""
+
+    def __init__(self, ok):
+        self.ok = ok
+
+    def is_compatible(self, verbose=False):
+        return self.ok
+
+    def sources(self):
+        return []
+
+
+@contextlib.contextmanager
+def _no_fused_adam():
+    """DeepSpeed's builders replaced by one whose FusedAdam cannot build (fast: no deepspeed import)."""
+    from gputopo import dsops
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(dsops, "builders", lambda: ({"fused_adam": _Builder(False)}, {}, "cuda"))
+        m.setenv("TORCH_EXTENSIONS_DIR", "/nonexistent")  # no JIT-built copy from other tests either
+        yield
+
+
+def _ds_check(_):
+    with _no_fused_adam():
+        assert run("deepspeed-config", "--stage", "2").exit_code == 0
+        r = run("deepspeed-config", "--stage", "2", "--check")
+        assert r.exit_code == 1 and "doctor: fused_adam: cannot build here" in r.stderr
+
+
+def _doctor_config(tmp):
+    def check(_):
+        path = tmp / "ds.json"
+        path.write_text(json.dumps({"optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 2}}))
+        with _no_fused_adam():
+            without, with_ = js(run("doctor", "--json")), json.loads(run("doctor", "--config", path, "--json").stdout)
+        assert without["ds_ops"] == [] and [o["op"] for o in with_["ds_ops"]] == ["fused_adam"]
+        assert with_["config"] == str(path) and with_["exit_code"] == 1
+    return check
+
+
 def _walk(tmp):
     """{(command, option name): check}. A new option needs an entry here."""
     w = {}
@@ -389,6 +431,11 @@ def _walk(tmp):
                                                 DS + ["--launcher", "torchrun", "--script", "mine.py"],
                                                 lambda d: d["launch"]["command"]),
         ("deepspeed-config", "as_json"): _json_flag("deepspeed-config", ["--stage", "2"]),
+        ("deepspeed-config", "check"): _ds_check,
+        ("deepspeed-config", "no_compile_ops"): differs("deepspeed-config", DS, DS + ["--no-compile-ops"],
+                                                        lambda d: d["config"]["optimizer"]["params"].get("torch_adam")),
+        ("doctor", "config_path"): _doctor_config(tmp),
+        ("doctor", "as_json"): _json_flag("doctor", []),
     })
     # inspect: its own options.
     pasted = str(TOPO / "consumer_x2_pcie_phb_numa_na.txt")

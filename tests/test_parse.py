@@ -375,3 +375,8 @@ def test_quoted_reply_parses():
     text = fixture_text("a100x2_nv12_5nic_sglang_check_env.txt")
     quoted = "\n".join(">" + l for l in text.splitlines())
     assert as_expected(parse.texts([quoted])) == as_expected(parse.texts([text]))
+
+
+def test_garbled_nvlink_speed_is_refused_not_read_as_inactive():
+    with pytest.raises(BadInput, match=r"GPU 0, Link 0: '25..781 GB/s' is neither a speed"):
+        parse.texts(["GPU 0: Tesla V100-SXM2-32GB (UUID: GPU-4b6e)\n\n   Link 0: 25..781 GB/s"])
