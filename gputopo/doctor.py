@@ -157,10 +157,14 @@ def check_acs(host, gpu_buses: list[str], n_gpus: int) -> Check:
     why = ("ACS redirect on a PCIe bridge sends GPU peer-to-peer traffic up to the root complex: NCCL P2P hangs or"
            " crawls (NCCL troubleshooting, \"PCI Access Control Services\")")
     text = host.command("lspci", "-vvv")
-    if text is None:
-        return Check("pcie_acs", "unknown", "PCIe bridges", "lspci not found or failed", why,
+    devices, source = (system.lspci(text), "lspci -vvv") if text is not None else ([], None)
+    if not any(d.acs_ctl is not None for d in devices):  # no lspci, or one without root: sysfs config space
+        from_sysfs = system.pci_sysfs(host)
+        if from_sysfs and (not devices or not all(d.caps_hidden for d in from_sysfs if d.secondary)):
+            devices, source = from_sysfs, "sysfs config space"
+    if not devices:
+        return Check("pcie_acs", "unknown", "PCIe bridges", "neither lspci nor /sys/bus/pci could be read", why,
                      "install pciutils and run `sudo lspci -vvv | grep ACSCtl`")
-    devices = system.lspci(text)
     if not any(d.acs_ctl is not None for d in devices) and any(d.caps_hidden for d in devices):
         return Check("pcie_acs", "unknown", "PCIe bridges", "capabilities hidden: reading ACS needs root", why,
                      "run `sudo lspci -vvv | grep ACSCtl`, or `sudo gputopo doctor`")
@@ -168,8 +172,8 @@ def check_acs(host, gpu_buses: list[str], n_gpus: int) -> Check:
     redirecting = [d for d in devices if d.acs_redirects]
     if not redirecting:
         shown = sum(1 for d in devices if d.acs_ctl is not None)
-        return Check("pcie_acs", "ok", "PCIe bridges", f"no ACS redirect ({shown} device(s) with ACS, {len(devices)} read)",
-                     why)
+        return Check("pcie_acs", "ok", "PCIe bridges",
+                     f"no ACS redirect ({shown} device(s) with ACS of {len(devices)} read from {source})", why)
     above = [b for b in redirecting if any(b in system.bridges_above(devices, g) for g in gpus)]
     fix = ("disable ACS in the BIOS (or per bridge until reboot: sudo setpci -s BUS ECAP_ACS+0x6.w=0000);"
            " stopgap: NCCL_P2P_DISABLE=1")

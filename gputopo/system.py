@@ -296,6 +296,42 @@ def lspci(text: str) -> list[PciDevice]:
     return devices
 
 
+ACS_BITS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
+PCI_CLASSES = {0x0300: "VGA compatible controller", 0x0302: "3D controller", 0x0604: "PCI bridge"}
+
+
+def pci_sysfs(host: Host) -> list[PciDevice]:
+    """Bridges and GPUs from /sys/bus/pci/devices/*/config, without lspci. Beyond the first 64 bytes config
+    space is readable by root only; the ACS control register sits in the extended capabilities (PCIe spec:
+    capability ID 0x000D, control word at +6), so without root `caps_hidden` is set."""
+    out = []
+    for dev in host.listdir("sys/bus/pci/devices"):
+        try:
+            cfg = host.path(f"sys/bus/pci/devices/{dev}/config").read_bytes()
+        except OSError:
+            continue
+        if len(cfg) < 64:
+            continue
+        word = lambda off: int.from_bytes(cfg[off:off + 2], "little")  # noqa: E731
+        vendor, cls = word(0), word(0x0A)
+        name = PCI_CLASSES.get(cls, f"class {cls:04x}") + (": NVIDIA Corporation" if vendor == 0x10de else
+                                                           f": vendor {vendor:04x}")
+        bridge = cfg[0x0E] & 0x7F == 1
+        acs, off, seen = None, 0x100, set()
+        while len(cfg) >= off + 8 and off and off not in seen:  # the extended capability list
+            seen.add(off)
+            header = int.from_bytes(cfg[off:off + 4], "little")
+            if header & 0xFFFF == 0x000D:
+                ctl = word(off + 6)
+                acs = {b: bool(ctl >> i & 1) for i, b in enumerate(ACS_BITS)}
+                break
+            off = header >> 20
+        out.append(PciDevice(bus_id=dev.lower(), description=name,
+                             secondary=(cfg[0x19], cfg[0x1A]) if bridge else None, acs_ctl=acs,
+                             caps_hidden=len(cfg) <= 64 and cls == 0x0604))
+    return out
+
+
 def bridges_above(devices: list[PciDevice], bus_id: str) -> list[PciDevice]:
     """Bridges whose bus range holds the device at `bus_id` (same PCI domain)."""
     dom, bus = bus_id[:4], int(bus_id[5:7], 16)

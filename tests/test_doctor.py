@@ -401,3 +401,65 @@ def test_no_compile_ops_writes_torch_adam_and_needs_no_optimizer_op():
     cfg = json.loads(r.stdout)
     assert cfg["optimizer"]["params"]["torch_adam"] is True and dsops.needed(cfg) == []
     assert "torch_adam" not in json.loads(run("deepspeed-config", "--stage", "2").stdout)["optimizer"]["params"]
+
+
+def test_gpus_on_the_bus_without_a_driver_block(tree, fake_nvml):
+    import fake_nvml as fm
+    tree(ACS)  # sysfs shows an NVIDIA GPU at 0000:06:00.0
+    fake_nvml(init_error=fm.NVMLError_DriverNotLoaded)
+    data = json.loads(run("doctor", "--json").stdout)
+    gpus = next(c for c in data["checks"] if c["id"] == "gpus")
+    assert gpus["blocking"] and "1 NVIDIA GPU(s) on the PCI bus (0000:06:00.0)" in gpus["found"]
+    assert "--gpus all" in gpus["fix"]
+
+
+def test_persistence_driver_and_peermem_through_nvml(tmp_path, fake_nvml):
+    import fake_nvml as fm
+    scenario = fm.rtx3090_pair()
+    scenario["gpus"][1]["persistence"] = 0
+    scenario["driver"] = ("535.183.01", 12020)
+    fake_nvml(scenario)
+    (tmp_path / "sys/class/infiniband/mlx5_0").mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/modules").write_text("nvidia_uvm 1531904 0 - Live 0x0000000000000000 (PO)\n")
+    data = doctor.run(host=host(tmp_path))
+    by = {c["id"]: c for c in data["checks"]}
+    assert by["persistence"]["status"] == "warn" and by["persistence"]["subject"] == "GPU1"
+    assert by["peermem"]["status"] == "warn" and "mlx5_0" in by["peermem"]["found"]
+    assert "nvidia-peermem" in by["peermem"]["fix"]
+    (tmp_path / "proc/modules").write_text("nvidia_peermem 16384 0 - Live 0x0000000000000000 (O)\n")
+    assert {c["id"]: c for c in doctor.run(host=host(tmp_path))["checks"]}["peermem"]["status"] == "ok"
+    # this machine's torch is a CPU build: with GPUs present that is the blocking finding, not the driver
+    assert by["torch"]["blocking"] and by["cuda_driver"]["found"].startswith("driver 535.183.01, CUDA 12.2")
+
+
+def _config(vendor, cls, bridge=False, buses=(0, 0), acs_ctl=None, size=4096):
+    """Config space bytes as sysfs gives root: type-0/1 header and, optionally, an ACS extended capability."""
+    cfg = bytearray(size)
+    cfg[0:2] = vendor.to_bytes(2, "little")
+    cfg[0x0A:0x0C] = cls.to_bytes(2, "little")
+    cfg[0x0E] = 1 if bridge else 0
+    cfg[0x19], cfg[0x1A] = buses
+    if acs_ctl is not None and size > 0x2a8:
+        cfg[0x100:0x104] = (0x0001 | 1 << 16 | 0x2a0 << 20).to_bytes(4, "little")  # AER, then ACS at 0x2a0
+        cfg[0x2a0:0x2a4] = (0x000D | 1 << 16).to_bytes(4, "little")
+        cfg[0x2a6:0x2a8] = acs_ctl.to_bytes(2, "little")
+    return bytes(cfg)
+
+
+def test_acs_from_sysfs_config_space_matches_lspci(tmp_path):
+    """Without lspci (as on this build machine), root reads ACSCtl from config space: the same flags."""
+    devs = tmp_path / "sys/bus/pci/devices"
+    for bus, cfg in (("0000:03:02.0", _config(0x1022, 0x0604, True, (6, 6), acs_ctl=0x001D)),
+                     ("0000:06:00.0", _config(0x10DE, 0x0302))):
+        (devs / bus).mkdir(parents=True)
+        (devs / bus / "config").write_bytes(cfg)
+    bridge, gpu = system.pci_sysfs(host(tmp_path))
+    lspci, = system.lspci((ACS / "cmd" / "lspci -vvv.txt").read_text())
+    assert bridge.acs_ctl == lspci.acs_ctl and bridge.secondary == lspci.secondary == (6, 6)
+    assert gpu.is_nvidia_gpu and gpu.secondary is None
+    c = doctor.check_acs(host(tmp_path), [], n_gpus=2)
+    assert c.status == "fail" and "above GPU(s) 0000:06:00.0" in c.found
+    # Not root: sysfs gives the first 64 bytes only, so ACS cannot be read, and doctor says so.
+    (devs / "0000:03:02.0" / "config").write_bytes(_config(0x1022, 0x0604, True, (6, 6), size=64))
+    assert doctor.check_acs(host(tmp_path), [], n_gpus=2).status == "unknown"
