@@ -11,7 +11,7 @@ import click
 
 from . import __version__
 from .errors import BadInput, GputopoError
-from .units import UNIT_RULE, parse_size
+from .units import parse_size
 
 OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")  # plan.OPTIMIZER_BYTES; kept here so --help stays light
 
@@ -166,7 +166,10 @@ def emit(data: dict, text_fn, as_json: bool) -> None:
     click.echo(render.to_json(data) if as_json else text_fn(data))
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Sizes (--gpu-mem, --cpu-mem, --nvme-free, ...) are binary, as GPUs are sold and nvidia-smi and"
+                    " `free -g` print them: 80GB = 80 GiB; a number without a unit is refused."
+                    " Refusals are one `Error:` line and exit 2; README.md lists every exit status.")
 @click.version_option(__version__, prog_name="gputopo")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
@@ -253,7 +256,9 @@ model_options = _options(
 training_options = _options(
     click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
                  help="Training precision; bf16 needs Ampere or newer [default: bf16 on Ampere or newer, else fp16]."),
-    click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True),
+    click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True,
+                 help="Optimizer: its states take 8 (AdamW), 2 (8-bit Adam), about 4 (Adafactor) or 4 (SGD with"
+                      " momentum) bytes per parameter."),
     click.option("--batch-size", type=COUNT, default=4, show_default=True, help="Micro-batch per GPU."),
     click.option("--seq-len", type=COUNT, help="Tokens per sample [default: the model's context, at most 1024]."),
     click.option("--grad-checkpointing", is_flag=True, help="Recompute activations in backward."),
@@ -269,8 +274,10 @@ training_options = _options(
                  help="With ZeRO-3 offload, offload parameters too (default: yes at stage 3)."),
 )
 host_options = _options(
-    click.option("--cpu-mem", type=SIZE, help=f"CPU RAM per node [default: this machine's]. All sizes: {UNIT_RULE}."),
-    click.option("--nvme-path", type=click.Path(file_okay=False), help="Folder for NVMe offload [default: the temp dir]."),
+    click.option("--cpu-mem", type=SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),
+    click.option("--nvme-path", type=click.Path(file_okay=False),
+                 help="Folder for NVMe offload [default: the local NVMe mount with the most free space, else the"
+                      " roomiest local disk]."),
     click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
     click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
     click.option("--inter-node-gbps", type=BANDWIDTH, default=12.5, show_default=True,
@@ -397,7 +404,8 @@ PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_
 
 @cli.command("deepspeed-config")
 @click.option("--stage", type=int, help="ZeRO stage 0-3 (or --auto).")
-@click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True)
+@click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True,
+              help="Where ZeRO keeps optimizer states (and at stage 3 parameters) off the GPU.")
 @click.option("--auto", "auto_", is_flag=True, help="Take stage and offload from `gputopo plan` for --model.")
 @click.option("--hf/--no-hf", default=True, show_default=True,
               help="'auto' where the HF Trainer fills values (--hf), or concrete values for deepspeed.initialize.")

@@ -104,9 +104,18 @@ def exclusive(**given) -> None:
         raise BadInput(f"{' and '.join(names)} exclude each other: give one")
 
 
+def default_nvme_dir() -> str:
+    """Where NVMe offload goes without --nvme-path: the folder deepspeed-config would write into (the NVMe mount
+    with the most free space, see gputopo.system.pick_offload_dir), else the temp dir."""
+    from . import system
+    host = system.Host()
+    picked = system.pick_offload_dir(host, system.disks(host), tempfile.gettempdir())
+    return picked[0] if picked else tempfile.gettempdir()
+
+
 def _nvme_free(nvme_free: int | None, nvme_path: str | None, notes: dict) -> int:
-    """--nvme-free wins; else the free space measured at --nvme-path (default: the temp dir)."""
-    folder = nvme_path or tempfile.gettempdir()
+    """--nvme-free wins; else the free space measured at --nvme-path (default: default_nvme_dir())."""
+    folder = nvme_path or (default_nvme_dir() if nvme_free is None else None)
     if nvme_path and not os.path.isdir(nvme_path):
         raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
     if nvme_free is not None:

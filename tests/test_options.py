@@ -68,9 +68,13 @@ def test_bare_number_refused_everywhere():
     one_line_usage_error(run("bench-nvlink", "--allreduce-sizes", "1MB,4"), "--allreduce-sizes 4: give a unit")
 
 
-def test_help_states_the_unit_rule_once():
-    out = run("plan", "--help").output
-    assert "80GB = 80 GiB" in out
+def flat(text):
+    return " ".join(text.split())
+
+
+def test_help_states_the_unit_rule():
+    assert "80GB (= 80 GiB, as the card is sold)" in flat(run("plan", "--help").output)
+    assert "are binary, as GPUs are sold and nvidia-smi and `free -g` print them: 80GB = 80 GiB" in flat(run("--help").output)
 
 
 # --- counts, bandwidths, GPU models, link types -----------------------------------------------------------------
@@ -842,3 +846,33 @@ def test_grad_checkpointing_reaches_the_trainer_or_is_refused():
     assert ds_cfg("--stage", "2", "--grad-checkpointing")["training_arguments"]["gradient_checkpointing"] is True
     one_line_usage_error(run("deepspeed-config", "--stage", "2", "--no-hf", "--grad-checkpointing"),
                          "--grad-checkpointing only feeds the memory plan")
+
+
+# --- help, README, packaging ------------------------------------------------------------------------------------
+
+ROOT = FIXTURES.parent.parent
+
+
+def test_every_option_has_help():
+    """Issue 14: bench --seq-len had no help; --allreduce-sizes read "-32 MiB on CPU"."""
+    bare = [(name, p.name) for name, cmd in cli.commands.items() for p in cmd.params
+            if getattr(p, "help", None) is None and p.name != "help"]
+    assert not bare, f"options without help: {bare}"
+    text = flat(run("bench-nvlink", "--help").output)
+    assert "1 MiB to 32 MiB on CPU" in text and "-32 MiB" not in text and "Tokens per sample" in text
+
+
+def test_readme_documents_units_nothing_fits_completion():
+    readme = (ROOT / "README.md").read_text()
+    assert "answers four questions" in readme and "1. **" in readme and "4. **" in readme and "5. **" not in readme
+    assert "80GB` = `80G` = `80GiB`" in readme and "A number without a unit (`--gpu-mem 24`) is refused" in readme
+    assert "**When nothing fits**" in readme and "exits with\nstatus 1" in readme and '"short_bytes"' in readme
+    assert "_GPUTOPO_COMPLETE=bash_source gputopo" in readme
+
+
+def test_license_is_an_spdx_string():
+    """setuptools >= 77 reads `license` as an SPDX expression; a TOML table prints a deprecation warning."""
+    import re
+    text = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^license = "Apache-2.0"$', text, re.M)
+    assert re.search(r'^requires = \["setuptools>=(\d+)"\]', text, re.M).group(1) >= "77"
