@@ -375,6 +375,10 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, 
             click.echo(render.table(rows, ["example", "machine"]))
         return
     topo, sources, status, pasted = _topology(from_file, example, str(gpu_model) if gpu_model else None)
+    if topo is None and (markdown or plot):
+        from .errors import NvmlUnavailable
+        raise NvmlUnavailable(f"{'--markdown' if markdown else '--plot'} needs a topology and no GPU is visible"
+                              f" ({status}); give --from-file or --example")
     planned = None
     if topo is not None and (kw.get("model") or kw.get("params")):
         names = report.select(topo, gpus)
@@ -385,8 +389,6 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, 
         data["host_checks"] = [c for c in _doctor(topo=topo, status=status or "")["checks"] if c["blocking"]]
     if plot:
         from . import plot as drawing
-        if topo is None:
-            raise BadInput(f"--plot: no GPU topology to draw ({status}); give --from-file or --example")
         files.write_atomic(plot, drawing.render(data, plot.rsplit(".", 1)[1].lower()))
         click.echo(f"wrote {plot}", err=True)
     if markdown:
