@@ -127,11 +127,13 @@ def figure(report: dict):
     junctions = [n for n in nodes.values() if n.kind == "junction"]
     levels = sorted({depth[j.label] for j in junctions})
     jy = {lv: -H / 2 - 0.55 - 0.55 * i for i, lv in enumerate(levels)}
-    nic_top = min(jy.values(), default=-H / 2) - 0.75
+    pcie_arcs = [abs(x[e.a] - x[e.b]) for e in g.edges if e.a in x and e.b in x and not e.type.startswith("NV")]
+    floor = min([-H / 2] + list(jy.values()) + ([-H / 2 - 0.32 * max(pcie_arcs) / STEP - 0.55] if pcie_arcs else []))
+    nic_top = floor - 0.75
     for n in nics:
         if n.id in nic_pos:
             nic_pos[n.id] = (nic_pos[n.id], nic_top)
-    box_bottom = min([p[1] for p in nic_pos.values()] + [min(jy.values(), default=-H / 2)])
+    box_bottom = min([p[1] for p in nic_pos.values()] + [floor])
     box_bottom -= NIC_H / 2 + 0.45 if nic_pos else 0.5
     # NICs no nearer to one box than to another: a row (or rows) under the boxes.
     orphans = [n for n in nics if n.id not in nic_pos]
