@@ -266,7 +266,10 @@ training_options = _options(
     click.option("--global-batch", type=COUNT,
                  help="Samples per optimizer step: must equal --batch-size x --grad-accum x GPUs x nodes"
                       " (derives --grad-accum when not given)."),
-    click.option("--flash-attention", is_flag=True, help="Fused attention (no s^2 scores kept)."),
+    click.option("--attention", type=click.Choice(["auto", "eager", "sdpa"]),
+                 help="Attention as transformers runs it [default: auto, what transformers picks for the"
+                      " architecture: sdpa where supported, else eager]."),
+    click.option("--flash-attention", is_flag=True, help="Same as --attention sdpa (fused: no s^2 scores kept)."),
     click.option("--offload-params/--no-offload-params", default=None,
                  help="With ZeRO-3 offload, offload parameters too (default: yes at stage 3)."),
 )
@@ -308,11 +311,16 @@ def _plan(req) -> dict:
 @training_options
 @gpu_options
 @host_options
+@click.option("--measure", is_flag=True, help="Also train the model (random weights) for two steps on this machine"
+                                              " and print predicted vs measured memory.")
 @json_option
-def plan(as_json, **kw):
+def plan(as_json, measure, **kw):
     """Memory per GPU for each strategy (DDP, ZeRO-1/2/3, offload) and the one to use."""
     from . import render
     data = _plan(_request(kw))
+    if measure:
+        from . import measure as measuring
+        data["measured"] = measuring.check(data)
     emit(data, render.plan, as_json)
     _exit_if_nothing_fits(data)
 
@@ -393,7 +401,7 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, 
 
 # Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
 # the chosen stage against) they would change nothing, so they are refused.
-PLAN_ONLY = ("gpu_mem", "link", "seq_len", "flash_attention", "cpu_mem", "inter_node_gbps", "grad_checkpointing")
+PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps", "grad_checkpointing")
 
 
 @cli.command("deepspeed-config")

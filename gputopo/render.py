@@ -137,7 +137,7 @@ def plan(data: dict) -> str:
            + f"; CPU RAM {size(lay['cpu_mem_bytes'])}/node, NVMe free {size(lay['nvme_free_bytes'])}",
            f"Training: {t['precision']}, {t['optimizer']}, micro-batch {t['batch_size']} x {t['seq_len']} tokens,"
            f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
-           + (", fused attention" if t["flash_attention"] else ""), ""]
+           + f", {t['attention']} attention", ""]
     rows = []
     where = {"gpu": "GPU", "cpu": "CPU", "nvme": "NVMe"}
     for s in data["strategies"]:
@@ -148,16 +148,33 @@ def plan(data: dict) -> str:
             f"{where[k]} {size(v)} short" for k, v in s.get("short_bytes", {}).items()) if s.get("short_bytes") else (
             "yes" if s["fits"] else "no")
         rows.append([s["name"], fits, size(b["weights"]), size(b["gradients"]),
-                     size(b["optimizer"]), size(b["activations"]), size(b["overhead"]), size(b["total"]),
+                     size(b["optimizer"]), size(b["activations"]), size(b["temporaries"]), size(b["overhead"]),
+                     size(b["total"]), size(s["nvidia_smi_bytes"]), s["peak"]["phase"],
                      size(s["cpu_bytes"]), size(s["nvme_bytes"]) if s["nvme_bytes"] else "-", comm])
-    out.append(table(rows, ["strategy", "fits", "weights", "grads", "optim", "activ", "overhead", "total/GPU",
-                            "CPU/node", "NVMe/node", "comm/step"]))
+    out.append(table(rows, ["strategy", "fits", "weights", "grads", "optim", "activ", "temps", "overhead", "total/GPU",
+                            "nvidia-smi", "peak falls", "CPU/node", "NVMe/node", "comm/step"]))
+    out.append("  total/GPU = weights + optimizer + overhead + the step's peak (the gradients alive then, activations"
+               " kept for backward, temporaries); nvidia-smi adds the allocator's reserve (about"
+               f" {size(data['strategies'][0]['nvidia_smi_bytes'] - data['strategies'][0]['per_gpu_bytes']['total'])}).")
+    if data.get("measured"):
+        out += ["", measured(data["measured"])]
     r = data["recommendation"]
     out += ["", f"Recommendation: {r['strategy'] or 'none fits'}"] + [f"  {x}" for x in r["reasons"]]
     if data["layout"].get("link_basis", "").startswith("assumed"):
         out.append(f"  (link bandwidth {data['layout']['link_basis']})")
     out += [f"Note: {n}" for n in data.get("notes", [])]
     return "\n".join(out)
+
+
+def measured(m: dict) -> str:
+    """plan --measure: predicted vs measured, per component."""
+    rows = [[r["component"], size(r["predicted"]), size(r["measured"]) if r["measured"] is not None else "N/A",
+             f"{r['error']:+.1%}" if r["error"] is not None else "N/A"] for r in m["rows"]]
+    out = [f"Measured on this machine ({m['device']}, {m['attention']} attention, torch {m['torch']}, transformers"
+           f" {m['transformers']}): {m['method']}",
+           table(rows, ["component", "predicted", "measured", "error"]),
+           f"  predicted peak phase: {m['predicted_phase']}"]
+    return "\n".join(out + [f"  note: {n}" for n in m["notes"]])
 
 
 def bench(data: dict) -> str:

@@ -16,7 +16,7 @@ from gputopo import gpus as catalog
 from gputopo import request
 from gputopo.cli import cli
 from gputopo.errors import BadInput
-from gputopo.units import parse_size
+from gputopo.units import parse_size, size
 
 GIB, MIB = 2 ** 30, 2 ** 20
 TOPO = FIXTURES / "topo"
@@ -247,23 +247,29 @@ def strategy(name, key):
     return lambda d: by(name)(d)["per_gpu_bytes"][key]
 
 
+def phases(name):
+    """Every phase of the step's memory (the worst one can stay put while the others move)."""
+    return lambda d: by(name)(d)["peak"]["phases"]
+
+
 # Options shared by plan, inspect --model and deepspeed-config --auto, with one effect each, read from the plan:
 # (extra args for the base, extra args for the changed run, what differs in the plan).
 SHARED = {
     "model": ([], ["--model", "gpt2-medium"], lambda p: p["model"]["name"]),
     "params": (["--model", "gpt2"], PARAMS, lambda p: p["model"]["params"]),
     "hidden_size": (PARAMS, PARAMS + ["--hidden-size", "4096"], lambda p: p["model"]["hidden_size"]),
-    "layers": (PARAMS, PARAMS + ["--layers", "32"], lambda p: by("ddp")(p)["per_gpu_bytes"]["activations"]),
+    "layers": (PARAMS, PARAMS + ["--layers", "32"], lambda p: by("ddp")(p)["peak"]["phases"]),
     "vocab_size": (PARAMS, PARAMS + ["--vocab-size", "50000"], lambda p: p["model"]["vocab_size"]),
     "precision": ([], ["--precision", "fp32"], lambda p: p["training"]["precision"]),
     "optimizer": ([], ["--optimizer", "sgd"], strategy("ddp", "optimizer")),
-    "batch_size": ([], ["--batch-size", "8"], strategy("ddp", "activations")),
-    "seq_len": ([], ["--seq-len", "256"], strategy("ddp", "activations")),
-    "grad_checkpointing": ([], ["--grad-checkpointing"], strategy("ddp", "activations")),
+    "batch_size": ([], ["--batch-size", "8"], phases("ddp")),
+    "seq_len": ([], ["--seq-len", "256"], phases("ddp")),
+    "grad_checkpointing": ([], ["--grad-checkpointing"], phases("ddp")),
     "grad_accum": ([], ["--grad-accum", "2"], lambda p: by("zero2")(p)["comm_bytes_per_step"]),
     "global_batch": (["--batch-size", "4"], ["--batch-size", "4", "--global-batch", "64"],
                      lambda p: p["training"]["grad_accum"]),
-    "flash_attention": ([], ["--flash-attention"], strategy("ddp", "activations")),
+    "attention": ([], ["--attention", "eager"], phases("ddp")),   # auto is sdpa for gpt2
+    "flash_attention": (["--attention", "eager"], ["--flash-attention"], phases("ddp")),
     "offload_params": ([], ["--no-offload-params"], strategy("zero3_offload_cpu", "weights")),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
@@ -408,6 +414,9 @@ def _walk(tmp):
         if name not in ("gpus", "gpu_mem", "gpu_model", "link"):
             w[("inspect", name)] = inspect_check
     w[("plan", "as_json")] = _json_flag("plan", PLAN[:-1])
+    # --measure trains in a child process (tests/test_memory.py runs it); here, its refusal before any work.
+    w[("plan", "measure")] = refused("plan", PARAMS + ["--gpus", "1", "--gpu-mem", "80GB", "--measure"],
+                                     "--measure builds causal LMs")
     # deepspeed-config: options of its own, and the shared ones where they change the config without --auto.
     w.update({
         ("deepspeed-config", "stage"): differs("deepspeed-config", DS, ["--stage", "3", "--json"],
@@ -637,7 +646,8 @@ def test_nothing_fits_shows_the_whole_table_and_exits_1():
     assert r.stderr.startswith("Error: llama-2-70b (68.98B params) fits no strategy") and r.stderr.count("\n") == 1
     text = run("plan", *NOFIT)
     assert text.exit_code == 1 and "Recommendation: none fits" in text.stdout
-    assert "no: GPU 146.0 GiB short, NVMe 1.1 TiB short" in text.stdout  # zero3_offload_nvme's row
+    short = nvme["short_bytes"]   # zero3_offload_nvme's row, in the table's words
+    assert f"no: GPU {size(short['gpu'])} short, NVMe {size(short['nvme'])} short" in text.stdout
     assert text.stdout.count("\n") > 8
 
 
@@ -824,7 +834,7 @@ def test_optimizer_reaches_the_config():
 
 
 @pytest.mark.parametrize("opt,value", [("--seq-len", "512"), ("--gpu-mem", "24GB"), ("--link", "NV2"),
-                                       ("--flash-attention", None), ("--cpu-mem", "64GB"),
+                                       ("--flash-attention", None), ("--attention", "eager"), ("--cpu-mem", "64GB"),
                                        ("--inter-node-gbps", "12.5"), ("--nvme-free", "1TB")])
 def test_plan_only_options_refused_without_auto(opt, value):
     args = [opt] + ([value] if value else [])
