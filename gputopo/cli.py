@@ -277,7 +277,7 @@ host_options = _options(
     click.option("--cpu-mem", type=SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),
     click.option("--nvme-path", type=click.Path(file_okay=False),
                  help="Folder for NVMe offload [default: the local NVMe mount with the most free space, else the"
-                      " roomiest local disk]."),
+                      " roomiest local disk; `gputopo doctor` lists the disks]."),
     click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
     click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
     click.option("--inter-node-gbps", type=BANDWIDTH, default=12.5, show_default=True,
@@ -549,18 +549,18 @@ def _ds_config(path: str) -> dict:
     return cfg
 
 
-def _doctor(cfg=None, config_path=None, topo=None, status=None, nvme_need=None) -> dict:
+def _doctor(cfg=None, config_path=None, topo=None, status=None, nvme_need=None, nvme_path=None) -> dict:
     """Run the doctor; a topology already probed (and why it is missing) is reused instead of probed again."""
     from . import doctor
     from .errors import NvmlUnavailable
     if topo is None and status is None:
-        return doctor.run(cfg, config_path=config_path, nvme_need=nvme_need)
+        return doctor.run(cfg, config_path=config_path, nvme_need=nvme_need, nvme_path=nvme_path)
 
     def topo_fn():
         if topo is None:
             raise NvmlUnavailable(status)
         return topo
-    return doctor.run(cfg, config_path=config_path, topo_fn=topo_fn, nvme_need=nvme_need)
+    return doctor.run(cfg, config_path=config_path, topo_fn=topo_fn, nvme_need=nvme_need, nvme_path=nvme_path)
 
 
 def _preflight(what: str, cfg=None, topo=None, status=None, nvme_need=None) -> dict:
@@ -576,12 +576,9 @@ def _preflight(what: str, cfg=None, topo=None, status=None, nvme_need=None) -> d
 
 def _offload_dir() -> tuple[str, str]:
     """--offload nvme without --nvme-path: the NVMe mount with the most free space, else the roomiest local disk."""
-    import tempfile
-
     from . import system
     from .units import size
-    host = system.Host()
-    picked = system.pick_offload_dir(host, system.disks(host), tempfile.gettempdir())
+    picked = system.default_offload_dir()
     if picked is None:
         raise BadInput("--offload nvme: no writable local disk here (tmpfs is RAM, not NVMe); give --nvme-path DIR")
     folder, d, why = picked
@@ -593,13 +590,15 @@ def _offload_dir() -> tuple[str, str]:
 @cli.command()
 @click.option("--config", "config_path", metavar="DS.json",
               help="Also check what this DeepSpeed config needs: its compiled ops, NVMe folder, locked memory.")
+@click.option("--nvme-path", type=click.Path(file_okay=False),
+              help="Also check this folder for NVMe offload: writable, on NVMe or not, free space.")
 @json_option
 @click.pass_context
-def doctor(ctx, config_path, as_json):
+def doctor(ctx, config_path, nvme_path, as_json):
     """Host and install traps that break multi-GPU runs, worst first; exit 1 if one will."""
     from . import render
     cfg = _ds_config(config_path) if config_path else None
-    data = _doctor(cfg, config_path=config_path)
+    data = _doctor(cfg, config_path=config_path, nvme_path=nvme_path)
     emit(data, render.doctor, as_json)
     ctx.exit(data["exit_code"])
 

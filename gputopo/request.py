@@ -108,8 +108,7 @@ def default_nvme_dir() -> str:
     """Where NVMe offload goes without --nvme-path: the folder deepspeed-config would write into (the NVMe mount
     with the most free space, see gputopo.system.pick_offload_dir), else the temp dir."""
     from . import system
-    host = system.Host()
-    picked = system.pick_offload_dir(host, system.disks(host), tempfile.gettempdir())
+    picked = system.default_offload_dir()
     return picked[0] if picked else tempfile.gettempdir()
 
 

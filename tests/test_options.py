@@ -440,6 +440,8 @@ def _walk(tmp):
                                                         lambda d: d["config"]["optimizer"]["params"].get("torch_adam")),
         ("doctor", "config_path"): _doctor_config(tmp),
         ("doctor", "as_json"): _json_flag("doctor", []),
+        ("doctor", "nvme_path"): differs("doctor", ["--json"], ["--nvme-path", tmp, "--json"],
+                                         lambda d: [c["subject"] for c in d["checks"] if c["id"] == "nvme_path"]),
     })
     # inspect: its own options.
     pasted = str(TOPO / "consumer_x2_pcie_phb_numa_na.txt")
