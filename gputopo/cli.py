@@ -277,7 +277,7 @@ host_options = _options(
     click.option("--cpu-mem", type=SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),
     click.option("--nvme-path", type=click.Path(file_okay=False),
                  help="Folder for NVMe offload [default: the local NVMe mount with the most free space, else the"
-                      " roomiest local disk]."),
+                      " roomiest local disk; `gputopo doctor` lists the disks]."),
     click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
     click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
     click.option("--inter-node-gbps", type=BANDWIDTH, default=12.5, show_default=True,
@@ -350,10 +350,17 @@ def _exit_if_nothing_fits(planned: dict | None) -> None:
 @click.option("--force", is_flag=True, help="Overwrite --plot if it exists.")
 @host_options
 @json_option
-def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
+@click.pass_context
+def inspect(ctx, from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
     from . import files, probe, render, report, request
     request.exclusive(example=example, from_file=from_file)
+    if not (kw.get("model") or kw.get("params")):
+        given = [p.opts[0] for p in ctx.command.params if p.name in PLAN_INPUTS
+                 and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise BadInput(f"{', '.join(given)} {'feeds' if len(given) == 1 else 'feed'} the memory plan: add --model"
+                           " (or --params)")
     if markdown and as_json:
         raise BadInput("--markdown and --json exclude each other")
     if force and not plot:
@@ -397,6 +404,12 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, 
         return
     emit(data, render.inspect, as_json)
     _exit_if_nothing_fits(planned)
+
+
+# Options of inspect that only matter with --model (they feed the memory plan).
+PLAN_INPUTS = ("gpu_mem", "hidden_size", "layers", "vocab_size", "precision", "optimizer", "batch_size", "seq_len",
+               "grad_checkpointing", "grad_accum", "global_batch", "flash_attention", "offload_params", "cpu_mem",
+               "nvme_path", "nvme_free", "nodes", "inter_node_gbps")
 
 
 # Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
@@ -510,7 +523,9 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
     if output:
         files.write_atomic(output, text)
     targs = dsconfig.training_arguments(req.training, precision) if hf else None
-    if targs:
+    told = {k for k in ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
+            if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE}
+    if targs and (told or auto_):  # say what reaches the "auto" values when the user set any of them
         warnings.append("the HF Trainer fills the \"auto\" values from TrainingArguments("
                         + ", ".join(f"{k}={v!r}" for k, v in targs.items()) + ")"
                         + (f": {t.batch_size} x {t.grad_accum} x {req.world} GPU(s) = {req.global_batch} per step"
@@ -549,18 +564,18 @@ def _ds_config(path: str) -> dict:
     return cfg
 
 
-def _doctor(cfg=None, config_path=None, topo=None, status=None, nvme_need=None) -> dict:
+def _doctor(cfg=None, config_path=None, topo=None, status=None, nvme_need=None, nvme_path=None) -> dict:
     """Run the doctor; a topology already probed (and why it is missing) is reused instead of probed again."""
     from . import doctor
     from .errors import NvmlUnavailable
     if topo is None and status is None:
-        return doctor.run(cfg, config_path=config_path, nvme_need=nvme_need)
+        return doctor.run(cfg, config_path=config_path, nvme_need=nvme_need, nvme_path=nvme_path)
 
     def topo_fn():
         if topo is None:
             raise NvmlUnavailable(status)
         return topo
-    return doctor.run(cfg, config_path=config_path, topo_fn=topo_fn, nvme_need=nvme_need)
+    return doctor.run(cfg, config_path=config_path, topo_fn=topo_fn, nvme_need=nvme_need, nvme_path=nvme_path)
 
 
 def _preflight(what: str, cfg=None, topo=None, status=None, nvme_need=None) -> dict:
@@ -576,12 +591,9 @@ def _preflight(what: str, cfg=None, topo=None, status=None, nvme_need=None) -> d
 
 def _offload_dir() -> tuple[str, str]:
     """--offload nvme without --nvme-path: the NVMe mount with the most free space, else the roomiest local disk."""
-    import tempfile
-
     from . import system
     from .units import size
-    host = system.Host()
-    picked = system.pick_offload_dir(host, system.disks(host), tempfile.gettempdir())
+    picked = system.default_offload_dir()
     if picked is None:
         raise BadInput("--offload nvme: no writable local disk here (tmpfs is RAM, not NVMe); give --nvme-path DIR")
     folder, d, why = picked
@@ -593,13 +605,15 @@ def _offload_dir() -> tuple[str, str]:
 @cli.command()
 @click.option("--config", "config_path", metavar="DS.json",
               help="Also check what this DeepSpeed config needs: its compiled ops, NVMe folder, locked memory.")
+@click.option("--nvme-path", type=click.Path(file_okay=False),
+              help="Also check this folder for NVMe offload: writable, on NVMe or not, free space.")
 @json_option
 @click.pass_context
-def doctor(ctx, config_path, as_json):
+def doctor(ctx, config_path, nvme_path, as_json):
     """Host and install traps that break multi-GPU runs, worst first; exit 1 if one will."""
     from . import render
     cfg = _ds_config(config_path) if config_path else None
-    data = _doctor(cfg, config_path=config_path)
+    data = _doctor(cfg, config_path=config_path, nvme_path=nvme_path)
     emit(data, render.doctor, as_json)
     ctx.exit(data["exit_code"])
 

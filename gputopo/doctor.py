@@ -325,7 +325,7 @@ def check_gpus(host, topo: Topology | None, reason: str | None, names: list[str]
     return out
 
 
-def check_disks(disks: list) -> Check:
+def check_disks(disks: list, offload: tuple | None = None) -> Check:
     nvme = [d for d in disks if d.kind == "nvme"]
     local = [d for d in disks if d.local and d.kind != "nvme"]
     parts = []
@@ -340,6 +340,8 @@ def check_disks(disks: list) -> Check:
         parts.append("network: " + ", ".join(net))
     if ram:
         parts.append(f"tmpfs (RAM): {len(ram)} mount(s)")
+    if offload:
+        parts.append(f"`deepspeed-config --offload nvme` would use {offload[0]}")
     return Check("disks", "ok" if nvme else "info", "disks", "; ".join(parts) or "no mounts read",
                  "NVMe offload wants a local NVMe folder; tmpfs is RAM and network storage is slow")
 
@@ -353,7 +355,8 @@ def _kind(d) -> str:
 # --- the whole run -------------------------------------------------------------------------------------------
 
 def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, topo_fn=None, nvml_facts=None,
-        ops: dict | None = None, installed: dict | None = None, nvme_need: int | None = None) -> dict:
+        ops: dict | None = None, installed: dict | None = None, nvme_need: int | None = None,
+        nvme_path: str | None = None) -> dict:
     """Every check, worst first, as the documented JSON dict. `cfg` is a DeepSpeed config (dict) to check for.
 
     host: system.Host (default: this machine); topo_fn: () -> Topology (default probe.topology);
@@ -384,8 +387,8 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
     checks += stack
     checks += check_gpus(host, topo, reason, names, host.env, facts["persistence"], rdma,
                          system.kernel_modules(host), sysfs_gpus)
-    checks.append(check_disks(all_disks))
-    for path in nvme_paths(cfg):
+    checks.append(check_disks(all_disks, system.pick_offload_dir(host, all_disks, tmp)))
+    for path in dict.fromkeys(nvme_paths(cfg) + ([nvme_path] if nvme_path else [])):
         checks.append(check_nvme_path(host, all_disks, path, nvme_need))
     ops_report = []
     if cfg is not None:

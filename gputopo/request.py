@@ -108,8 +108,7 @@ def default_nvme_dir() -> str:
     """Where NVMe offload goes without --nvme-path: the folder deepspeed-config would write into (the NVMe mount
     with the most free space, see gputopo.system.pick_offload_dir), else the temp dir."""
     from . import system
-    host = system.Host()
-    picked = system.pick_offload_dir(host, system.disks(host), tempfile.gettempdir())
+    picked = system.default_offload_dir()
     return picked[0] if picked else tempfile.gettempdir()
 
 
@@ -256,7 +255,9 @@ def resolve(*, model=None, params=None, hidden_size=None, layers=None, vocab_siz
         notes["precision"] = note
     if spec is not None and seq_len is None:
         seq = min(spec.max_positions or 512, DEFAULT_SEQ_CAP)
-        notes["seq_len"] = f"sequence length {seq}: the model's context, at most {DEFAULT_SEQ_CAP} (--seq-len to change)"
+        if need_layout:  # the sequence length matters only to the memory plan
+            notes["seq_len"] = (f"sequence length {seq}: the model's context, at most {DEFAULT_SEQ_CAP}"
+                                " (--seq-len to change)")
     else:
         seq = seq_len or DEFAULT_SEQ_CAP
     accum = accumulation(micro, grad_accum, global_batch, per_node * nodes)

@@ -225,6 +225,13 @@ def pick_offload_dir(host: Host, all_disks: list[Disk], tmp: str) -> tuple[str, 
     return None
 
 
+def default_offload_dir() -> tuple[str, Disk, str] | None:
+    """pick_offload_dir() on this machine: what --nvme-path means when it is not given."""
+    import tempfile
+    host = Host()
+    return pick_offload_dir(host, disks(host), tempfile.gettempdir())
+
+
 # --- memory, limits, PCIe ---------------------------------------------------------------------------------
 
 def meminfo_total(host: Host) -> int | None:
