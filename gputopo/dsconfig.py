@@ -22,6 +22,8 @@ DS_DEFAULT_BUCKET = 500_000_000
 DS_DEFAULT_PREFETCH = 50_000_000
 DS_DEFAULT_PERSISTENCE = 100_000
 NVME_SUB_GROUP = 100_000_000  # as gputopo.plan assumes: DeepSpeed's 1e9 needs 16 GB of pinned host memory per rank
+# --optimizer -> the HF Trainer's `optim` for optimizers DeepSpeed does not build from its config.
+HF_OPTIM = {"adamw-8bit": "adamw_bnb_8bit", "adafactor": "adafactor", "sgd": "sgd"}
 STRATEGY_TO_CONFIG = {  # gputopo plan strategy -> (stage, offload)
     "single": (0, "none"), "ddp": (0, "none"), "zero1": (1, "none"), "zero2": (2, "none"),
     "zero2_offload_cpu": (2, "cpu"), "zero3": (3, "none"), "zero3_offload_cpu": (3, "cpu"),
@@ -52,18 +54,34 @@ def check(stage: int, offload: str, offload_params: bool | None, nvme_path: str 
 def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params: bool | None = None,
           nvme_path: str | None = None, precision: str | None = None, hidden_size: int | None = None,
           largest_layer: int | None = None, batch_size: int | None = None, grad_accum: int = 1,
-          gpus: int | None = None, accelerate: bool = False, ds_optimizer: bool = False,
-          client_optimizer: str = "adamw") -> dict:
+          gpus: int | None = None, optimizer: str = "adamw", torch_adam: bool = False, accelerate: bool = False,
+          ds_optimizer: bool = False) -> dict:
     """A DeepSpeed config. hf=True: "auto" where the HF Trainer fills it; hf=False: concrete values.
 
-    accelerate=True: the shape `accelerator.prepare` accepts (see accelerate_shape)."""
+    optimizer: "adamw" is DeepSpeed's own (its fused or CPU Adam); any other is the client's (the Trainer's
+    `optim`, or what the script passes to deepspeed.initialize), so the config has no optimizer block.
+    torch_adam: AdamW through torch.optim (DeepSpeed's `torch_adam` param) instead of FusedAdam/DeepSpeedCPUAdam,
+    so nothing has to be compiled (where nvcc, CUDA_HOME or a compiler is missing), at the cost of a slower step.
+    accelerate: the shape `accelerator.prepare` accepts (see accelerate_shape): the script's own optimizer unless
+    ds_optimizer (DummyOptim); with offload, zero_force_ds_cpu_optimizer says who steps it on the host."""
     if offload_params is None:
         offload_params = stage == 3 and offload != "none"
     check(stage, offload, offload_params, nvme_path, precision)
+    from .plan import OFFLOAD_OPTIMIZERS
     if ds_optimizer and not accelerate:
         raise BadInput("--ds-optimizer is for --launcher accelerate: the other configs always carry DeepSpeed's optimizer")
-    if ds_optimizer and client_optimizer != "adamw":
-        raise BadInput(f"--ds-optimizer writes DeepSpeed's AdamW: it cannot be --optimizer {client_optimizer}")
+    if ds_optimizer and optimizer != "adamw":
+        raise BadInput(f"--ds-optimizer writes DeepSpeed's AdamW: it cannot be --optimizer {optimizer}")
+    if torch_adam and optimizer != "adamw":
+        raise BadInput(f"--no-compile-ops switches DeepSpeed's own Adam to torch's; with --optimizer {optimizer}"
+                       " the optimizer is yours and compiles nothing of DeepSpeed's")
+    if accelerate and torch_adam and offload == "none" and not ds_optimizer:
+        raise BadInput("--no-compile-ops: with --launcher accelerate and no offload the script's own optimizer runs;"
+                       " nothing of DeepSpeed's Adam is compiled")
+    # accelerate can keep a client optimizer on the host (zero_force_ds_cpu_optimizer false, below).
+    if optimizer not in OFFLOAD_OPTIMIZERS and offload != "none" and not accelerate:
+        raise BadInput(f"--optimizer {optimizer} with --offload {offload}: ZeRO-Offload steps the optimizer on the"
+                       " host with DeepSpeed's CPU Adam; use --optimizer adamw, or no offload")
     auto = "auto"
     h2 = hidden_size * hidden_size if hidden_size else None
     cfg: dict = {}
@@ -90,9 +108,14 @@ def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params:
         cfg["optimizer"] = {"type": "AdamW", "params": {k: HF_DEFAULTS[k] for k in ("lr", "betas", "eps", "weight_decay")}}
         cfg["fp16"] = {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16}
         cfg["bf16"] = {"enabled": precision == "bf16"}
+    if torch_adam and "optimizer" in cfg:
+        cfg["optimizer"]["params"]["torch_adam"] = True
     if hf and precision:  # a precision the user chose is written out; "auto" would follow the Trainer's flags
         cfg["fp16"]["enabled"] = precision == "fp16"
         cfg["bf16"]["enabled"] = precision == "bf16"
+    if optimizer != "adamw" and not accelerate:  # accelerate marks a client optimizer itself
+        del cfg["optimizer"]
+        cfg["zero_allow_untested_optimizer"] = True  # a client optimizer DeepSpeed has not tested with ZeRO
     zero: dict = {"stage": stage}
     if stage >= 1:
         bucket = h2 if h2 else (auto if hf else DS_DEFAULT_BUCKET)
@@ -112,7 +135,8 @@ def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params:
         # (same update, "5X-7X faster than the standard PyTorch implementation": deepspeed.ai/tutorials/zero-offload).
         # False: the script's own optimizer runs on the CPU as written (needed for SGD, Adafactor, 8-bit:
         # accelerate would silently turn those into Adam).
-        cfg["zero_force_ds_cpu_optimizer"] = ds_optimizer or client_optimizer == "adamw"
+        # --no-compile-ops keeps torch's AdamW too: DeepSpeedCPUAdam is a compiled op.
+        cfg["zero_force_ds_cpu_optimizer"] = ds_optimizer or (optimizer == "adamw" and not torch_adam)
     if offload == "cpu":
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if offload_params:
@@ -130,6 +154,18 @@ def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params:
     cfg["steps_per_print"] = 2000
     cfg["wall_clock_breakdown"] = False
     return cfg
+
+
+def training_arguments(training, precision: str | None) -> dict:
+    """The transformers.TrainingArguments that fill an --hf config's "auto" values for this setup."""
+    out = {"per_device_train_batch_size": training.batch_size, "gradient_accumulation_steps": training.grad_accum}
+    if training.optimizer in HF_OPTIM:
+        out["optim"] = HF_OPTIM[training.optimizer]
+    if precision in ("fp16", "bf16"):
+        out[precision] = True
+    if training.grad_checkpointing:
+        out["gradient_checkpointing"] = True
+    return out
 
 
 def accelerate_shape(*, hf: bool, precision: str | None, batch_size: int | None, grad_accum: int,
@@ -163,7 +199,7 @@ def accelerate_shape(*, hf: bool, precision: str | None, batch_size: int | None,
     return cfg
 
 
-def accelerate_notes(cfg: dict, *, hf: bool, ds_optimizer: bool, optimizer: str) -> list[str]:
+def accelerate_notes(cfg: dict, *, hf: bool, ds_optimizer: bool, optimizer: str, torch_adam: bool = False) -> list[str]:
     """What an accelerate-shaped config expects from the script, and the offload optimizer choice, in words."""
     notes = []
     if hf:
@@ -187,7 +223,8 @@ def accelerate_notes(cfg: dict, *, hf: bool, ds_optimizer: bool, optimizer: str)
                          " any other optimizer class would silently become Adam: say --optimizer sgd|adafactor to keep"
                          " yours")
         else:
-            notes.append(f"optimizer offload with --optimizer {optimizer}: zero_force_ds_cpu_optimizer is false, so"
-                         " your optimizer runs on the CPU as written (accelerate would otherwise turn it into Adam);"
-                         " slower than DeepSpeedCPUAdam, which only does Adam/AdamW")
+            why = "--no-compile-ops" if torch_adam else f"--optimizer {optimizer}"
+            notes.append(f"optimizer offload with {why}: zero_force_ds_cpu_optimizer is false, so your optimizer runs"
+                         " on the CPU as written, nothing compiled (accelerate would otherwise swap it for"
+                         " DeepSpeedCPUAdam: 5-7x faster, but Adam/AdamW only)")
     return notes

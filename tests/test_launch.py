@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from gputopo import dsconfig
 from gputopo.cli import cli
+from gputopo.errors import BadInput
 
 
 def run(*args):
@@ -107,10 +108,14 @@ def test_accelerate_shape(stage, offload, ds_optimizer):
 
 @pytest.mark.parametrize("optimizer,force", [("adamw", True), ("sgd", False), ("adafactor", False)])
 def test_offload_optimizer_choice(optimizer, force):
-    cfg = dsconfig.build(2, "cpu", accelerate=True, client_optimizer=optimizer)
+    cfg = dsconfig.build(2, "cpu", accelerate=True, optimizer=optimizer)
     assert cfg["zero_force_ds_cpu_optimizer"] is force
     notes = " ".join(dsconfig.accelerate_notes(cfg, hf=True, ds_optimizer=False, optimizer=optimizer))
     assert ("DeepSpeedCPUAdam (same update" in notes) == force and ("runs on the CPU as written" in notes) != force
+    # --no-compile-ops: torch's AdamW stays (DeepSpeedCPUAdam is compiled); without offload it would change nothing
+    assert dsconfig.build(2, "cpu", accelerate=True, torch_adam=True)["zero_force_ds_cpu_optimizer"] is False
+    with pytest.raises(BadInput, match="nothing of DeepSpeed's Adam is compiled"):
+        dsconfig.build(2, accelerate=True, torch_adam=True)
 
 
 def test_printed_text_names_node_and_script_needs(tmp_path):
