@@ -339,6 +339,39 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
             click.echo(f"# {n}", file=out)
 
 
+def _check_output_path(opt: str, path: str | None, force: bool) -> None:
+    """Before any work: the folder exists and is writable, and an existing file needs --force."""
+    import os
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise BadInput(f"{opt} {path}: is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise BadInput(f"{opt} {path}: folder {os.path.dirname(path) or folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInput(f"{opt} {path}: folder {os.path.dirname(path) or folder} is not writable")
+    if os.path.exists(path) and not force:
+        raise BadInput(f"{path} exists; pass --force to overwrite it")
+
+
+def _write_atomic(path: str, content: str | bytes) -> None:
+    """A temporary file in the same folder, then os.replace: a crash never leaves half a file."""
+    import os
+    import tempfile
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".gputopo-", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a plain open() would honour the umask
+        with os.fdopen(fd, "wb" if isinstance(content, bytes) else "w") as f:
+            f.write(content)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def _sizes(text: str) -> list[int]:
     return [parse_bytes(part, "--allreduce-sizes") for part in text.split(",") if part.strip()]
 
@@ -376,10 +409,11 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
 
     from . import bench, probe, render, report
     from .advise import is_ampere_or_newer
-    from .errors import NvmlUnavailable
-    for path in (output, plot):
-        if path and os.path.exists(path) and not force:
-            raise BadInput(f"{path} exists; pass --force to overwrite it")
+    from .errors import NvmlUnavailable, TooFewGpus
+    for opt, path in (("--output", output), ("--plot", plot)):
+        _check_output_path(opt, path, force)
+    if output and plot and os.path.abspath(output) == os.path.abspath(plot):
+        raise BadInput("--output and --plot name the same file")
     if train_only and allreduce_only:
         raise BadInput("--train-only and --allreduce-only exclude each other")
     if plot and importlib.util.find_spec("matplotlib") is None:
@@ -400,7 +434,8 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
     if topo is not None:
         names = report.select(topo, gpus)
         if nproc and nproc > len(names):
-            raise BadInput(f"--nproc {nproc}: only {len(names)} GPU(s) selected")
+            raise TooFewGpus(f"--nproc {nproc}: only {len(names)} GPU(s) selected")
+        bench.need_two_gpus(names, nproc, model)
         names = names[: nproc or None]
         w = topo.weakest(names)
         if w is not None:
@@ -422,25 +457,36 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
     o.train, o.allreduce = not allreduce_only, not train_only
     o.allreduce_sizes = _sizes(allreduce_sizes) if allreduce_sizes else []
     o.nnodes, o.node_rank, o.rdzv_endpoint = nnodes, node_rank, rdzv_endpoint
+    if o.train:
+        o.dataset, note = bench.resolve_dataset(dataset)
+        o.notes += [note] if note else []
     if o.device == "cpu" and steps is None:
         click.echo(f"CPU: {o.steps} steps per arm, batch {o.batch_size} x {o.seq_len} (about two minutes for gpt2 on"
                    " 2 cores); --steps to change", err=True)
+    o.log_dir = bench.new_log_dir()
+    click.echo(f"logs of this run: {o.log_dir}", err=True)
+
+    saved = {"runs": 0, "allreduce": 0}
 
     def save(results):
         if output:
-            tmp = output + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(results, f, indent=2, sort_keys=True)
-            os.replace(tmp, output)
+            _write_atomic(output, json.dumps(results, indent=2, sort_keys=True) + "\n")
+            saved.update(runs=len(results["runs"]), allreduce=len(results["allreduce"]))
     progress = _progress(verbose)
     try:
         results = bench.run(o, link, save, progress)
     except KeyboardInterrupt:
         progress.done()
         raise BadInput("interrupted: the children were stopped" + (f"; finished arms are in {output}" if output else ""))
+    except GputopoError as e:
+        progress.done()
+        if output:
+            e.args = (f"{e}\n" + (f"Finished arms are kept in {output}" if any(saved.values()) else
+                                  f"No arm finished; {output} records the failure"),)
+        raise
     progress.done()
     if plot:
-        render.bench_plot(results, plot)
+        _write_atomic(plot, render.bench_plot(results))
     emit(results, render.bench, as_json)
 
 
