@@ -1,13 +1,11 @@
 """Topology (+ later a model's memory plan) -> Advice: which distributed strategy to start from. Pure."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass
 
-from .errors import DoesNotFit
 from .topology import Topology, explain
-from .units import gib
+from .units import gib, size
 
 
 
@@ -37,14 +35,16 @@ def interconnect(topo: Topology, names: list[str]) -> Advice:
     nv = [l for l in links if l.nvlinks]
     if len(nv) == len(links):
         return Advice("ddp", "nvlink", "low", (
-            f"every pair of the {len(names)} GPUs is joined by NVLink (weakest {weakest.type}): ZeRO's extra"
-            " traffic (about 1.5x DDP's at stage 3) is cheap here, so shard (ZeRO-2/3) freely when memory asks for it;",
+            f"every pair of the {len(names)} GPUs is joined by NVLink (weakest {weakest.type}): ZeRO-1/2 move what"
+            " DDP's all-reduce moves and ZeRO-3 about 1.5x that, which is cheap here, so shard (ZeRO-2/3) freely"
+            " when memory asks for it;",
             "DDP stays the fastest choice while the model, its gradients and optimizer states fit on one GPU."))
     return Advice("ddp", "mixed" if nv else "pcie", "high", (
         f"the weakest link is {weakest.a}-{weakest.b} {weakest.type} ({explain(weakest.type)}): every all-reduce"
         " waits for it;",
-        "DDP syncs gradients once per step and tolerates a slow link; ZeRO-DP communicates more, so prefer DDP"
-        " and, if memory is short, gradient accumulation, ZeRO-1/2 or CPU offload before ZeRO-3."))
+        "DDP and ZeRO-1 sync gradients once per step (gradient accumulation then cuts the traffic); ZeRO-2"
+        " reduces on every micro-step and ZeRO-3 adds the parameter all-gathers (about 1.5x DDP's), so prefer DDP"
+        " and, if memory is short, ZeRO-1/2 or CPU offload before ZeRO-3."))
 
 
 def recommend(topo: Topology, names: list[str]) -> Advice:
@@ -71,9 +71,64 @@ WHAT = {
 
 
 def is_ampere_or_newer(gpu_model: str | None) -> bool | None:
+    """bf16 support: from the GPU catalog, else pre-Ampere names by pattern (a name NVML reports may be new)."""
     if not gpu_model:
         return None
-    return not re.search(PRE_AMPERE, gpu_model, re.I)
+    from .gpus import ampere_or_newer
+    known = ampere_or_newer(str(gpu_model))
+    return known if known is not None else not re.search(PRE_AMPERE, str(gpu_model), re.I)
+
+
+def nothing_fits(model, layout, strategies) -> Advice:
+    """No strategy fits: say by how much the leanest misses, so the table that follows can be read."""
+    lean = min(strategies, key=lambda s: (not s.short_bytes, sum(s.short_bytes.values())))
+    short = " and ".join(f"{size(v)} {'per GPU' if k == 'gpu' else 'of CPU RAM' if k == 'cpu' else 'on NVMe'}"
+                         for k, v in lean.short_bytes.items()) or lean.why_not[0]
+    return Advice(None, "none" if layout.gpus == 1 else "unknown", "unknown", (
+        f"{model.name} ({model.params / 1e9:.2f}B params) fits no strategy on {layout.gpus} x"
+        f" {gib(layout.gpu_mem_bytes)}: the nearest, {lean.name}, is short by {short}.",
+        "Add GPUs or memory, lower --batch-size/--seq-len, use --grad-checkpointing, or give more --cpu-mem/--nvme-free."),
+        basis="memory+interconnect")
+
+
+def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> list[str]:
+    """What the chosen strategy sends and what it costs, from the same figures as the table."""
+    from dataclasses import replace
+
+    from .plan import traffic
+    link = (f"the weakest link, {layout.link_type} ({layout.link_gbps:g} GB/s per direction, {layout.link_basis})"
+            if layout.link_gbps else None)
+    if layout.nodes > 1:
+        link = f"the network between nodes ({layout.inter_node_gbps:g} GB/s per direction, as given)"
+    t = chosen.comm_seconds_per_step
+    sent = f"Traffic: {gib(chosen.comm_bytes_per_step)} sent per GPU per step"
+    sent += f", about {t:.3f} s over {link}." if t is not None and link else (
+        ". The link between the GPUs is unknown, so no time is estimated: give --link (e.g. NV12, PHB).")
+    out = [sent]
+    ddp = by_name.get("ddp")
+    if ddp is not None and chosen.name != "ddp" and ddp.comm_bytes_per_step:
+        ratio = chosen.comm_bytes_per_step / ddp.comm_bytes_per_step
+        how = ("ZeRO-3 adds the parameter all-gathers of forward and backward to the gradient reduce-scatter"
+               if chosen.name.startswith("zero3") else
+               "ZeRO-1/2 reduce-scatter gradients and all-gather parameters, what DDP's all-reduce moves, in"
+               f" {'16-bit' if training.value_bytes == 2 else 'fp32'} where DDP all-reduces fp32 gradients")
+        out.append(f"That is {ratio:.2f}x DDP's {gib(ddp.comm_bytes_per_step)}: {how}.")
+    if layout.link_type and not fast_link and layout.nodes == 1:
+        z3 = by_name.get("zero3")
+        out.append(f"On {layout.link_type} the strategy that communicates less wins"
+                   + (f": ZeRO-3's {gib(z3.comm_bytes_per_step)} per step ranks it after ZeRO-2 with CPU offload."
+                      if z3 else "."))
+    # Accumulation helps only where the sync happens once per optimizer step (DDP's no_sync, ZeRO-1): compare
+    # the traffic per sample with twice the accumulation, from the same arithmetic as the table.
+    more = replace(training, grad_accum=2 * training.grad_accum)
+    now = traffic(chosen.name, model, layout, training) / training.grad_accum
+    then = traffic(chosen.name, model, layout, more) / more.grad_accum
+    if now and then <= 0.6 * now and (t is None or t > 0.01):
+        out.append(f"Gradient accumulation cuts it: {chosen.name} syncs once per optimizer step, so"
+                   f" --grad-accum {more.grad_accum} sends {then / now:.0%} as much per sample.")
+    elif now and chosen.name.startswith(("zero2", "zero3")):
+        out.append(f"Gradient accumulation does not cut it much: {chosen.name} communicates on every micro-step.")
+    return out
 
 
 def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None) -> Advice:
@@ -82,11 +137,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     order = ORDER["one"] if layout.gpus == 1 else ORDER["fast" if fast_link else "slow"]
     chosen = next((by_name[n] for n in order if n in by_name and by_name[n].fits), None)
     if chosen is None:
-        smallest = min(strategies, key=lambda s: s.per_gpu_bytes["total"])
-        raise DoesNotFit(f"{model.name} ({model.params / 1e9:.2f}B params) fits no strategy on {layout.gpus} x"
-                         f" {gib(layout.gpu_mem_bytes)}: the leanest, {smallest.name}, "
-                         + "; ".join(smallest.why_not) + ". Add GPUs, lower --batch-size/--seq-len, or use"
-                         " --grad-checkpointing")
+        return nothing_fits(model, layout, strategies)
     reasons = [f"{WHAT[chosen.name]}: {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(layout.gpu_mem_bytes)}"
                f" (weights {gib(chosen.per_gpu_bytes['weights'])}, gradients {gib(chosen.per_gpu_bytes['gradients'])},"
                f" optimizer {gib(chosen.per_gpu_bytes['optimizer'])}, activations {gib(chosen.per_gpu_bytes['activations'])})."]
@@ -96,12 +147,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     if layout.gpus == 1 and chosen.name == "single":
         reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed (seed decision tree).")
     elif layout.gpus > 1:
-        link = f"{layout.link_type or 'unknown'} link ({layout.link_gbps or 'unknown'} GB/s per direction, {layout.link_basis})"
-        t = chosen.comm_seconds_per_step
-        reasons.append(f"Traffic: {gib(chosen.comm_bytes_per_step)} sent per GPU per step"
-                       + (f", about {t:.3f} s on the weakest {link}" if t is not None else f" over the {link}")
-                       + ("; ZeRO's extra traffic is cheap on NVLink." if fast_link else
-                          "; on PCIe/SYS the strategy that communicates less wins, so accumulate gradients to sync less often."))
+        reasons += traffic_words(chosen, by_name, model, layout, training, fast_link)
     if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
         reasons.append(f"Loading: every rank first builds the fp32 weights on the host ({gib(chosen.cpu_bytes)} with"
                        f" DeepSpeed's 1.5x margin, {gib(layout.cpu_mem_bytes)} here): load with low_cpu_mem_usage=True"
@@ -123,12 +169,10 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
         reasons.append("bf16 is available on this GPU: same memory as fp16, no loss scaling, no overflow.")
     if training.precision == "fp32" and amp:
         reasons.append("fp32 on Ampere or newer: enable tf32 matmuls (torch.backends.cuda.matmul.allow_tf32) for speed.")
-    if global_batch:
-        per_step = training.batch_size * layout.gpus
-        accum = math.ceil(global_batch / per_step)
-        exact = accum * per_step == global_batch
+    if global_batch:  # exact: gputopo.request refuses a global batch that does not divide
         reasons.append(f"Global batch {global_batch}: {training.batch_size} per GPU x {layout.gpus} GPUs x"
-                       f" {accum} accumulation steps" + ("." if exact else f" = {accum * per_step} (not exactly {global_batch})."))
-    return Advice(chosen.name, "none" if layout.gpus == 1 else ("nvlink" if fast_link else "pcie"),
-                  "low" if fast_link else ("high" if layout.gpus > 1 else "unknown"), tuple(reasons),
+                       f" {training.grad_accum} accumulation steps.")
+    unknown = layout.gpus > 1 and layout.nodes == 1 and layout.link_type is None
+    return Advice(chosen.name, "none" if layout.gpus == 1 else "unknown" if unknown else ("nvlink" if fast_link else "pcie"),
+                  "low" if fast_link else ("high" if layout.gpus > 1 and not unknown else "unknown"), tuple(reasons),
                   basis="memory+interconnect")

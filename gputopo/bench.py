@@ -3,6 +3,7 @@ sweep; children in their own process group, streamed, timed out, and never left 
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import os
 import random
@@ -18,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BadInput, BenchmarkFailed, TooFewGpus
+from .worker import OFFLINE, RESULT, WIKITEXT
 
 SCHEMA_VERSION = 1
-RESULT = "GPUTOPO_RESULT "
 ARMS = (("p2p", None), ("no_p2p", "1"))
 # The reference experiment (seed 003): 2x TITAN RTX with NV2, gpt2 on wikitext-2, 200 steps, batch 4 per GPU.
 REFERENCE = {"hardware": "2x TITAN RTX, NV2", "model": "gpt2", "dataset": "wikitext-2", "steps": 200,
@@ -59,26 +60,45 @@ def new_log_dir() -> str:
     return tempfile.mkdtemp(prefix=time.strftime("gputopo-bench-%Y%m%d-%H%M%S-"))
 
 
-def resolve_dataset(name: str) -> tuple[str, str | None]:
+def resolve_dataset(name: str, python: str = sys.executable) -> tuple[str, str | None]:
     """What the workers will read, decided once for every arm, and a note when `auto` fell back.
     Refuses (BadInput) a dataset that cannot be read here, before any run."""
-    from . import worker
     if name == "synthetic":
         return name, None
     if name == "auto" or name.startswith("wikitext"):
-        wanted = worker.WIKITEXT if name == "auto" else name
-        try:
-            worker.wikitext_lines(wanted)
-        except SystemExit as e:
-            reason = str(e.code).split(": ", 2)[-1]
-            if name != "auto":
-                raise BadInput(f"--dataset {name}: {reason}; use --dataset synthetic or a local .txt file")
-            return "synthetic", (f"--dataset auto: {wanted} unavailable here ({reason}), so synthetic data (random"
-                                 " token ids) instead; step times do not depend on the token values")
-        return wanted, None
+        wanted = WIKITEXT if name == "auto" else name
+        reason = wikitext_problem(wanted, python)
+        if reason is None:
+            return wanted, None
+        if name != "auto":
+            raise BadInput(f"--dataset {name}: {reason}; use --dataset synthetic or a local .txt file")
+        return "synthetic", (f"--dataset auto: {wanted} unavailable here ({reason}), so synthetic data (random"
+                             " token ids) instead; step times do not depend on the token values")
     if not Path(name).is_file():
-        raise BadInput(f"--dataset {name}: no such file (or synthetic, auto, {worker.WIKITEXT})")
+        raise BadInput(f"--dataset {name}: no such file (or synthetic, auto, {WIKITEXT})")
     return name, None
+
+
+def wikitext_problem(name: str, python: str) -> str | None:
+    """Why the workers could not read this wikitext config offline, or None. The cheap answers first (no
+    `datasets` package; nothing named wikitext in the HF caches); else the worker's own loader tries, in a
+    child with the hub offline (an in-process import could already be online, and would retry the network)."""
+    try:
+        installed = importlib.util.find_spec("datasets") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["datasets"] is None, i.e. import blocked
+        installed = False
+    if not installed:
+        return "the `datasets` package is not installed (pip install datasets)"
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    caches = [Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")), Path(os.environ.get("HF_HUB_CACHE", home / "hub"))]
+    if not any(next(c.glob("*wikitext*"), None) for c in caches if c.is_dir()):
+        return "not in the local datasets cache, and nothing is downloaded"
+    code = "import sys; from gputopo.worker import wikitext_lines; wikitext_lines(sys.argv[1])"
+    proc = subprocess.run([python, "-c", code, name], capture_output=True, text=True, env={**os.environ, **OFFLINE})
+    if proc.returncode == 0:
+        return None
+    last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+    return last.split(": ", 2)[-1] if last.startswith("error: ") else last
 
 
 def torchrun_command(o: Options, rdzv_id: str, log_dir: str | None = None) -> list[str]:
@@ -116,6 +136,7 @@ def child_env(o: Options, p2p_disable: str | None) -> dict:
         env["CUDA_VISIBLE_DEVICES"] = o.visible_devices
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, o.nproc))))
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(OFFLINE)
     env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"  # how --tee labels each rank's lines
     return env
 

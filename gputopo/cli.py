@@ -11,22 +11,145 @@ import click
 
 from . import __version__
 from .errors import BadInput, GputopoError
-from .units import parse_bytes
+from .units import UNIT_RULE, parse_size
 
 OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")  # plan.OPTIMIZER_BYTES; kept here so --help stays light
 
 
+def _usage_error(e: click.UsageError) -> click.exceptions.Exit:
+    """Click's usage errors as one line, like every other refusal: `Error: --gpu-mem 24: give a unit ...`."""
+    if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:
+        opts = [o for o in getattr(e.param, "opts", []) if o.startswith("--")] or getattr(e.param, "opts", [])
+        name = max(opts, key=len) if opts else e.param.name
+        click.echo(f"Error: {name} {e.message}", err=True)
+    else:
+        click.echo(f"Error: {e.format_message()}", err=True)
+    return click.exceptions.Exit(e.exit_code)
+
+
 class Group(click.Group):
-    """Turns every GputopoError into one `Error: ...` line and its exit code; --debug shows the traceback."""
+    """Turns every GputopoError and usage error into one `Error: ...` line and its exit code; --debug shows the
+    traceback."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as e:
+            raise _usage_error(e)
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _usage_error(e)
         except GputopoError as e:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             click.echo(f"Error: {e}", err=True)
             ctx.exit(e.exit_code)
+
+
+# One vocabulary for every command: each kind of value is checked once, here, and means the same everywhere.
+class Size(click.ParamType):
+    """Bytes in binary units, as GPUs are sold and nvidia-smi and `free -g` print them: 80GB = 80 GiB."""
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class SizeList(Size):
+    """Comma-separated sizes: 1MB,4MB,64MB."""
+    name = "SIZE,.."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        parts = [p for p in str(value).split(",") if p.strip()]
+        if not parts:
+            self.fail(f"{value!r}: expected sizes like 1MB,4MB,64MB", param, ctx)
+        return [super(SizeList, self).convert(p, param, ctx) for p in parts]
+
+
+class Count(click.ParamType):
+    """A whole number of things, at least `least` (1 unless told)."""
+    name = "N"
+
+    def __init__(self, least: int = 1):
+        self.least = least
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            try:
+                n = int(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r}: expected a whole number", param, ctx)
+        if n < self.least:
+            self.fail(f"must be {self.least} or more, not {n}", param, ctx)
+        return n
+
+
+class Bandwidth(click.ParamType):
+    """GB/s per direction, above 0: 12.5, 25GB/s, or 100Gb/s (bits, as networks are sold)."""
+    name = "GB/S"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            n = value
+        else:
+            import re
+            m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(GB/s|GBps|Gb/s|Gbps|Gbit/s)?\s*", str(value))
+            if not m:
+                self.fail(f"{value}: expected GB/s per direction, like 12.5, 25GB/s or 100Gb/s", param, ctx)
+            n = float(m.group(1)) / (8 if (m.group(2) or "").startswith("Gb") else 1)
+        if n <= 0:
+            self.fail(f"{value}: a bandwidth must be above 0 GB/s", param, ctx)
+        return n
+
+
+class GpuModelType(click.ParamType):
+    """A GPU model gputopo knows (its memory and bf16 support then follow), or a one-line refusal naming them."""
+    name = "GPU-MODEL"
+
+    def convert(self, value, param, ctx):
+        from . import gpus
+        if isinstance(value, gpus.GpuModel):
+            return value
+        try:
+            return gpus.known(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class LinkType(click.ParamType):
+    """A link type as nvidia-smi topo -m prints it."""
+    name = "TYPE"
+
+    def convert(self, value, param, ctx):
+        from .topology import rank
+        text = str(value).strip().upper()
+        if rank(text) == (-1, 0):
+            self.fail(f"{value}: not a link type of nvidia-smi (NV#, PIX, PXB, PHB, NODE, SYS)", param, ctx)
+        return text
+
+
+SIZE, SIZES, COUNT, BANDWIDTH, GPU_MODEL, LINK = Size(), SizeList(), Count(), Bandwidth(), GpuModelType(), LinkType()
+
+
+def _options(*opts):
+    """A decorator adding `opts` in the order given (as sqlite-utils shares output_options)."""
+    def deco(fn):
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return deco
 
 
 def json_option(fn):
@@ -70,15 +193,31 @@ def _read(path: str) -> str:
             raise BadInput(f"{path}: is a directory, not a text file")
         except OSError as e:
             raise BadInput(f"{path}: cannot read ({e.strerror})")
-    if b"\x00" in data:
-        raise BadInput(f"{path}: binary file, not nvidia-smi text")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode("latin-1")
+    text = _decode(data)
+    if text is None:
+        raise BadInput(f"{'stdin' if path == '-' else path}: binary file, not nvidia-smi text")
     if not text.strip():
         raise BadInput(f"{'stdin' if path == '-' else path}: empty; paste the output of `nvidia-smi topo -m`")
     return text
+
+
+def _decode(data: bytes) -> str | None:
+    """Text as saved by a shell: UTF-8 (BOM or not), UTF-16 with a BOM (PowerShell's `>`), or latin-1;
+    None for binary data (NUL or control bytes in what should be text)."""
+    import codecs
+    import re
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError:
+            return None
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            text = data.decode("latin-1")
+    # Tabs, line ends and ESC (nvidia-smi's underline escape) are text; other control characters are not.
+    return None if re.search(r"[\x00-\x08\x0b\x0e-\x19\x1c-\x1f\x7f-\x9f]", text) else text
 
 
 def _topology(from_file, example, gpu_model):
@@ -91,117 +230,92 @@ def _topology(from_file, example, gpu_model):
             raise BadInput(f"--example {example}: unknown; `gputopo inspect --example list` lists them")
         e = index[example]
         text = resources.files("gputopo.examples").joinpath(e["file"]).read_text()
-        return parse.texts([text], gpu_model or e["gpu_model"]), [f"example:{example}"], None
+        pasted = [(f"example:{example}", text)]
+        return parse.texts([text], gpu_model or e["gpu_model"]), [f"example:{example}"], None, pasted
     if from_file:
-        texts = [_read(path) for path in from_file]
-        return parse.texts(texts, gpu_model, names=[("stdin" if p == "-" else p) for p in from_file]), list(from_file), None
+        from .markdown import unwrap  # a saved `inspect --markdown` report or issue: its fenced blocks
+        pasted = [(("stdin" if p == "-" else p), t) for p in from_file for t in unwrap(_read(p))]
+        return (parse.texts([t for _, t in pasted], gpu_model, names=[n for n, _ in pasted]), list(from_file), None,
+                pasted)
     try:
-        return probe.topology(), [], None
+        return probe.topology(), [], None, []
     except NvmlUnavailable as e:
-        return None, [], str(e)
+        return None, [], str(e), []
 
 
-def model_options(fn):
-    """Options shared by plan, inspect and deepspeed-config: the model and the training setup."""
-    opts = [
-        click.option("--model", metavar="NAME|PATH", help="A known model (gpt2, t5-3b, llama-2-7b, ...) or a folder with config.json."),
-        click.option("--params", metavar="N", help="Parameter count (7B, 350M) when only the size is known."),
-        click.option("--hidden-size", type=int, help="Hidden size, with --params."),
-        click.option("--layers", type=int, help="Transformer blocks, with --params."),
-        click.option("--vocab-size", type=int, help="Vocabulary size, with --params (optional)."),
-        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
-                     help="Training precision [default: bf16 on Ampere or newer, else fp16]."),
-        click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True),
-        click.option("--batch-size", type=int, default=4, show_default=True, help="Micro-batch per GPU."),
-        click.option("--seq-len", type=int, help="Tokens per sample [default: the model's context, at most 1024]."),
-        click.option("--grad-checkpointing", is_flag=True, help="Recompute activations in backward."),
-        click.option("--grad-accum", type=int, default=1, show_default=True, help="Gradient accumulation steps."),
-        click.option("--global-batch", type=int, help="Target global batch: derives --grad-accum."),
-        click.option("--flash-attention", is_flag=True, help="Fused attention (no s^2 scores kept)."),
-        click.option("--offload-params/--no-offload-params", default=None,
-                     help="With ZeRO-3 offload, offload parameters too (default: yes at stage 3)."),
-        click.option("--cpu-mem", metavar="SIZE", help="CPU RAM per node [default: this machine's]."),
-        click.option("--nvme-path", type=click.Path(), help="Folder for NVMe offload [default: the temp dir]."),
-        click.option("--nvme-free", metavar="SIZE", help="Free NVMe space per node [default: measured at --nvme-path]."),
-        click.option("--nodes", type=int, default=1, show_default=True, help="Nodes (each like this one)."),
-        click.option("--inter-node-gbps", type=float, default=12.5, show_default=True,
-                     help="Network bandwidth between nodes, GB/s per direction."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+model_options = _options(
+    click.option("--model", metavar="NAME|PATH", help="A known model (gpt2, t5-3b, llama-2-7b, ...) or a folder with config.json."),
+    click.option("--params", metavar="N", help="Parameter count (7B, 350M) when only the size is known."),
+    click.option("--hidden-size", type=COUNT, help="Hidden size, with --params."),
+    click.option("--layers", type=COUNT, help="Transformer blocks, with --params."),
+    click.option("--vocab-size", type=COUNT, help="Vocabulary size, with --params (optional)."),
+)
+training_options = _options(
+    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
+                 help="Training precision; bf16 needs Ampere or newer [default: bf16 on Ampere or newer, else fp16]."),
+    click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True),
+    click.option("--batch-size", type=COUNT, default=4, show_default=True, help="Micro-batch per GPU."),
+    click.option("--seq-len", type=COUNT, help="Tokens per sample [default: the model's context, at most 1024]."),
+    click.option("--grad-checkpointing", is_flag=True, help="Recompute activations in backward."),
+    click.option("--grad-accum", type=COUNT, help="Gradient accumulation steps [default: 1, or from --global-batch]."),
+    click.option("--global-batch", type=COUNT,
+                 help="Samples per optimizer step: must equal --batch-size x --grad-accum x GPUs x nodes"
+                      " (derives --grad-accum when not given)."),
+    click.option("--flash-attention", is_flag=True, help="Fused attention (no s^2 scores kept)."),
+    click.option("--offload-params/--no-offload-params", default=None,
+                 help="With ZeRO-3 offload, offload parameters too (default: yes at stage 3)."),
+)
+host_options = _options(
+    click.option("--cpu-mem", type=SIZE, help=f"CPU RAM per node [default: this machine's]. All sizes: {UNIT_RULE}."),
+    click.option("--nvme-path", type=click.Path(file_okay=False), help="Folder for NVMe offload [default: the temp dir]."),
+    click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
+    click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
+    click.option("--inter-node-gbps", type=BANDWIDTH, default=12.5, show_default=True,
+                 help="Network bandwidth between nodes, GB/s per direction (100Gb/s = 12.5)."),
+)
+gpu_options = _options(
+    click.option("--gpus", type=COUNT, help="GPUs per node [default: those of this machine]."),
+    click.option("--gpu-mem", type=SIZE, help="Memory per GPU: 80GB (= 80 GiB, as the card is sold), 16000MiB"
+                                              " [default: --gpu-model's, else this machine's]."),
+    click.option("--gpu-model", type=GPU_MODEL, help="GPU model (A100-80GB, H100, RTX 4090...): fills --gpu-mem, bf16"
+                                                     " support and NVLink bandwidth; an unknown name is refused."),
+    click.option("--link", type=LINK, help="Weakest link between GPUs as nvidia-smi prints it: NV12, PIX, PHB, SYS..."),
+)
 
 
-def _wants_plan(kw) -> bool:
-    return bool(kw.get("model") or kw.get("params"))
+def _request(kw: dict, **how):
+    """Every shared option -> gputopo.request.Request (the one place defaults and cross-option rules live)."""
+    from . import request
+    kw = dict(kw)
+    kw["precision_"] = kw.pop("precision", None)
+    return request.resolve(**kw, **how)
 
 
-def _plan(kw, layout_fn):
-    """Build model, layout and training from the options and run the plan; layout_fn(**host_facts) -> Layout."""
-    import os
-    import shutil
-    import tempfile
-
-    from . import models, probe, report
-    from .plan import Training
-    model = models.resolve(kw.get("model"), kw.get("params"), kw.get("hidden_size"), kw.get("layers"), kw.get("vocab_size"))
-    if kw["nodes"] < 1:
-        raise BadInput("--nodes must be 1 or more")
-    cpu = parse_bytes(kw["cpu_mem"], "--cpu-mem") if kw.get("cpu_mem") else probe.host()["ram_total_bytes"]
-    nvme_path = kw.get("nvme_path") or tempfile.gettempdir()
-    if kw.get("nvme_free"):
-        nvme = parse_bytes(kw["nvme_free"], "--nvme-free")
-    elif os.path.isdir(nvme_path):
-        nvme = shutil.disk_usage(nvme_path).free
-    else:
-        raise BadInput(f"--nvme-path {nvme_path}: not a directory")
-    layout = layout_fn(cpu_mem_bytes=cpu, nvme_free_bytes=nvme, nodes=kw["nodes"], inter_node_gbps=kw["inter_node_gbps"])
-    from .advise import is_ampere_or_newer
-    precision = kw.get("precision") or ("fp16" if is_ampere_or_newer(layout.gpu_model) is False else "bf16")
-    seq = kw.get("seq_len") or min(model.max_positions or 512, 1024)
-    training = Training(precision=precision, optimizer=kw["optimizer"], batch_size=kw["batch_size"], seq_len=seq,
-                        grad_checkpointing=kw["grad_checkpointing"], grad_accum=kw["grad_accum"],
-                        flash_attention=kw["flash_attention"], offload_params=kw["offload_params"] is not False)
-    return report.plan(model, layout, training, kw.get("global_batch"))
-
-
-def _layout_fn(gpus, gpu_mem, gpu_model, link):
-    """How to build the layout: from --gpus/--gpu-mem, else from this machine's GPUs."""
-    from . import plan as planning, probe, report
-    from .errors import NvmlUnavailable
-    if gpus is None or gpu_mem is None:
-        try:
-            topo = probe.topology()
-        except NvmlUnavailable as e:
-            raise BadInput(f"no GPU visible here ({e}): give --gpus N and --gpu-mem SIZE")
-        names = [g.name for g in topo.gpus][: gpus or None]
-        return lambda **host: report.layout_from_topology(
-            topo, names, parse_bytes(gpu_mem, "--gpu-mem") if gpu_mem else None, **host)
-    if gpus < 1:
-        raise BadInput("--gpus must be 1 or more")
-    from .topology import rank
-    if link and rank(link) == (-1, 0):
-        raise BadInput(f"--link {link}: not a link type of nvidia-smi (NV#, PIX, PXB, PHB, NODE, SYS)")
-
-    def layout_fn(**host):
-        gbps, basis = planning.link_bandwidth(link, gpu_model) if link else (None, "unknown")
-        return planning.Layout(gpus_per_node=gpus, gpu_mem_bytes=parse_bytes(gpu_mem, "--gpu-mem"), gpu_model=gpu_model,
-                               link_type=link, link_gbps=gbps, link_basis=basis, **host)
-    return layout_fn
+def _plan(req) -> dict:
+    from . import report
+    return report.plan(req.model, req.layout, req.training, req.global_batch, req.notes)
 
 
 @cli.command()
 @model_options
-@click.option("--gpus", type=int, help="GPUs per node [default: those of this machine].")
-@click.option("--gpu-mem", metavar="SIZE", help="Memory per GPU: 24GiB, 80GB, 16000MiB [default: this machine's].")
-@click.option("--gpu-model", metavar="NAME", help="GPU model (bf16 support, NVLink bandwidth).")
-@click.option("--link", metavar="TYPE", help="Weakest link between GPUs as nvidia-smi prints it: NV12, PIX, PHB, SYS...")
+@training_options
+@gpu_options
+@host_options
 @json_option
-def plan(gpus, gpu_mem, gpu_model, link, as_json, **kw):
+def plan(as_json, **kw):
     """Memory per GPU for each strategy (DDP, ZeRO-1/2/3, offload) and the one to use."""
     from . import render
-    emit(_plan(kw, _layout_fn(gpus, gpu_mem, gpu_model, link)), render.plan, as_json)
+    data = _plan(_request(kw))
+    emit(data, render.plan, as_json)
+    _exit_if_nothing_fits(data)
 
+
+def _exit_if_nothing_fits(planned: dict | None) -> None:
+    """The whole table is shown first (each strategy with how much it is short); then one line and exit 1."""
+    from .errors import DoesNotFit
+    if planned and planned["recommendation"]["strategy"] is None:
+        click.echo(f"Error: {planned['recommendation']['reasons'][0]}", err=True)
+        sys.exit(DoesNotFit.exit_code)
 
 
 @cli.command()
@@ -209,14 +323,34 @@ def plan(gpus, gpu_mem, gpu_model, link, as_json, **kw):
               help="Saved `nvidia-smi topo -m`, `topo -p2p`, `nvlink -s` or `-L` text ('-' for stdin); repeatable.")
 @click.option("--example", metavar="NAME", help="Show a bundled real machine; `--example list` lists them.")
 @click.option("--gpus", metavar="0,1,..", help="Look at these GPUs only (indices as nvidia-smi prints them).")
-@click.option("--best", type=int, metavar="K", help="Pick the K GPUs with the best interconnect.")
-@click.option("--gpu-model", metavar="NAME", help="GPU model when the paste does not name it (for bandwidth).")
-@click.option("--gpu-mem", metavar="SIZE", help="Memory per GPU when the paste does not say (for --model).")
+@click.option("--best", type=COUNT, metavar="K", help="Pick the K GPUs with the best interconnect.")
+@click.option("--gpu-model", type=GPU_MODEL, help="GPU model when the paste does not name it (bandwidth, memory, bf16).")
+@click.option("--gpu-mem", type=SIZE, help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
 @model_options
+@training_options
+@click.option("--markdown", is_flag=True, help="Print a report to paste into a GitHub issue (Mermaid graph, source"
+              " text); `inspect -f report.md` reads it back.")
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="PATH.png|svg",
+              help="Also draw the topology to a PNG or SVG (needs matplotlib).")
+@click.option("--force", is_flag=True, help="Overwrite --plot if it exists.")
+@host_options
 @json_option
-def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
+def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
-    from . import probe, render, report
+    from . import files, probe, render, report, request
+    request.exclusive(example=example, from_file=from_file)
+    if markdown and as_json:
+        raise BadInput("--markdown and --json exclude each other")
+    if force and not plot:
+        raise BadInput("--force overwrites --plot; give --plot PATH")
+    if plot:
+        if not plot.lower().endswith((".png", ".svg")):
+            raise BadInput(f"--plot {plot}: give a .png or .svg file name")
+        files.check_output(plot, force, "--plot")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise BadInput("--plot needs matplotlib: pip install matplotlib")
+    if example == "list" and (markdown or plot):
+        raise BadInput("--example list lists the examples; --markdown and --plot need one: --example NAME")
     if example == "list":
         rows = [[k, v["description"]] for k, v in _examples().items() if not k.startswith("_")]
         if as_json:
@@ -225,15 +359,30 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
         else:
             click.echo(render.table(rows, ["example", "machine"]))
         return
-    topo, sources, status = _topology(from_file, example, gpu_model)
+    topo, sources, status, pasted = _topology(from_file, example, str(gpu_model) if gpu_model else None)
     planned = None
-    if topo is not None and _wants_plan(kw):
+    if topo is not None and (kw.get("model") or kw.get("params")):
         names = report.select(topo, gpus)
-        planned = _plan(kw, lambda **host: report.layout_from_topology(
-            topo, names, parse_bytes(gpu_mem, "--gpu-mem") if gpu_mem else None, **host))
+        planned = _plan(_request(kw, gpu_mem=gpu_mem, gpu_model=gpu_model, topology=topo, selected=names))
     data = report.inspect(topo, gpus=gpus, best=best, env=probe.environment(), host=probe.host(),
                           status=status, sources=sources, planned=planned)
+    if plot:
+        from . import plot as drawing
+        if topo is None:
+            raise BadInput(f"--plot: no GPU topology to draw ({status}); give --from-file or --example")
+        files.write_atomic(plot, drawing.render(data, plot.rsplit(".", 1)[1].lower()))
+        click.echo(f"wrote {plot}", err=True)
+    if markdown:
+        from . import markdown as md
+        click.echo(md.report(data, pasted), nl=False)
+        return
     emit(data, render.inspect, as_json)
+    _exit_if_nothing_fits(planned)
+
+
+# Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
+# the chosen stage against) they would change nothing, so they are refused.
+PLAN_ONLY = ("gpu_mem", "link", "seq_len", "flash_attention", "cpu_mem", "inter_node_gbps", "grad_checkpointing")
 
 
 @cli.command("deepspeed-config")
@@ -242,87 +391,106 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, as_json, **kw):
 @click.option("--auto", "auto_", is_flag=True, help="Take stage and offload from `gputopo plan` for --model.")
 @click.option("--hf/--no-hf", default=True, show_default=True,
               help="'auto' where the HF Trainer fills values (--hf), or concrete values for deepspeed.initialize.")
-@click.option("--gpus", type=int, help="GPUs per node [default: this machine's, else 1].")
-@click.option("--gpu-mem", metavar="SIZE", help="Memory per GPU (for --auto).")
-@click.option("--gpu-model", metavar="NAME", help="GPU model (bf16 support).")
-@click.option("--link", metavar="TYPE", help="Weakest link between GPUs (for --auto).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the config here (else stdout).")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option("--launcher", type=click.Choice(["torchrun", "deepspeed", "accelerate", "slurm"]),
               help="Also print the matching launch command and files.")
 @click.option("--script", default="train.py", show_default=True, help="Training script for --launcher.")
 @model_options
+@training_options
+@gpu_options
+@host_options
 @json_option
-def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, output, force, launcher, script,
-                     as_json, **kw):
+@click.pass_context
+def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, as_json, **kw):
     """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
     import os
 
-    from . import dsconfig, launch, validate
-    warnings = []
+    from . import dsconfig, files, launch, validate
+    files.check_output(output, force)
+    if auto_ and stage is not None:
+        raise BadInput("give --stage or --auto, not both")
+    if auto_ and not (kw.get("model") or kw.get("params")):
+        raise BadInput("--auto needs --model (or --params) to plan for")
+    if stage is None and not auto_:
+        raise BadInput("give --stage 0|1|2|3, or --auto with --model")
+    if not auto_:
+        given = [k for k in PLAN_ONLY if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
+        unused = [f"--{k.replace('_', '-')}" for k in given if not (k == "grad_checkpointing" and hf)]
+        if kw.get("nvme_free") is not None and offload == "nvme" and not (kw.get("model") or kw.get("params")):
+            raise BadInput("--nvme-free is checked against what the offload needs: give --model too")
+        if kw.get("nvme_free") is not None and offload != "nvme":
+            unused.append("--nvme-free")
+        if unused:
+            raise BadInput(f"{', '.join(unused)} only {'feeds' if len(unused) == 1 else 'feed'} the memory plan:"
+                           " add --auto (with --model), or drop " + ("it" if len(unused) == 1 else "them"))
+    req = _request(kw, need_model=auto_, need_layout=auto_)
+    # With --hf and no --precision the Trainer's own fp16/bf16 flags decide ("auto"); otherwise it is written out.
+    precision = req.training.precision if (kw.get("precision") or auto_ or not hf) else None
+    warnings = [n for k, n in req.defaults.items() if k != "precision" or precision] + list(req.notes_)
     planned = None
-    if output and os.path.exists(output) and not force:
-        raise BadInput(f"{output} exists; pass --force to overwrite it")
     if auto_:
-        if not _wants_plan(kw):
-            raise BadInput("--auto needs --model (or --params) to plan for")
-        planned = _plan(kw, _layout_fn(gpus, gpu_mem, gpu_model, link))
-    if auto_:
-        if stage is not None:
-            raise BadInput("give --stage or --auto, not both")
+        planned = _plan(req)
+        if planned["recommendation"]["strategy"] is None:
+            from .errors import DoesNotFit
+            raise DoesNotFit(planned["recommendation"]["reasons"][0] + " (`gputopo plan` with the same options shows"
+                             " every strategy)")
         stage, offload = dsconfig.STRATEGY_TO_CONFIG[planned["recommendation"]["strategy"]]
         warnings.append(f"--auto: gputopo plan recommends {planned['recommendation']['strategy']}")
-    if stage is None:
-        raise BadInput("give --stage 0|1|2|3, or --auto with --model")
-    model = None
-    if _wants_plan(kw):
-        from . import models
-        model = models.resolve(kw.get("model"), kw.get("params"), kw.get("hidden_size"), kw.get("layers"), kw.get("vocab_size"))
+    model, t = req.model, req.training
     nvme_path = kw.get("nvme_path")
     if offload == "nvme":
         if not nvme_path:
-            raise BadInput("--offload nvme needs --nvme-path DIR (a local NVMe folder)")
+            raise BadInput("--offload nvme needs --nvme-path DIR (a local NVMe folder)" if not auto_ else
+                           "--auto: gputopo plan recommends zero3_offload_nvme; the config needs --nvme-path DIR"
+                           " (a local NVMe folder)")
         if not os.path.isdir(nvme_path):
             raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
         if not os.access(nvme_path, os.W_OK):
             raise BadInput(f"--nvme-path {nvme_path}: not writable")
         if model:
-            from .plan import Training, nvme_bytes
+            from .plan import nvme_bytes
             from .units import gib
-            need = nvme_bytes(model, Training(precision=kw.get("precision") or "bf16", optimizer=kw["optimizer"]),
-                              kw["nodes"])
-            import shutil
-            free = shutil.disk_usage(nvme_path).free
+            need = nvme_bytes(model, t, req.nodes)
+            free = kw.get("nvme_free")
+            if free is None:
+                import shutil
+                free = shutil.disk_usage(nvme_path).free
             if need > free:
                 raise BadInput(f"--nvme-path {nvme_path}: {gib(free)} free, offload needs {gib(need)}"
                                f" ({gib(need - free)} missing)")
         if validate.libaio_ok() is False:
             warnings.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
-    n_gpus = gpus or (planned["layout"]["gpus_per_node"] if planned else 1)
-    precision = kw.get("precision") or (planned["training"]["precision"] if planned else None)
-    if not hf and precision is None:
-        precision = "bf16"
-        warnings.append("--no-hf without --precision: bf16 (use --precision fp16 on GPUs older than Ampere)")
     cfg = dsconfig.build(stage, offload, hf=hf, offload_params=kw.get("offload_params"),
                          nvme_path=os.path.abspath(nvme_path) if nvme_path else None, precision=precision,
                          hidden_size=model.hidden_size if model else None,
                          largest_layer=model.largest_layer_params if model else None,
-                         batch_size=kw["batch_size"], grad_accum=kw["grad_accum"],
-                         gpus=gpus * kw["nodes"] if gpus else None)
-    version = validate.with_deepspeed(cfg, gpus=n_gpus * kw["nodes"], micro=kw["batch_size"], accum=kw["grad_accum"],
+                         batch_size=t.batch_size, grad_accum=t.grad_accum,
+                         gpus=None if req.gpus_assumed else req.world,  # unknown: DeepSpeed derives it at start
+                         optimizer=t.optimizer)
+    if t.optimizer != "adamw" and not hf:
+        warnings.append(f"--optimizer {t.optimizer}: no optimizer block; pass yours to"
+                        " deepspeed.initialize(optimizer=...)")
+    version = validate.with_deepspeed(cfg, gpus=req.world, micro=t.batch_size, accum=t.grad_accum,
                                       precision=precision)
     warnings.append(f"validated by DeepSpeed {version}'s own config classes" if version else
                     "deepspeed is not installed: checked by gputopo's rules only")
     text = json.dumps(cfg, indent=2) + "\n"
     if output:
-        with open(output, "w") as f:
-            f.write(text)
-    launch_info = (launch.command(launcher, output or "ds_config.json", gpus=n_gpus, nodes=kw["nodes"], script=script,
-                                  stage=stage) if launcher else None)
+        files.write_atomic(output, text)
+    targs = dsconfig.training_arguments(req.training, precision) if hf else None
+    if targs:
+        warnings.append("the HF Trainer fills the \"auto\" values from TrainingArguments("
+                        + ", ".join(f"{k}={v!r}" for k, v in targs.items()) + ")"
+                        + (f": {t.batch_size} x {t.grad_accum} x {req.world} GPU(s) = {req.global_batch} per step"
+                           if req.global_batch else ""))
+    launch_info = (launch.command(launcher, output or "ds_config.json", gpus=req.gpus_per_node, nodes=req.nodes,
+                                  script=script, stage=stage) if launcher else None)
     if as_json:
         from . import render
         click.echo(render.to_json({"schema_version": 1, "config": cfg, "path": os.path.abspath(output) if output else None,
-                                   "launch": launch_info, "warnings": warnings}))
+                                   "launch": launch_info, "warnings": warnings, "plan": planned,
+                                   "training_arguments": targs}))
         return
     if not output:
         click.echo(text, nl=False)
@@ -339,62 +507,26 @@ def deepspeed_config(stage, offload, auto_, hf, gpus, gpu_mem, gpu_model, link, 
             click.echo(f"# {n}", file=out)
 
 
-def _check_output_path(opt: str, path: str | None, force: bool) -> None:
-    """Before any work: the folder exists and is writable, and an existing file needs --force."""
-    import os
-    if not path:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise BadInput(f"{opt} {path}: is a directory; give a file name")
-    if not os.path.isdir(folder):
-        raise BadInput(f"{opt} {path}: folder {os.path.dirname(path) or folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise BadInput(f"{opt} {path}: folder {os.path.dirname(path) or folder} is not writable")
-    if os.path.exists(path) and not force:
-        raise BadInput(f"{path} exists; pass --force to overwrite it")
-
-
-def _write_atomic(path: str, content: str | bytes) -> None:
-    """A temporary file in the same folder, then os.replace: a crash never leaves half a file."""
-    import os
-    import tempfile
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".gputopo-", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a plain open() would honour the umask
-        with os.fdopen(fd, "wb" if isinstance(content, bytes) else "w") as f:
-            f.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _sizes(text: str) -> list[int]:
-    return [parse_bytes(part, "--allreduce-sizes") for part in text.split(",") if part.strip()]
-
-
 @cli.command("bench-nvlink")
 @click.option("--model", default="gpt2", show_default=True, help="Causal LM: catalog name, HF cache name or a folder.")
-@click.option("--nproc", type=int, help="Processes per node [default: all visible GPUs; 2 on CPU].")
+@click.option("--nproc", type=COUNT, help="Processes per node [default: all visible GPUs; 2 on CPU].")
 @click.option("--gpus", metavar="0,1", help="Use these GPUs (nvidia-smi numbering).")
-@click.option("--steps", type=int, help="Steps per arm [default: 200 on GPU as in the reference; 4 on CPU].")
-@click.option("--warmup-steps", type=int, help="Steps left out of the timing [default: 10 on GPU, 1 on CPU].")
-@click.option("--batch-size", type=int, help="Per process [default: 4 on GPU as in the reference, 2 on CPU].")
-@click.option("--seq-len", type=int, default=128, show_default=True)
+@click.option("--steps", type=COUNT, help="Steps per arm [default: 200 on GPU as in the reference; 4 on CPU].")
+@click.option("--warmup-steps", type=Count(0), help="Steps left out of the timing [default: 10 on GPU, 1 on CPU].")
+@click.option("--batch-size", type=COUNT, help="Per process [default: 4 on GPU as in the reference, 2 on CPU].")
+@click.option("--seq-len", type=COUNT, default=128, show_default=True, help="Tokens per sample.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
-              help="[default: bf16 on Ampere or newer, fp16 on older GPUs, fp32 on CPU]")
+              help="bf16 needs Ampere or newer [default: bf16 on Ampere or newer, fp16 on older GPUs, fp32 on CPU].")
 @click.option("--dataset", default="auto", show_default=True,
               help="wikitext-2-raw-v1 (local cache only), a .txt file, synthetic, or auto (wikitext if cached).")
-@click.option("--repeat", type=int, default=1, show_default=True, help="Runs per arm, interleaved.")
-@click.option("--timeout", type=float, default=3600, show_default=True, help="Seconds one torchrun may take.")
+@click.option("--repeat", type=COUNT, default=1, show_default=True, help="Runs per arm, interleaved.")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=3600, show_default=True, help="Seconds one torchrun may take.")
 @click.option("--train-only", is_flag=True, help="Skip the all-reduce sweep.")
 @click.option("--allreduce-only", is_flag=True, help="Skip the training arms.")
-@click.option("--allreduce-sizes", metavar="1MiB,4MiB,..", help="Sizes of the sweep [default: 1 MiB-1 GiB on GPU, -32 MiB on CPU].")
-@click.option("--nnodes", type=int, default=1, show_default=True)
-@click.option("--node-rank", type=int, default=0, show_default=True)
+@click.option("--allreduce-sizes", type=SIZES, help="Sizes of the sweep, e.g. 1MB,64MB (binary: 1MB = 1 MiB)"
+              " [default: 1 MiB to 1 GiB on GPU, 1 MiB to 32 MiB on CPU].")
+@click.option("--nnodes", type=COUNT, default=1, show_default=True, help="Nodes taking part (one torchrun each).")
+@click.option("--node-rank", type=Count(0), default=0, show_default=True, help="This node's rank, 0 on the first.")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous for several nodes (node 0's address).")
 @click.option("--output", type=click.Path(dir_okay=False), help="Results JSON, written after every finished arm.")
 @click.option("--force", is_flag=True, help="Overwrite --output / --plot.")
@@ -407,21 +539,16 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
     """Train the same DDP run with and without NCCL_P2P_DISABLE=1 through torchrun, and sweep all-reduce."""
     import os
 
-    from . import bench, probe, render, report
-    from .advise import is_ampere_or_newer
+    from . import bench, files, probe, render, report, request
     from .errors import NvmlUnavailable, TooFewGpus
-    for opt, path in (("--output", output), ("--plot", plot)):
-        _check_output_path(opt, path, force)
+    for what, path in (("--output", output), ("--plot", plot)):
+        files.check_output(path, force, what)
     if output and plot and os.path.abspath(output) == os.path.abspath(plot):
         raise BadInput("--output and --plot name the same file")
     if train_only and allreduce_only:
         raise BadInput("--train-only and --allreduce-only exclude each other")
     if plot and importlib.util.find_spec("matplotlib") is None:
         raise BadInput("--plot needs matplotlib: pip install matplotlib")
-    for name, value in (("--steps", steps), ("--repeat", repeat), ("--nnodes", nnodes), ("--nproc", nproc),
-                        ("--batch-size", batch_size), ("--seq-len", seq_len)):
-        if value is not None and value < 1:
-            raise BadInput(f"{name} must be 1 or more")
     if nnodes > 1 and not rdzv_endpoint:
         raise BadInput("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
     if not 0 <= node_rank < nnodes:
@@ -444,18 +571,18 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
         model_name = next((topo.gpu(n).model for n in names if topo.gpu(n).model), None)
         o = bench.Options(device="cuda", nproc=len(names), steps=steps or 200, warmup_steps=warmup_steps if warmup_steps is not None else 10,
                           batch_size=batch_size or 4,
-                          precision=precision or ("bf16" if is_ampere_or_newer(model_name) else "fp16"),
+                          precision=request.precision(precision, model_name)[0],
                           visible_devices=",".join(str(topo.gpu(n).index) for n in names) if gpus else None)
     else:
         if gpus:
             raise BadInput("--gpus: no NVIDIA GPU visible here")
         o = bench.Options(device="cpu", nproc=nproc or 2, steps=steps or 4, warmup_steps=warmup_steps if warmup_steps is not None else 1,
-                          batch_size=batch_size or 2, precision=precision or "fp32")
+                          batch_size=batch_size or 2, precision=request.precision(precision, None, "cpu")[0])
     if o.warmup_steps >= o.steps:
         raise BadInput(f"--warmup-steps {o.warmup_steps} leaves no timed step of {o.steps}")
     o.model, o.seq_len, o.dataset, o.repeat, o.timeout = model, seq_len, dataset, repeat, timeout
     o.train, o.allreduce = not allreduce_only, not train_only
-    o.allreduce_sizes = _sizes(allreduce_sizes) if allreduce_sizes else []
+    o.allreduce_sizes = allreduce_sizes or []
     o.nnodes, o.node_rank, o.rdzv_endpoint = nnodes, node_rank, rdzv_endpoint
     if o.train:
         o.dataset, note = bench.resolve_dataset(dataset)
@@ -470,7 +597,7 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
 
     def save(results):
         if output:
-            _write_atomic(output, json.dumps(results, indent=2, sort_keys=True) + "\n")
+            files.write_atomic(output, json.dumps(results, indent=2, sort_keys=True) + "\n")
             saved.update(runs=len(results["runs"]), allreduce=len(results["allreduce"]))
     progress = _progress(verbose)
     try:
@@ -486,7 +613,7 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
         raise
     progress.done()
     if plot:
-        _write_atomic(plot, render.bench_plot(results))
+        files.write_atomic(plot, render.bench_plot(results))
     emit(results, render.bench, as_json)
 
 

@@ -20,6 +20,8 @@ DS_DEFAULT_BUCKET = 500_000_000
 DS_DEFAULT_PREFETCH = 50_000_000
 DS_DEFAULT_PERSISTENCE = 100_000
 NVME_SUB_GROUP = 100_000_000  # as gputopo.plan assumes: DeepSpeed's 1e9 needs 16 GB of pinned host memory per rank
+# --optimizer -> the HF Trainer's `optim` for optimizers DeepSpeed does not build from its config.
+HF_OPTIM = {"adamw-8bit": "adamw_bnb_8bit", "adafactor": "adafactor", "sgd": "sgd"}
 STRATEGY_TO_CONFIG = {  # gputopo plan strategy -> (stage, offload)
     "single": (0, "none"), "ddp": (0, "none"), "zero1": (1, "none"), "zero2": (2, "none"),
     "zero2_offload_cpu": (2, "cpu"), "zero3": (3, "none"), "zero3_offload_cpu": (3, "cpu"),
@@ -50,11 +52,18 @@ def check(stage: int, offload: str, offload_params: bool | None, nvme_path: str 
 def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params: bool | None = None,
           nvme_path: str | None = None, precision: str | None = None, hidden_size: int | None = None,
           largest_layer: int | None = None, batch_size: int | None = None, grad_accum: int = 1,
-          gpus: int | None = None) -> dict:
-    """A DeepSpeed config. hf=True: "auto" where the HF Trainer fills it; hf=False: concrete values."""
+          gpus: int | None = None, optimizer: str = "adamw") -> dict:
+    """A DeepSpeed config. hf=True: "auto" where the HF Trainer fills it; hf=False: concrete values.
+
+    optimizer: "adamw" is DeepSpeed's own (its fused or CPU Adam); any other is the client's (the Trainer's
+    `optim`, or what the script passes to deepspeed.initialize), so the config has no optimizer block."""
     if offload_params is None:
         offload_params = stage == 3 and offload != "none"
     check(stage, offload, offload_params, nvme_path, precision)
+    from .plan import OFFLOAD_OPTIMIZERS
+    if optimizer not in OFFLOAD_OPTIMIZERS and offload != "none":
+        raise BadInput(f"--optimizer {optimizer} with --offload {offload}: ZeRO-Offload steps the optimizer on the"
+                       " host with DeepSpeed's CPU Adam; use --optimizer adamw, or no offload")
     auto = "auto"
     h2 = hidden_size * hidden_size if hidden_size else None
     cfg: dict = {}
@@ -80,6 +89,9 @@ def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params:
     if hf and precision:  # a precision the user chose is written out; "auto" would follow the Trainer's flags
         cfg["fp16"]["enabled"] = precision == "fp16"
         cfg["bf16"]["enabled"] = precision == "bf16"
+    if optimizer != "adamw":
+        del cfg["optimizer"]
+        cfg["zero_allow_untested_optimizer"] = True  # a client optimizer DeepSpeed has not tested with ZeRO
     zero: dict = {"stage": stage}
     if stage >= 1:
         bucket = h2 if h2 else (auto if hf else DS_DEFAULT_BUCKET)
@@ -111,3 +123,15 @@ def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params:
     cfg["steps_per_print"] = 2000
     cfg["wall_clock_breakdown"] = False
     return cfg
+
+
+def training_arguments(training, precision: str | None) -> dict:
+    """The transformers.TrainingArguments that fill an --hf config's "auto" values for this setup."""
+    out = {"per_device_train_batch_size": training.batch_size, "gradient_accumulation_steps": training.grad_accum}
+    if training.optimizer in HF_OPTIM:
+        out["optim"] = HF_OPTIM[training.optimizer]
+    if precision in ("fp16", "bf16"):
+        out[precision] = True
+    if training.grad_checkpointing:
+        out["gradient_checkpointing"] = True
+    return out

@@ -18,19 +18,44 @@ LABEL = re.compile(r"^(?:GPU\d+|NIC\d+|[A-Za-z][\w.:-]*\d)$")
 TRAILERS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # Cell values, longest first so that cells run together by a lost tab ("NV12SYS") still split.
 LINK_CELL = re.compile(r"\s*(NV\d+|NODE|SYS|PHB|PXB|PIX|SOC|CPU|CNS|GNS|TNS|N/A|OK|NS|X|U)(?![a-z])")
+LINK_WORDS = ("NODE", "SYS", "PHB", "PXB", "PIX", "SOC", "CPU", "CNS", "GNS", "TNS", "OK", "NS", "NV")
 P2P_VALUES = {"OK", "CNS", "GNS", "TNS", "NS", "U", "X"}
+P2P_ONLY = P2P_VALUES - {"X"}
+TOPO_ONLY = {"SYS", "NODE", "PHB", "PXB", "PIX", "SOC", "CPU"}
 P2P_EXPLAIN = {"OK": "supported", "CNS": "chipset not supported", "GNS": "GPU not supported",
                "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
 P2P_MODE = re.compile(r"-p2p\s+(rw|r|w|n|a)\b")
 GPU_LINE = re.compile(r"^\s*GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
 NVLINK_LINE = re.compile(r"^\s*Link (\d+):\s*(.*?)\s*$")
+RUN_ON_ROW = re.compile(r"X(?:NV\d|NODE|SYS|PH|PX|PI|SOC|CPU|OK|CNS|GNS|TNS|NS|U)")
+QUOTE = re.compile(r"^>+ ?")
+CPULIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+# nvidia-smi's legend lines, every wording seen across drivers (old ones say SOC and "PCIe switch").
+LEGEND = (
+    "X = Self", "SYS = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+    "SOC = Connection traversing PCIe as well as the SMP link between CPU sockets(e.g. QPI)",
+    "NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
+    "PHB = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+    "PXB = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+    "PXB = Connection traversing multiple PCIe switches (without traversing the PCIe Host Bridge)",
+    "PIX = Connection traversing at most a single PCIe bridge", "PIX = Connection traversing a single PCIe switch",
+    "NV# = Connection traversing a bonded set of # NVLinks",
+    "OK = Status Ok", "CNS = Chipset not supported", "GNS = GPU not supported", "TNS = Topology not supported",
+    "NS = Not supported", "DR = Disabled by regkey", "U = Unknown")
+P2P_LEGEND = {"OK", "CNS", "GNS", "TNS", "NS", "DR"}
+TOPO_LEGEND = {"SYS", "SOC", "NODE", "PHB", "PXB", "PIX", "NV#"}
+# What every "cut off" refusal tells the user to do instead.
+FULL_COPY = "save the whole output with `nvidia-smi topo -m > topo.txt` and give that file"
+DRIVER = re.compile(r"Driver Version:\s*([\d.]+)")  # nvidia-smi's banner, or gputopo's regenerated text
 
 
 def clean(text: str) -> list[str]:
-    """Lines without ANSI escapes or carriage returns."""
+    """Lines without a byte-order mark, ANSI escapes, carriage returns or a quote mark (`> ` of a quoted
+    reply; nvidia-smi never starts a line with '>')."""
     if "\x00" in text:
         raise BadInput("the input is binary, not nvidia-smi text")
-    return ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = ANSI.sub("", text.lstrip("\ufeff")).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return [QUOTE.sub("", l) for l in lines]
 
 
 @dataclass
@@ -42,23 +67,131 @@ class Matrix:
     nic_legend: dict[str, str] = field(default_factory=dict)
     trailers: list[str] = field(default_factory=list)
     p2p_mode: str | None = None
+    flavour: str = "topo"              # "topo" (`topo -m`) or "p2p" (`topo -p2p`), from what the text shows
+
+
+def _is_header(tokens: list[str]) -> bool:
+    """GPU0 then another device label or a column title; a row (GPU0 X ..., even run together) is not."""
+    if not tokens or tokens[0] != "GPU0":
+        return False
+    nxt = tokens[1] if len(tokens) > 1 else ""
+    return not nxt or nxt == "CPU" or bool(LABEL.match(nxt) and not RUN_ON_ROW.match(nxt))
 
 
 def _header(lines: list[str]) -> tuple[int, list[str], list[str]] | None:
     """Find the header line: device labels from GPU0 on, then the trailing column titles."""
     for i, line in enumerate(lines):
         tokens = re.findall(r"GPU\d+|NIC\d+|\S+", line)
-        if not tokens or tokens[0] != "GPU0" or (len(tokens) > 1 and tokens[1] == "X"):
+        if not _is_header(tokens):
             continue
         labels = []
         for tok in tokens:
             if not LABEL.match(tok):
                 break
             labels.append(tok)
-        rest = line.rsplit(labels[-1], 1)[1] if labels else line
-        trailers = [t for t in TRAILERS if t in " ".join(rest.split())]
+        rest = " ".join(line[line.rindex(labels[-1]) + len(labels[-1]):].split())
+        trailers = []
+        while rest:
+            title = next((t for t in TRAILERS if rest.startswith(t)), None)
+            if title is None:
+                raise BadInput(f"the matrix header ends in {rest!r}, not a column title nvidia-smi prints (CPU Affinity,"
+                               f" NUMA Affinity, GPU NUMA ID): the line was cut at the right; {FULL_COPY}")
+            trailers.append(title)
+            rest = rest[len(title):].strip()
+        last = labels[-1]
+        if any(l != last and l.startswith(last) for l in labels) and not trailers:
+            raise BadInput(f"the matrix header ends in {last!r}, part of a device name: the line was cut at the right;"
+                           f" {FULL_COPY}")
         return i, labels, trailers
     return None
+
+
+def _trailing(row: str, line: str, cells_end: int, values: list[str], trailers: list[str],
+              header: str) -> dict[str, str | None]:
+    """The values after a GPU row's cells -> {column title: value}; blank cells (nvidia-smi prints nothing there
+    in some containers) are placed by the columns they sit under, a missing last cell means the line was cut."""
+    if len(values) > len(trailers):
+        what = f"names only {', '.join(trailers)}" if trailers else "has no CPU/NUMA affinity columns"
+        raise BadInput(f"row {row} has {len(values)} values after its cells but the header {what}: the header"
+                       f" line was cut at the right; {FULL_COPY}")
+    if len(values) == len(trailers):
+        placed = dict(zip(trailers, values))
+    else:
+        # Fewer values than titles: place each under the title it sits beneath (nvidia-smi aligns with tabs, so
+        # a value starts at most one tab stop before its title).
+        wide, head = line.expandtabs(8), header.expandtabs(8)
+        starts = [head.find(t) for t in trailers]
+        placed, pos = {}, len(line[:cells_end].expandtabs(8))
+        for v in values:
+            col = wide.index(v, pos)
+            pos = col + len(v)
+            under = [t for t, s in zip(trailers, starts) if s <= col + 8]
+            title = under[-1] if under else None
+            if title is None or title in placed or (placed and trailers.index(title) < trailers.index(list(placed)[-1])):
+                placed = {}
+                break
+            placed[title] = v
+        if trailers[-1] not in placed:
+            lost = ", ".join(repr(t) for t in trailers if t not in placed)
+            raise BadInput(f"row {row} lacks the {lost} column(s) its header names: the line was cut at the right,"
+                           f" or values ran together without tabs; {FULL_COPY}")
+    for title, v in placed.items():
+        if v == "N/A":
+            continue
+        if not CPULIST.match(v) or any(int(a) > int(b) for a, b in re.findall(r"(\d+)-(\d+)", v)):
+            how = "starts mid-list" if v[:1] in "-," else "ends mid-list" if v[-1:] in "-," else "is not a CPU/NUMA list"
+            raise BadInput(f"row {row}, {title} {v!r} {how}: the paste lost part of the line; {FULL_COPY}")
+    return {t: (None if placed.get(t) in (None, "N/A") else placed[t]) for t in trailers}
+
+
+def _legend(lines: list[str]) -> set[str]:
+    """Codes of the legend after the matrix. A legend line wrapped onto the next line (`fold`, a pager, a
+    reflowed comment) is joined back; one cut short (a narrow terminal) is refused."""
+    codes: set[str] = set()
+    full = {" ".join(l.split()) for l in LEGEND}
+    inside, i = False, 0
+    while i < len(lines):
+        line, i = lines[i], i + 1
+        if re.match(r"^\s*Legend:", line):
+            inside = True
+            continue
+        if re.match(r"^\s*NIC Legend:", line) or _is_header(line.split()):
+            break
+        if not inside or not line.strip():
+            continue
+        norm = " ".join(line.split())
+        entry = re.match(r"^(\S+) = ", norm)
+        if entry:
+            codes.add(entry.group(1))
+        while norm not in full and any(f.startswith(norm) for f in full) and i < len(lines) and lines[i].strip():
+            longer = norm + " " + " ".join(lines[i].split())
+            if not any(f.startswith(longer) for f in full):
+                break
+            norm, i = longer, i + 1
+        if _cut_mid_word(norm, full):
+            raise BadInput(f"the legend line {norm!r} is cut short: the paste was cut at the right, so the"
+                           f" matrix may be too; {FULL_COPY}")
+    return codes
+
+
+def _cut_mid_word(line: str, full: set[str]) -> bool:
+    """True when `line` is a known legend line stopped inside a word ("... between PC"); a line that stops
+    at a word boundary may be another driver's wording and is let through."""
+    words = line.split(" ")
+    for f in full:
+        if f != line and f.startswith(line):
+            whole = f.split(" ")
+            if whole[len(words) - 1] != words[-1]:
+                return True
+    return False
+
+
+def _row_like(line: str) -> str | None:
+    """The label of a line shaped like a matrix row (a device name, then only link cells), else None."""
+    tokens = line.split()
+    if len(tokens) < 2 or not LABEL.match(tokens[0]):
+        return None
+    return tokens[0] if all(LINK_CELL.fullmatch(" " + t) for t in tokens[1:]) else None
 
 
 def matrix(text: str) -> Matrix:
@@ -66,7 +199,11 @@ def matrix(text: str) -> Matrix:
     lines = clean(text)
     found = _header(lines)
     if found is None:
-        raise BadInput("no `nvidia-smi topo -m` header found (a line starting with GPU0)")
+        rows = [l.split()[0] for l in lines if l.split() and re.match(r"GPU\d+$", l.split()[0]) and " X" in l]
+        if rows:
+            raise BadInput(f"a matrix row for {rows[0]} but no header line above it (`GPU0 ... CPU Affinity`): the"
+                           f" header was lost in copying; {FULL_COPY}")
+        raise BadInput("not nvidia-smi output: expected `nvidia-smi topo -m`, `topo -p2p`, `nvlink -s` or `-L`")
     start, labels, trailers = found
     if len(set(labels)) != len(labels):
         raise BadInput("the matrix header repeats a device label: " + " ".join(labels))
@@ -74,11 +211,17 @@ def matrix(text: str) -> Matrix:
     mode = P2P_MODE.search("\n".join(lines[:start + 1]))
     m.p2p_mode = mode.group(1) if mode else None
     seen: set[str] = set()
-    for line in lines[start + 1:]:
-        if re.match(r"^\s*Legend:", line):
+    body_end = len(lines)
+    for n, line in enumerate(lines[start + 1:], start + 1):
+        if re.match(r"^\s*Legend:", line) or _is_header(re.findall(r"GPU\d+|NIC\d+|\S+", line)):
+            body_end = n
             break
         first = re.match(r"^\s*(GPU\d+|NIC\d+|\S+?)(?=\s|X|$)", line)
         if not first or first.group(1) not in labels or first.group(1) in seen:
+            stray = _row_like(line)
+            if stray and stray not in labels:
+                raise BadInput(f"the matrix has a row for {stray} but the header has no column for it: the header"
+                               f" line was cut at the right; {FULL_COPY}")
             continue
         row = first.group(1)
         seen.add(row)
@@ -89,38 +232,58 @@ def matrix(text: str) -> Matrix:
                 break
             values.append(cell.group(1))
             pos = cell.end()
-        if len(values) < len(labels) and line[pos:].strip():
-            raise BadInput(f"row {row}, column {labels[len(values)]}: {line[pos:].split()[0]!r} is not a link type"
-                           " of nvidia-smi's legend (X, SYS, NODE, PHB, PXB, PIX, NV#): cut off or garbled?")
+        rest = line[pos:].split()
+        if len(values) < len(labels) and rest:
+            col = labels[len(values)]
+            if len(rest) == 1 and any(w.startswith(rest[0]) and w != rest[0] for w in LINK_WORDS):
+                raise BadInput(f"row {row}, column {col}: {rest[0]!r} is a link type cut mid-word: the line was cut"
+                               f" at the right; {FULL_COPY}")
+            raise BadInput(f"row {row}, column {col}: {rest[0]!r} is not a link type of nvidia-smi's legend"
+                           " (X, SYS, NODE, PHB, PXB, PIX, NV#): cut off or garbled?")
         if len(values) < len(labels):
             missing = ", ".join(labels[len(values):])
-            raise BadInput(f"row {row} has {len(values)} of {len(labels)} cells (missing {missing}):"
-                           " the paste looks cut off at the right; paste the full width")
+            if not any(l.strip() for l in lines[n + 1:]):
+                raise BadInput(f"the paste ends inside row {row} ({len(values)} of {len(labels)} cells): it was cut"
+                               f" off at the bottom; {FULL_COPY}")
+            raise BadInput(f"row {row} has {len(values)} of {len(labels)} cells (missing {missing}): the line was"
+                           f" cut at the right; {FULL_COPY}")
         if values[labels.index(row)] != "X":
             raise BadInput(f"row {row} has {values[labels.index(row)]!r} where its own column should say X:"
                            " the columns are misaligned (a cell lost or added in the paste)")
+        if rest and (LINK_CELL.fullmatch(" " + rest[0]) and rest[0] != "N/A" or not row.startswith("GPU")):
+            raise BadInput(f"row {row} has more cells than the header has columns ({rest[0]!r} after"
+                           f" {labels[-1]}): the header line was cut at the right; {FULL_COPY}")
         for col, v in zip(labels, values):
             m.cells[(row, col)] = v
         if row.startswith("GPU"):
-            rest = line[pos:].split()
-            if len(rest) < len(trailers):
-                lost = ", ".join(repr(t) for t in trailers[len(rest):])
-                raise BadInput(f"row {row} lacks the {lost} column(s) its header names: the paste looks cut off"
-                               " at the right, or values ran together without tabs")
-            if len(rest) > len(trailers) and row == "GPU0":
-                raise BadInput(f"row {row} has {len(rest)} values after its cells but the header names"
-                               f" {len(trailers)} column(s): the header line looks cut off")
-            m.extras[row] = {t: (None if v == "N/A" else v) for t, v in zip(trailers, rest)}
+            m.extras[row] = _trailing(row, line, pos, rest, trailers, lines[start])
     gpu_labels = [l for l in labels if l.startswith("GPU")]
     missing_rows = [l for l in gpu_labels if l not in seen]
     if missing_rows:
         raise BadInput(f"the matrix header names {', '.join(missing_rows)} but no row for it:"
                        " the paste looks cut off at the bottom")
+    codes = _legend(lines[body_end:])
     for line in lines[start + 1:]:
         legend = re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line)
         if legend:
             m.nic_legend[legend.group(1)] = legend.group(2)
+    m.flavour = _flavour(m, codes)
     return m
+
+
+def _flavour(m: Matrix, legend_codes: set[str]) -> str:
+    """`topo -m` or `topo -p2p`, by what differs between them: their cells, legends and affinity columns."""
+    values = set(m.cells.values())
+    p2p = [why for why, seen in (("the command says -p2p", m.p2p_mode), ("P2P status cells", values & P2P_ONLY),
+                                 ("a P2P legend", legend_codes & P2P_LEGEND)) if seen]
+    topo = [why for why, seen in (("affinity columns", m.trailers),
+                                  ("link-type cells", any(v in TOPO_ONLY or v.startswith("NV") for v in values)),
+                                  ("a link-type legend", legend_codes & TOPO_LEGEND),
+                                  ("NIC columns", any(not l.startswith("GPU") for l in m.labels))) if seen]
+    if p2p and topo:
+        raise BadInput(f"the text mixes `topo -p2p` ({', '.join(p2p)}) and `topo -m` ({', '.join(topo)}):"
+                       " paste each output on its own")
+    return "p2p" if p2p else "topo"
 
 
 def _pairs(m: Matrix) -> list[tuple[str, str, str]]:
@@ -139,13 +302,19 @@ def _pairs(m: Matrix) -> list[tuple[str, str, str]]:
 def topo_matrix(text: str) -> Topology:
     """`nvidia-smi topo -m` text -> Topology. Command line equivalent: `nvidia-smi topo -m`."""
     m = matrix(text)
-    values = {v for v in m.cells.values()}
-    if values and values <= P2P_VALUES:
+    if m.flavour == "p2p":
         raise BadInput("this is a `nvidia-smi topo -p2p` matrix, not `topo -m`")
-    if "CPU Affinity" not in m.trailers:
-        # Every nvidia-smi prints this column; without it the right edge of the paste is gone.
-        raise BadInput(f"the header has no 'CPU Affinity' column (it ends at {m.labels[-1]!r}):"
-                       " the paste looks cut off at the right; paste the full width")
+    notes = []
+    absent = [t for t in TRAILERS[:2] if t not in m.trailers]
+    if absent:
+        notes.append(f"the paste has no {' or '.join(absent)} column (every GPU row is complete without it): that"
+                     " affinity is unknown; older drivers omit NUMA Affinity, and if the paste was cut at the right,"
+                     " `nvidia-smi topo -m > topo.txt` keeps every column")
+    blank = [l for l in m.labels if l.startswith("GPU") and "CPU Affinity" in m.trailers
+             and m.extras.get(l, {}).get("CPU Affinity") is None]
+    if blank:
+        notes.append(f"nvidia-smi printed no CPU affinity for {', '.join(blank)} (blank or N/A: a container or VM that"
+                     " hides the host's CPUs)")
     gpus = []
     for label in m.labels:
         if label.startswith("GPU"):
@@ -154,8 +323,7 @@ def topo_matrix(text: str) -> Topology:
                             numa_affinity=ex.get("NUMA Affinity"), gpu_numa_id=ex.get("GPU NUMA ID")))
     nics = tuple(Nic(name=l, device=m.nic_legend.get(l, None if re.match(r"NIC\d+$", l) else l))
                  for l in m.labels if not l.startswith("GPU"))
-    links = tuple(Link(a, b, v) for a, b, v in _pairs(m))
-    notes = []
+    links = tuple(Link(a, b, None if v == "N/A" else v) for a, b, v in _pairs(m))  # N/A: unknown
     asym = [f"{a}-{b}" for a, b, _ in _pairs(m)
             if (b, a) in m.cells and (a, b) in m.cells and m.cells[(a, b)] != m.cells[(b, a)]]
     if asym:
@@ -166,7 +334,7 @@ def topo_matrix(text: str) -> Topology:
 def p2p_matrix(text: str) -> tuple[str | None, dict[tuple[str, str], str]]:
     """`nvidia-smi topo -p2p MODE` text -> (mode, {(GPUa, GPUb): status})."""
     m = matrix(text)
-    if not set(m.cells.values()) <= P2P_VALUES:
+    if m.flavour != "p2p":
         raise BadInput("this is not a `nvidia-smi topo -p2p` matrix")
     return m.p2p_mode, {(a, b): v for a, b, v in _pairs(m)}
 
@@ -184,7 +352,10 @@ def gpu_list(text: str) -> list[Gpu]:
         ln = NVLINK_LINE.match(line)
         if ln and gpus:
             state = ln.group(2)
-            speed = re.match(r"([\d.]+)\s*GB/s", state)
+            speed = re.fullmatch(r"(\d+(?:\.\d+)?)\s*GB/s", state)
+            if not speed and "inactive" not in state.lower():
+                raise BadInput(f"GPU {gpus[-1].index}, Link {ln.group(1)}: {state!r} is neither a speed (26.562 GB/s)"
+                               " nor <inactive>: the paste is garbled")
             links.setdefault(len(gpus) - 1, []).append(NvLink(
                 link=int(ln.group(1)), active=bool(speed), speed_gbps=float(speed.group(1)) if speed else None))
     if not gpus:
@@ -197,14 +368,7 @@ def kind(text: str) -> str:
     lines = clean(text)
     if any(GPU_LINE.match(l) for l in lines) and not _header(lines):
         return "nvlink"
-    found = _header(lines)
-    if found is None:
-        raise BadInput("not nvidia-smi output: expected `nvidia-smi topo -m`, `topo -p2p`, `nvlink -s` or `-L`")
-    body = " ".join(lines[found[0] + 1:])
-    first_row = re.search(r"GPU0\s+X\s+(\S+)", body)
-    if P2P_MODE.search("\n".join(lines[:found[0] + 1])) or (first_row and first_row.group(1) in P2P_VALUES):
-        return "p2p"
-    return "topo"
+    return matrix(text).flavour
 
 
 def texts(pasted: list[str], gpu_model: str | None = None, names: list[str] | None = None) -> Topology:
@@ -222,13 +386,23 @@ def texts(pasted: list[str], gpu_model: str | None = None, names: list[str] | No
         pairs = [(a.name, b.name) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
         topo = Topology(gpus=gpus, links=tuple(Link(a, b, None) for a, b in pairs), source="file",
                         notes=("no `nvidia-smi topo -m` given: link types unknown",))
-    return merge(topo, listed, p2p, gpu_model)
+    driver = next((m.group(1) for t in pasted for m in [DRIVER.search(t)] if m), None)
+    return replace(merge(topo, listed, p2p, gpu_model), driver=driver)
 
 
 def _one(text: str, topo: Topology | None, p2p: dict) -> tuple[Topology | None, list[Gpu]]:
-    """Read one text into the running topology / P2P table; returns GPUs listed by `nvlink -s`/`-L`."""
+    """Read one text into the running topology / P2P table; returns GPUs listed by `nvlink -s`/`-L`.
+    A text holding several matrices (an environment report with `topo -m` then `topo -p2p rw`) is read
+    matrix by matrix."""
     if not text.strip():
         raise BadInput("the input is empty")
+    parts = _matrices(text)
+    if len(parts) > 1:
+        listed: list[Gpu] = []
+        for part in parts:
+            topo, more = _one(part, topo, p2p)
+            listed.extend(more)
+        return topo, listed
     k = kind(text)
     if k == "topo":
         if topo is not None:
@@ -237,9 +411,20 @@ def _one(text: str, topo: Topology | None, p2p: dict) -> tuple[Topology | None, 
     if k == "p2p":
         mode, statuses = p2p_matrix(text)
         for pair, status in statuses.items():
-            p2p.setdefault(pair, {})[mode or "r"] = status
+            p2p.setdefault(pair, {})[mode or "unknown"] = status  # the paste did not say which -p2p mode
         return topo, []
     return topo, gpu_list(text)
+
+
+def _matrices(text: str) -> list[str]:
+    """The text split before each matrix header after the first; each part keeps the lines before its
+    header (the command line that says `-p2p rw`)."""
+    lines = clean(text)
+    heads = [i for i, l in enumerate(lines) if _is_header(re.findall(r"GPU\d+|NIC\d+|\S+", l))]
+    if len(heads) < 2:
+        return [text]
+    bounds = [0] + [h + 1 for h in heads[:-1]]
+    return ["\n".join(lines[b:e]) for b, e in zip(bounds, heads[1:] + [len(lines)])]
 
 
 def merge(topo: Topology, listed: list[Gpu], p2p: dict, gpu_model: str | None = None) -> Topology:

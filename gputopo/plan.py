@@ -17,6 +17,9 @@ from .units import gib
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "zero3_offload_cpu",
               "zero3_offload_nvme")
 OPTIMIZER_BYTES = {"adamw": 8, "adamw-8bit": 2, "adafactor": 4, "sgd": 4}
+# ZeRO-Offload steps the optimizer on the host with DeepSpeed's CPU Adam; a client optimizer (8-bit Adam,
+# Adafactor, SGD) is refused there unless forced (zero_force_ds_cpu_optimizer), and runs on the GPU anyway.
+OFFLOAD_OPTIMIZERS = ("adamw",)
 CUDA_CONTEXT_BYTES = 1343 * 2 ** 20  # seed 001: "GPU memory occupied: 1343 MB" with kernels loaded
 HEADROOM = 0.9                       # fit within 90 %: the allocator fragments, temporaries come and go
 BUFFER_FACTOR = 1.5                  # DeepSpeed's additional_buffer_factor for CPU memory
@@ -117,6 +120,7 @@ class Strategy:
     comm_seconds_per_step: float | None
     fits: bool = False
     why_not: list[str] = field(default_factory=list)
+    short_bytes: dict = field(default_factory=dict)  # {"gpu"|"cpu"|"nvme": bytes missing}; empty when it fits
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -184,7 +188,11 @@ def _overhead(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
 
 
 def _comm(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
-    """Bytes each GPU sends per optimizer step (ring collectives: (n-1)/n of the buffer per pass)."""
+    """Bytes each GPU sends per optimizer step (ring collectives: (n-1)/n of the buffer per pass).
+
+    A reduce-scatter plus an all-gather move what one all-reduce moves: ZeRO-1/2 send DDP's volume in elements,
+    in the 16-bit reduce dtype where DDP (torch AMP) all-reduces fp32 gradients. ZeRO-3 adds the parameter
+    all-gathers of forward and backward."""
     n = lay.gpus
     if n == 1 or name == "single":
         return 0
@@ -193,11 +201,20 @@ def _comm(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
     if name == "ddp":
         # One all-reduce (2 passes) of fp32 gradients; accumulation steps use no_sync.
         return int(2 * ring * 4 * P)
-    if name.startswith("zero1") or name.startswith("zero2"):
-        # DeepSpeed reduce-scatters 16-bit gradients every micro-step, all-gathers parameters once per step.
+    if name.startswith("zero1"):
+        # Stage 1 keeps whole gradients and reduces them only at the accumulation boundary (DeepSpeed's
+        # reduce_ready_partitions_and_remove_grads), then all-gathers the updated parameters: once per step.
+        return int(2 * ring * p16 * P)
+    if name.startswith("zero2"):
+        # Stage 2 partitions gradients, so it reduce-scatters on every micro-step; parameters once per step.
         return int(ring * p16 * P * (t.grad_accum + 1))
     # ZeRO-3: all-gather in forward and in backward, reduce-scatter of gradients, every micro-step (~1.5x DDP).
     return int(3 * ring * p16 * P * t.grad_accum)
+
+
+def traffic(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
+    """Bytes each GPU sends per optimizer step with strategy `name` (see _comm)."""
+    return _comm(name, m, lay, t)
 
 
 def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
@@ -219,11 +236,18 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         st = Strategy(name, per, int(cpu), int(nvme), comm, round(comm / (gbps * 1e9), 4) if gbps and comm else
                       (0.0 if comm == 0 else None))
         if per["total"] > HEADROOM * lay.gpu_mem_bytes:
-            st.why_not.append(f"needs {gib(per['total'])} per GPU of {gib(lay.gpu_mem_bytes)}")
+            st.short_bytes["gpu"] = int(per["total"] - HEADROOM * lay.gpu_mem_bytes)
+            st.why_not.append(f"needs {gib(per['total'])} per GPU of {gib(lay.gpu_mem_bytes)}"
+                              f" ({gib(st.short_bytes['gpu'])} short of the {HEADROOM:.0%} usable)")
         # Only offload needs the host during training; the others need it to load (reported, not judged).
         if "offload" in name and lay.cpu_mem_bytes is not None and cpu > HEADROOM * lay.cpu_mem_bytes:
-            st.why_not.append(f"needs {gib(cpu)} of CPU RAM of {gib(lay.cpu_mem_bytes)}")
+            st.short_bytes["cpu"] = int(cpu - HEADROOM * lay.cpu_mem_bytes)
+            st.why_not.append(f"needs {gib(cpu)} of CPU RAM of {gib(lay.cpu_mem_bytes)}"
+                              f" ({gib(st.short_bytes['cpu'])} short)")
+        if "offload" in name and t.optimizer not in OFFLOAD_OPTIMIZERS:
+            st.why_not.append(f"needs --optimizer adamw (ZeRO-Offload runs DeepSpeed's CPU Adam, not {t.optimizer})")
         if nvme and (lay.nvme_free_bytes is None or nvme > lay.nvme_free_bytes):
+            st.short_bytes["nvme"] = int(nvme - (lay.nvme_free_bytes or 0))
             st.why_not.append(f"needs {gib(nvme)} on NVMe" + (
                 f" of {gib(lay.nvme_free_bytes)} free" if lay.nvme_free_bytes is not None else "; give --nvme-path"))
         st.fits = not st.why_not

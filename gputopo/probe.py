@@ -90,9 +90,14 @@ def _gpu(nvml, i: int, handle) -> Gpu:
     if cpu is None:
         mask = q("nvmlDeviceGetCpuAffinity", max(1, ((os.cpu_count() or 64) + 63) // 64))
         cpu = _cpulist(mask) if mask is not None else None
+    # NUMA affinity is the node nearest the GPU (what `nvidia-smi topo -m` prints): sysfs, where the firmware
+    # says (-1: it does not), else NVML's memory affinity. nvmlDeviceGetNumaNodeId is the GPU's *own* node
+    # (Grace Hopper), nvidia-smi's "GPU NUMA ID".
     numa = _sysfs(bus, "numa_node") if bus else None
-    if numa is None:
-        numa = q("nvmlDeviceGetNumaNodeId")
+    if numa in (None, "-1"):
+        nodes = q("nvmlDeviceGetMemoryAffinity", 1, getattr(nvml, "NVML_AFFINITY_SCOPE_NODE", 0))
+        numa = (_cpulist(nodes) or None) if nodes is not None else None
+    own = q("nvmlDeviceGetNumaNodeId")
     power, limit = q("nvmlDeviceGetPowerUsage"), q("nvmlDeviceGetEnforcedPowerLimit")
     links = []
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
@@ -108,7 +113,8 @@ def _gpu(nvml, i: int, handle) -> Gpu:
     return Gpu(
         name=f"GPU{i}", index=i, model=_text(q("nvmlDeviceGetName")), uuid=_text(q("nvmlDeviceGetUUID")),
         pci_bus_id=bus, memory_total_bytes=getattr(mem, "total", None), memory_used_bytes=getattr(mem, "used", None),
-        cpu_affinity=cpu, numa_affinity=None if numa in (None, "-1", -1) else str(numa),
+        cpu_affinity=cpu, numa_affinity=None if numa in (None, "-1") else str(numa),
+        gpu_numa_id=None if own is None or own < 0 else str(own),
         pcie_gen=q("nvmlDeviceGetCurrPcieLinkGeneration"), pcie_gen_max=q("nvmlDeviceGetMaxPcieLinkGeneration"),
         pcie_width=q("nvmlDeviceGetCurrPcieLinkWidth"), pcie_width_max=q("nvmlDeviceGetMaxPcieLinkWidth"),
         temperature_c=q("nvmlDeviceGetTemperature", getattr(nvml, "NVML_TEMPERATURE_GPU", 0)),
@@ -161,7 +167,8 @@ def nvml_topology() -> Topology:
                 kind = f"NV{nv}" if nv else NVML_LEVEL.get(level)
                 status = _safe(nvml, "nvmlDeviceGetP2PStatus", handles[i], handles[j], 0)
                 links.append(Link(a.name, b.name, kind, p2p=None if status is None else {"r": P2P_STATUS.get(status, "U")}))
-        return Topology(gpus=tuple(gpus), links=tuple(links), source="nvml", notes=tuple(notes))
+        return Topology(gpus=tuple(gpus), links=tuple(links), source="nvml", notes=tuple(notes),
+                        driver=_text(_safe(nvml, "nvmlSystemGetDriverVersion")))
     finally:
         _safe(nvml, "nvmlShutdown")
 
@@ -194,8 +201,18 @@ def topology() -> Topology:
         except Exception as e:  # the live view still stands without the NIC rows
             return replace(topo, notes=topo.notes + (f"`nvidia-smi topo -m` unreadable: {e}",))
         nic_links = tuple(l for l in smi.links if not (l.a.startswith("GPU") and l.b.startswith("GPU")))
-        return replace(topo, nics=smi.nics, links=topo.links + nic_links)
+        return replace(topo, gpus=tuple(_fill_affinity(g, smi) for g in topo.gpus), nics=smi.nics,
+                       links=topo.links + nic_links)
     return topo
+
+
+def _fill_affinity(g: Gpu, smi: Topology) -> Gpu:
+    """Affinities NVML and sysfs could not tell, from `nvidia-smi topo -m` (same GPU index, same machine)."""
+    other = next((s for s in smi.gpus if s.name == g.name), None)
+    if other is None:
+        return g
+    return replace(g, cpu_affinity=g.cpu_affinity or other.cpu_affinity,
+                   numa_affinity=g.numa_affinity or other.numa_affinity, gpu_numa_id=g.gpu_numa_id or other.gpu_numa_id)
 
 
 def host() -> dict:

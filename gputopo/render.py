@@ -59,15 +59,18 @@ def inspect(report: dict) -> str:
     if len(keep) > 1:  # a paste without `nvlink -s`/`-L` says nothing per GPU beyond the matrix
         out += ["", table([[r[i] for i in keep] for r in rows], [header[i] for i in keep])]
     out += ["", matrix(report)]
-    out += ["", f"Links among {', '.join(report['selected'])}, slowest first:"]
-    rows = []
-    for t, pairs, l in ranked_types(report):
-        bw = f"{l['bandwidth_gbps']:g} GB/s" if l.get("bandwidth_gbps") else "N/A"
-        total = len(report["selected"]) * (len(report["selected"]) - 1) // 2
-        rows.append([t, f"all {total} pairs" if len(pairs) == total > 1 else _short(pairs), bw, l["explanation"]])
-    out.append(table(rows, ["link", "pairs", "theoretical/dir", "meaning"]))
-    nv_basis = {l["bandwidth_basis"] for l in report["links"] if l.get("bandwidth_basis")}
-    out += [f"  bandwidth: {b}" for b in sorted(nv_basis)]
+    if report.get("links_note"):
+        out += ["", report["links_note"]]
+    else:
+        out += ["", f"Links among {', '.join(report['selected'])}, slowest first:"]
+        rows = []
+        for t, pairs, l in ranked_types(report):
+            bw = f"{l['bandwidth_gbps']:g} GB/s" if l.get("bandwidth_gbps") else "N/A"
+            total = len(report["selected"]) * (len(report["selected"]) - 1) // 2
+            rows.append([t, f"all {total} pairs" if len(pairs) == total > 1 else _short(pairs), bw, l["explanation"]])
+        out.append(table(rows, ["link", "pairs", "theoretical/dir", "meaning"]))
+        nv_basis = {l["bandwidth_basis"] for l in report["links"] if l.get("bandwidth_basis")}
+        out += [f"  bandwidth: {b}" for b in sorted(nv_basis)]
     if report["islands"]:
         out.append("NVLink islands: " + "  ".join("{" + ", ".join(i) + "}" for i in report["islands"]))
     w = report["weakest_link"]
@@ -133,19 +136,24 @@ def plan(data: dict) -> str:
            f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
            + (", fused attention" if t["flash_attention"] else ""), ""]
     rows = []
+    where = {"gpu": "GPU", "cpu": "CPU", "nvme": "NVMe"}
     for s in data["strategies"]:
         b = s["per_gpu_bytes"]
         comm = "-" if not s["comm_bytes_per_step"] else size(s["comm_bytes_per_step"]) + (
-            f" {s['comm_seconds_per_step']:.3f}s" if s["comm_seconds_per_step"] is not None else "")
-        rows.append([s["name"], "yes" if s["fits"] else "no", size(b["weights"]), size(b["gradients"]),
+            f" {s['comm_seconds_per_step']:.3f}s" if s["comm_seconds_per_step"] is not None else " (link unknown)")
+        fits = "yes" if s["fits"] else "no: " + ", ".join(
+            f"{where[k]} {size(v)} short" for k, v in s.get("short_bytes", {}).items()) if s.get("short_bytes") else (
+            "yes" if s["fits"] else "no")
+        rows.append([s["name"], fits, size(b["weights"]), size(b["gradients"]),
                      size(b["optimizer"]), size(b["activations"]), size(b["overhead"]), size(b["total"]),
                      size(s["cpu_bytes"]), size(s["nvme_bytes"]) if s["nvme_bytes"] else "-", comm])
     out.append(table(rows, ["strategy", "fits", "weights", "grads", "optim", "activ", "overhead", "total/GPU",
                             "CPU/node", "NVMe/node", "comm/step"]))
     r = data["recommendation"]
-    out += ["", f"Recommendation: {r['strategy']}"] + [f"  {x}" for x in r["reasons"]]
+    out += ["", f"Recommendation: {r['strategy'] or 'none fits'}"] + [f"  {x}" for x in r["reasons"]]
     if data["layout"].get("link_basis", "").startswith("assumed"):
         out.append(f"  (link bandwidth {data['layout']['link_basis']})")
+    out += [f"Note: {n}" for n in data.get("notes", [])]
     return "\n".join(out)
 
 

@@ -29,12 +29,13 @@ def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None 
             sources: list[str] | None = None, planned: dict | None = None) -> dict:
     """The whole inspect report. `topo` is None when no GPU is visible; `status` then says why."""
     out = {"schema_version": SCHEMA_VERSION, "source": topo.source if topo else None, "inputs": sources or [],
-           "gpu_status": {"visible": topo is not None, "reason": status}, "host": host,
+           "gpu_status": {"visible": topo is not None, "reason": status}, "host": host, "driver": None,
            "gpus": [], "nics": [], "links": [], "selected": [], "islands": [], "weakest_link": None,
-           "best": None, "findings": [], "recommendation": None, "plan": None, "notes": []}
+           "best": None, "findings": [], "recommendation": None, "plan": None, "links_note": None, "notes": []}
     if topo is None:
         return out
     names = select(topo, gpus)
+    out["driver"] = topo.driver
     out["gpus"] = [g.to_dict() for g in topo.gpus]
     out["nics"] = [n.to_dict() for n in topo.nics]
     links = []
@@ -64,8 +65,23 @@ def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None 
     out["findings"] = [f.to_dict() for f in health.check(topo, names, env or {})]
     out["recommendation"] = planned["recommendation"] if planned else advise.recommend(topo, names).to_dict()
     out["plan"] = planned
+    if len(names) < 2:
+        out["links_note"] = _one_gpu(topo, names[0], out["recommendation"], planned is not None)
     out["notes"] = list(topo.notes)
     return out
+
+
+def _one_gpu(topo: Topology, name: str, rec: dict, planned: bool) -> str:
+    """What inspect says instead of a link table when one GPU is in view."""
+    g = topo.gpu(name)
+    which = f"{name}, {g.model}" if g.model else name
+    if len(topo.gpus) > 1:
+        which += f", of this machine's {len(topo.gpus)}"
+    strategy = rec.get("strategy")
+    plan = (f"the plan for it is {strategy} ({advise.WHAT.get(strategy, strategy)})" if strategy else "no plan yet")
+    plan += "" if planned else "; give --model to check that the model fits its memory"
+    return (f"One GPU ({which}): no GPU-to-GPU interconnect to judge; {plan}. `--best K` and `gputopo bench-nvlink`"
+            " (P2P on vs off) need two or more GPUs on one machine.")
 
 
 def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
@@ -96,22 +112,14 @@ def layout_from_topology(topo: Topology, names: list[str], gpu_mem: int | None, 
                            link_type=weakest.type if weakest else None, link_gbps=gbps, link_basis=basis, **rest)
 
 
-def plan(model, layout: planning.Layout, training: planning.Training, global_batch: int | None = None) -> dict:
-    """The `plan` report: every strategy's memory and traffic, and the recommendation."""
-    amp = advise.is_ampere_or_newer(layout.gpu_model)
-    if training.precision == "bf16" and amp is False:
-        raise BadInput(f"bf16 needs an Ampere or newer GPU; {layout.gpu_model} is older: use --precision fp16")
-    if training.batch_size < 1 or training.seq_len < 1 or training.grad_accum < 1:
-        raise BadInput("--batch-size, --seq-len and --grad-accum must be 1 or more")
-    if global_batch is not None:
-        if global_batch < training.batch_size * layout.gpus:
-            raise BadInput(f"--global-batch {global_batch} is below one micro-batch on every GPU"
-                           f" ({training.batch_size} x {layout.gpus})")
-        from dataclasses import replace
-        training = replace(training, grad_accum=-(-global_batch // (training.batch_size * layout.gpus)))
+def plan(model, layout: planning.Layout, training: planning.Training, global_batch: int | None = None,
+         notes: tuple[str, ...] = ()) -> dict:
+    """The `plan` report: every strategy's memory and traffic, and the recommendation.
+
+    The inputs come resolved and checked from gputopo.request (defaults, bf16, global batch)."""
     strategies = planning.strategies(model, layout, training)
     fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
     advice = advise.from_plan(model, layout, training, strategies, fast, global_batch)
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
             "training": training.to_dict(), "strategies": [s.to_dict() for s in strategies],
-            "recommendation": advice.to_dict()}
+            "recommendation": advice.to_dict(), "notes": list(notes)}

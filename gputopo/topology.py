@@ -149,6 +149,7 @@ class Topology:
     nics: tuple[Nic, ...] = ()
     links: tuple[Link, ...] = ()       # one per unordered pair of header labels, header order
     source: str = "unknown"            # "nvml", "nvidia-smi", "file"
+    driver: str | None = None          # NVIDIA driver version, when NVML or the pasted text says it
     notes: tuple[str, ...] = field(default=())
 
     def gpu(self, name: str) -> Gpu:

@@ -1,20 +1,42 @@
-"""Byte sizes: read as users write them, written as people read memory."""
+"""Byte sizes: read as users write them, written as people read memory.
+
+One rule for every size gputopo reads: binary units, as GPUs are sold and as nvidia-smi and `free -g` print
+them. "80GB" is 80 GiB (an "80GB" A100 has 81920 MiB), "512M" is 512 MiB. A number without a unit is
+refused: it is too easy to mean MB and get GB.
+"""
 from __future__ import annotations
 
 import re
 
 from .errors import BadInput
 
-SCALE = {"B": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2 ** 10, "MI": 2 ** 20, "GI": 2 ** 30, "TI": 2 ** 40}
+SCALE = {"": None, "B": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40, "P": 2 ** 50}
+UNIT_RULE = "sizes are binary, as GPUs are sold and nvidia-smi prints them: 80GB = 80 GiB"
+
+
+def parse_size(text: str) -> int:
+    """'24GiB', '80GB', '80G', '16000MiB', '1.5TB' -> bytes (binary units). Raises ValueError."""
+    m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(?:([KMGTP])(?:i?B)?|(B))?\s*", str(text), re.I)
+    if not m:
+        raise ValueError(f"{text}: expected a positive size like 24GB, 80GiB or 16000MiB ({UNIT_RULE})")
+    value = float(m.group(1))
+    unit = (m.group(2) or m.group(3) or "").upper()
+    if value <= 0:
+        raise ValueError(f"{text}: expected a positive size like 24GB, 80GiB or 16000MiB")
+    if not unit:
+        raise ValueError(f"{text}: give a unit, e.g. {m.group(1)}GB ({UNIT_RULE})")
+    n = int(value * SCALE[unit])
+    if n < 1:
+        raise ValueError(f"{text}: less than one byte")
+    return n
 
 
 def parse_bytes(text: str, what: str) -> int:
-    """'24GiB', '80GB', '16000MiB', '24' (GiB) -> bytes; `what` names the option in the error."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*", str(text), re.I)
-    if not m or float(m.group(1)) <= 0:
-        raise BadInput(f"{what} {text}: expected a positive size like 24GiB, 80GB or 16000MiB")
-    unit = (m.group(2) or "GiB").upper().rstrip("B") or "B"
-    return int(float(m.group(1)) * SCALE[unit])
+    """parse_size for callers outside click: `what` names the option in the one-line error."""
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise BadInput(f"{what} {e}")
 
 
 def size(n: float | None) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 RESULT = "GPUTOPO_RESULT "
 WIKITEXT = "wikitext-2-raw-v1"  # the reference experiment's data
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # no model hub: nothing is downloaded at run time
 
 
 def parse_args(argv=None):
@@ -151,8 +152,7 @@ def load_tokens(dataset: str, vocab: int, seq: int, samples: int, seed: int, mod
 def wikitext_lines(name: str) -> list[str]:
     """The non-empty lines of a wikitext config from the local `datasets` cache. Never downloads: SystemExit
     with the reason when the package or the cached copy is missing."""
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.update(OFFLINE)  # read when datasets / huggingface_hub are first imported
     try:
         import datasets
     except ImportError:
@@ -320,6 +320,7 @@ def train_hf(args, model, data, device):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    os.environ.update(OFFLINE)  # before transformers imports huggingface_hub, which reads it once
     import torch
     import torch.distributed as dist
     torch.manual_seed(args.seed)

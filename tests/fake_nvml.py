@@ -54,11 +54,19 @@ def h100_nvswitch(n=4):
     return {"gpus": gpus, "ancestor": anc, "p2p": {k: 0 for k in anc}}
 
 
+def h100_single():
+    """One H100 SXM of an HGX board as a cloud pod sees it: its 18 NVLinks go to NVSwitches, no peer GPU."""
+    s = h100_nvswitch(1)
+    s["gpus"][0].update(bus="00000000:19:00.0", numa=0)
+    return s
+
+
 class FakeNvml(types.ModuleType):
     """Module-like object installed as sys.modules['pynvml'] by the `fake_nvml` fixture."""
     NVML_FEATURE_ENABLED = 1
     NVML_TEMPERATURE_GPU = 0
     NVML_NVLINK_MAX_LINKS = 18
+    NVML_AFFINITY_SCOPE_NODE = 0
 
     def __init__(self, scenario=None, *, init_error=None, lost=(), unsupported=(), hot=None):
         super().__init__("pynvml")
@@ -138,8 +146,17 @@ class FakeNvml(types.ModuleType):
         self._g(h, "nvmlDeviceGetCpuAffinity")
         return [0xFFFFFF] + [0] * (size - 1)
 
+    def nvmlDeviceGetMemoryAffinity(self, h, size, scope):
+        """NUMA nodes nearest the GPU as a bitmask (what nvidia-smi prints as NUMA Affinity)."""
+        numa = self._g(h, "nvmlDeviceGetMemoryAffinity")["numa"]
+        return [1 << numa] + [0] * (size - 1)
+
     def nvmlDeviceGetNumaNodeId(self, h):
-        return self._g(h, "nvmlDeviceGetNumaNodeId")["numa"]
+        """The GPU's own NUMA node: only coherent parts (Grace Hopper) have one; others answer NotSupported."""
+        g = self._g(h, "nvmlDeviceGetNumaNodeId")
+        if "gpu_numa" not in g:
+            raise NVMLError_NotSupported()
+        return g["gpu_numa"]
 
     def _link(self, h, link, fn):
         links = self._g(h, fn)["nvlinks"]

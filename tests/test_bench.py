@@ -300,6 +300,8 @@ def test_worker_auto_dataset_without_datasets(monkeypatch):
     pytest.importorskip("torch")
     from gputopo import worker
     monkeypatch.setitem(sys.modules, "datasets", None)
+    for key in worker.OFFLINE:  # the worker sets them for its process; restore them after the test
+        monkeypatch.setenv(key, "1")
     tokens, what = worker.load_tokens("auto", 100, 8, 4, 0, None)
     assert tuple(tokens.shape) == (4, 8) and int(tokens.max()) < 100
     assert what.startswith("synthetic (random token ids)") and "`datasets` package is not installed" in what
@@ -347,3 +349,18 @@ def test_failure_report_picks_the_first_failing_rank(tmp_path):
     # torchrun itself failed: its own last lines
     msg = bench.failure_report("p2p", 1, False, ["usage: torchrun ...", "error: argument --nproc_per_node"], tmp_path / "none")
     assert msg.startswith("p2p: torchrun exited with 1 before reporting a result: error: argument --nproc_per_node")
+
+
+def test_auto_dataset_not_in_the_cache(monkeypatch, tmp_path):
+    """`datasets` installed but no wikitext cached (this machine, CI): auto says so; wikitext is refused.
+    A cache folder that only looks like wikitext is tried by the worker's own loader, offline, in a child."""
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for key in ("HF_DATASETS_CACHE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(key, raising=False)
+    name, note = bench.resolve_dataset("auto")
+    assert name == "synthetic" and "not in the local datasets cache" in note
+    (tmp_path / "hf" / "hub" / "datasets--wikitext").mkdir(parents=True)  # an empty leftover: not a copy
+    from gputopo.errors import BadInput
+    with pytest.raises(BadInput, match="^--dataset wikitext-2-raw-v1: not in the local datasets cache"):
+        bench.resolve_dataset("wikitext-2-raw-v1")

@@ -109,7 +109,8 @@ def test_cut_paste_names_the_file(tmp_path):
     p = tmp_path / "cut.txt"
     p.write_text("\n".join(l[:60] for l in (TOPO / "h100x8_nv18_no_nic_spaces.txt").read_text().splitlines()))
     r = run("inspect", "-f", str(p))
-    assert r.exit_code == 2 and r.output.startswith(f"Error: {p}: ") and "cut off" in r.output
+    assert r.exit_code == 2 and r.output.startswith(f"Error: {p}: ") and "cut at the right" in r.output
+    assert "nvidia-smi topo -m > topo.txt" in r.output and r.output.count("\n") == 1
 
 
 def test_env_traps(monkeypatch):
@@ -123,3 +124,31 @@ def test_env_traps(monkeypatch):
     assert f["nccl_p2p_level"]["level"] == "warn" and "GPU0-GPU5" in f["nccl_p2p_level"]["message"]
     assert "CUDA_VISIBLE_DEVICES=1,0" in f["cuda_visible_devices"]["message"]
     assert "PCI_BUS_ID" in f["cuda_device_order"]["message"]
+
+
+# --- encodings of saved pastes (issue 14 item 7) ---
+
+@pytest.mark.parametrize("encode", [
+    lambda t: b"\xff\xfe" + t.replace("\n", "\r\n").encode("utf-16-le"),   # PowerShell 5 `>`: UTF-16 LE, BOM, CRLF
+    lambda t: b"\xfe\xff" + t.encode("utf-16-be"),
+    lambda t: b"\xef\xbb\xbf" + t.replace("\n", "\r\n").encode(),           # UTF-8 with BOM (PowerShell 7 option)
+    lambda t: t.replace("\n", "\r\n").encode(),
+])
+def test_windows_saved_pastes_parse_like_utf8(tmp_path, encode):
+    text = (TOPO / "a100x2_nv12_5nic_sglang_check_env.txt").read_text()
+    plain = json.loads(run("inspect", "--json", "-f", str(TOPO / "a100x2_nv12_5nic_sglang_check_env.txt")).output)
+    f = tmp_path / "topo.txt"
+    f.write_bytes(encode(text))
+    r = run("inspect", "--json", "-f", str(f))
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["gpus"] == plain["gpus"] and data["links"] == plain["links"] and data["nics"] == plain["nics"]
+
+
+@pytest.mark.parametrize("blob", [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", b"\x1f\x8b\x08\x00\x00\x00\x00\x00",
+                                  b"\xff\xfe\x00\xd8\x00\xd8", bytes(range(256)), b"GPU0\x01\x02\x03 X"])
+def test_binary_files_refused_in_one_line(tmp_path, blob):
+    f = tmp_path / "topo.bin"
+    f.write_bytes(blob)
+    r = run("inspect", "-f", str(f))
+    assert r.exit_code == 2 and r.output.strip() == f"Error: {f}: binary file, not nvidia-smi text"

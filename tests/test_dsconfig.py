@@ -138,7 +138,7 @@ def test_json_schema_and_launch(tmp_path):
     r = run("deepspeed-config", "--stage", "3", "--offload", "cpu", "--json", "--launcher", "slurm", "--nodes", "4",
             "--gpus", "8")
     data = json.loads(r.output)
-    assert set(data) == {"schema_version", "config", "path", "launch", "warnings"} and data["path"] is None
+    assert set(data) == {"schema_version", "config", "path", "launch", "warnings", "plan", "training_arguments"} and data["path"] is None
     assert data["config"]["zero_optimization"]["offload_param"]["device"] == "cpu"
     sbatch = data["launch"]["files"]["train.sbatch"]
     assert "#SBATCH --nodes=4" in sbatch and "srun torchrun" in sbatch and "--nproc_per_node 8" in sbatch

@@ -29,7 +29,17 @@ def cli(*args) -> str:
     cli("inspect", "-f", str(FIXTURES / "topo" / "rtx5090x2_phb.txt")),
     cli("inspect", "--example", "dgx-a100", "--model", "llama-2-7b", "--gpu-mem", "80GiB"),
     cli("plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GiB"),
+    cli("inspect", "--example", "dgx-a100", "--markdown"),
     "from gputopo import dsconfig, launch; dsconfig.build(3, 'cpu', hidden_size=64); launch.command('slurm', 'x', gpus=8)",
 ])
 def test_fast_paths_stay_light(statement):
     assert heavy_after(statement) == []
+
+
+def test_markdown_imports_no_matplotlib():
+    """`inspect --markdown` works without matplotlib (only --plot needs it), and without torch."""
+    statement = cli("inspect", "--example", "dgx-a100", "--markdown").replace("cli()", "cli(standalone_mode=False)")
+    code = ("import sys\n" + statement + "\n"
+            "print('LOADED', sorted({'matplotlib', 'torch', 'transformers', 'deepspeed'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "```mermaid" in out.stdout and "LOADED []" in out.stdout, out.stderr

@@ -197,7 +197,6 @@ def test_8bit_adam_hint_when_optimizer_states_do_not_fit():
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["--model", "llama-2-70b", "--gpus", "1", "--gpu-mem", "8GiB", "--cpu-mem", "16GiB", "--nvme-free", "10GB"], "fits no strategy"),
     (["--model", "gpt2", "--gpus", "0", "--gpu-mem", "24GiB"], "--gpus must be 1 or more"),
     (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "-3GiB"], "--gpu-mem -3GiB: expected a positive size"),
     (["--model", "nope", "--gpus", "2", "--gpu-mem", "24GiB"], "--model nope: not a known model"),
@@ -230,8 +229,11 @@ def test_inspect_with_model_uses_the_topology():
 
 def test_parse_bytes():
     from gputopo.units import parse_bytes
-    assert parse_bytes("24GiB", "x") == 24 * GIB and parse_bytes("80GB", "x") == 80 * 10 ** 9
-    assert parse_bytes("16000MiB", "x") == 16000 * 2 ** 20 and parse_bytes("24", "x") == 24 * GIB
+    # Issue 14: binary units as GPUs are sold and printed ("80GB" = 80 GiB); a bare number is refused.
+    assert parse_bytes("24GiB", "x") == 24 * GIB and parse_bytes("80GB", "x") == 80 * GIB
+    assert parse_bytes("16000MiB", "x") == 16000 * 2 ** 20
+    with pytest.raises(BadInput, match="give a unit"):
+        parse_bytes("24", "x")
 
 
 def test_cli_optimizer_choices_match_the_arithmetic():

@@ -144,3 +144,71 @@ def test_pasted_nvlink_status_with_fewer_links_than_the_matrix():
     found = [f for f in health.check(topo, [g.name for g in topo.gpus], {}) if f.code == "nvlink_inactive"]
     assert len(found) == 1 and found[0].level == "warn" and found[0].subject == "GPU0"
     assert "NV12 but only 10" in found[0].message and "3, 7" in found[0].message
+
+
+# --- one GPU, live (issue 10 item 2) ---
+
+def _fake_smi(monkeypatch, tmp_path, topo_text):
+    """An `nvidia-smi` on PATH that prints `topo_text` for `topo -m` and fails otherwise."""
+    (tmp_path / "topo.txt").write_bytes(topo_text.encode())
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\n[ \"$1\" = topo ] && cat {tmp_path / 'topo.txt'} && exit 0\nexit 1\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(probe.shutil, "which", lambda name: str(exe) if name == "nvidia-smi" else None)
+
+
+def test_one_gpu_numa_from_nvml_memory_affinity(fake_nvml, tmp_path):
+    from fake_nvml import h100_single
+    fake_nvml(h100_single())
+    d = tmp_path / "sysfs" / "0000:19:00.0"
+    d.mkdir(parents=True)
+    (d / "numa_node").write_text("-1\n")  # firmware that does not say: sysfs is no answer
+    g = probe.topology().gpu("GPU0")
+    assert g.numa_affinity == "0" and g.gpu_numa_id is None and g.cpu_affinity == "0-23"
+
+
+def test_one_gpu_numa_from_nvidia_smi_when_nvml_lacks_it(fake_nvml, monkeypatch, tmp_path):
+    from fake_nvml import h100_single
+    fake_nvml(h100_single(), unsupported={"nvmlDeviceGetMemoryAffinity", "nvmlDeviceGetCpuAffinity"})
+    _fake_smi(monkeypatch, tmp_path, fixture_text("h100x1_driver580_ansi_header.txt"))
+    topo = probe.topology()
+    g = topo.gpu("GPU0")
+    assert (g.cpu_affinity, g.numa_affinity) == ("0-15", "0") and topo.source == "nvml"
+    assert not any("unreadable" in n for n in topo.notes)
+
+
+def test_one_gpu_live_inspect_says_one_sentence_not_an_empty_table(fake_nvml, monkeypatch, tmp_path):
+    import json
+    from click.testing import CliRunner
+    from fake_nvml import h100_single
+    from gputopo.cli import cli
+    fake_nvml(h100_single(), unsupported={"nvmlDeviceGetMemoryAffinity"})
+    _fake_smi(monkeypatch, tmp_path, fixture_text("h100x1_driver580_ansi_header.txt"))
+    r = CliRunner().invoke(cli, ["inspect"])
+    assert r.exit_code == 0, r.output
+    assert "Links among" not in r.output and "theoretical/dir" not in r.output
+    assert ("One GPU (GPU0, NVIDIA H100 80GB HBM3): no GPU-to-GPU interconnect to judge; the plan for it is single"
+            in r.output) and "`--best K` and `gputopo bench-nvlink`" in r.output and "two or more GPUs" in r.output
+    data = json.loads(CliRunner().invoke(cli, ["inspect", "--json"]).output)
+    assert data["gpus"][0]["numa_affinity"] == "0" and data["links"] == [] and data["links_note"].startswith("One GPU")
+    planned = CliRunner().invoke(cli, ["inspect", "--model", "gpt2"])
+    assert planned.exit_code == 0, planned.output
+    assert "the plan for it is single (one GPU, no DeepSpeed). `--best K`" in planned.output
+
+
+def test_one_selected_gpu_of_several(fake_nvml):
+    fake_nvml(h100_nvswitch(4))
+    data = report.inspect(probe.topology(), gpus="2", env={})
+    assert data["links_note"].startswith("One GPU (GPU2, NVIDIA H100 80GB HBM3, of this machine's 4)")
+    assert report.inspect(probe.topology(), env={})["links_note"] is None
+
+
+def test_one_gpu_from_the_nvidia_smi_binary_when_nvml_is_missing(fake_nvml, monkeypatch, tmp_path):
+    # The H100 record: NVML absent, `nvidia-smi topo -m` with the driver-580 escape-wrapped header.
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    _fake_smi(monkeypatch, tmp_path, fixture_text("h100x1_driver580_ansi_header.txt"))
+    topo = probe.topology()
+    assert topo.source == "nvidia-smi" and [g.name for g in topo.gpus] == ["GPU0"]
+    assert (topo.gpus[0].cpu_affinity, topo.gpus[0].numa_affinity) == ("0-15", "0")
+    assert report.inspect(topo, env={})["links_note"].startswith("One GPU (GPU0)")

@@ -1,0 +1,49 @@
+"""Output files: checked before the work starts, written atomically, never overwritten without --force."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from .errors import BadInput
+
+
+def check_output(path: str | None, force: bool = False, what: str = "--output") -> None:
+    """Refuse now, before any work, an output path that could not be written at the end."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise BadInput(f"{what} {path}: is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise BadInput(f"{what} {path}: folder {os.path.dirname(path) or folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BadInput(f"{what} {path}: folder {os.path.dirname(path) or folder} is not writable")
+    if os.path.exists(path) and not force:
+        raise BadInput(f"{path} exists; pass --force to overwrite it")
+
+
+def write_atomic(path: str, data: str | bytes) -> None:
+    """Write to a temporary file in the same folder, then os.replace it into place (as pip's adjacent_tmp_file):
+    a failure leaves the old file or nothing, never half a file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)  # mkstemp makes 0600; a config is as readable as any file the user writes
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,121 @@
+"""Known GPU models: memory as sold and printed, and the architecture (which decides bf16). Pure data.
+
+Memory per card in MiB. Where a real `nvidia-smi --query-gpu=memory.total` figure is on record it is used
+(source in the comment); otherwise the size as sold, in binary units (an "NN GB" card is NN GiB), which
+nvidia-smi prints within a few per cent (H100 80GB: 81559 MiB of 81920).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+BF16_ARCHS = ("Ampere", "Ada", "Hopper", "Blackwell")  # bf16 tensor cores from compute capability 8.0
+GIB_MIB = 1024
+
+# (key users type, pattern on the squeezed upper-case name, architecture, {GB as sold: MiB (None: as sold)})
+# First match wins, so longer names come before their prefixes (L40S before L40, A100 before A10).
+CATALOG = (
+    ("GB200", r"GB200", "Blackwell", {186: None}),
+    ("B200", r"B200", "Blackwell", {180: None, 192: None}),
+    ("RTX 5090", r"RTX5090", "Blackwell", {32: None}),
+    ("GH200", r"GH200", "Hopper", {96: None, 144: None}),
+    ("H200", r"H200", "Hopper", {141: None}),
+    ("H100 NVL", r"H100NVL", "Hopper", {94: None}),
+    ("H100", r"H100", "Hopper", {80: 81559}),   # 81559 MiB: H100 80GB HBM3, nvidia-smi (issue 14)
+    ("H800", r"H800", "Hopper", {80: None}),
+    ("H20", r"H20(?!0)", "Hopper", {96: None}),
+    ("A100", r"A100", "Ampere", {40: None, 80: 81920}),  # 81920 MiB: A100-SXM4-80GB, nvidia-smi (issue 14)
+    ("A800", r"A800", "Ampere", {40: None, 80: None}),
+    ("A40", r"A40(?!\d)", "Ampere", {48: None}),
+    ("A30", r"A30(?!\d)", "Ampere", {24: None}),
+    ("A10G", r"A10G", "Ampere", {24: None}),
+    ("A10", r"A10(?![0-9G])", "Ampere", {24: None}),
+    ("L40S", r"L40S", "Ada", {48: None}),
+    ("L40", r"L40(?!S)", "Ada", {48: None}),
+    ("L4", r"L4(?!\d)", "Ada", {24: None}),
+    ("RTX 6000 Ada", r"RTX6000ADA", "Ada", {48: None}),
+    ("RTX 4090", r"RTX4090", "Ada", {24: 24564}),        # 24564 MiB: GeForce RTX 4090, nvidia-smi (issue 14)
+    ("RTX 4080", r"RTX4080", "Ada", {16: None}),
+    ("RTX A6000", r"RTXA6000|^A6000", "Ampere", {48: None}),
+    ("RTX A5000", r"RTXA5000|^A5000", "Ampere", {24: None}),
+    ("RTX 3090", r"RTX3090", "Ampere", {24: None}),
+    ("RTX 3080", r"RTX3080", "Ampere", {10: None, 12: None}),
+    ("V100", r"V100", "Volta", {16: 16160, 32: None}),    # 16160 MiB: Tesla V100 16GB, nvidia-smi in seed 001
+    ("TITAN V", r"TITANV", "Volta", {12: None}),
+    ("TITAN RTX", r"TITANRTX", "Turing", {24: None}),
+    ("Quadro RTX 8000", r"RTX8000", "Turing", {48: None}),
+    ("Quadro RTX 6000", r"(?:QUADRO)?RTX6000$", "Turing", {24: None}),
+    ("RTX 2080 Ti", r"RTX2080TI", "Turing", {11: None}),
+    ("T4", r"(?<![A-Z0-9])T4(?!\d)", "Turing", {16: None}),
+    ("P100", r"P100", "Pascal", {12: None, 16: None}),
+    ("P40", r"P40(?!\d)", "Pascal", {24: None}),
+    ("GTX 1080 Ti", r"GTX1080TI", "Pascal", {11: None}),
+)
+KNOWN = tuple(k for k, *_ in CATALOG)
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str                    # as the user or nvidia-smi wrote it
+    key: str                     # the catalog entry: "A100", "RTX 4090"
+    arch: str
+    memory_bytes: int | None     # None when the name does not say which variant (A100 40GB or 80GB)
+    memory_basis: str            # "nvidia-smi" or "as sold"
+    variants: tuple[int, ...]    # GB sizes the model is sold in
+
+    @property
+    def bf16(self) -> bool:
+        return self.arch in BF16_ARCHS
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _squeeze(name: str) -> str:
+    up = re.sub(r"\b(NVIDIA|GEFORCE|TESLA)\b", "", name.upper())
+    return re.sub(r"[^A-Z0-9]", "", up)
+
+
+def lookup(name: str | None, strict: bool = False) -> GpuModel | None:
+    """The catalog's entry for a GPU name ('A100-80GB', 'NVIDIA H100 80GB HBM3', 'rtx4090'), or None.
+
+    strict: a size the model is not sold in is an error (ValueError), as for a name the user typed; a name
+    NVML or a paste reports keeps its architecture and leaves the memory to what the driver says."""
+    if not name or not name.strip():
+        return None
+    # The size in the name ("-80GB", " 80GB HBM3"), taken before squeezing so "SXM4-80GB" is not "480GB".
+    gb = re.search(r"(?<![\w.])(\d+)\s*G(?:i?B)?\b", name, re.I)
+    squeezed = _squeeze(re.sub(r"(?<![\w.])\d+\s*G(?:i?B)?\b.*$", "", name, flags=re.I) if gb else name)
+    for key, pattern, arch, variants in CATALOG:
+        if re.search(pattern, squeezed):
+            sizes = tuple(sorted(variants))
+            if gb and int(gb.group(1)) in variants:
+                chosen = int(gb.group(1))
+            elif gb and strict:
+                raise ValueError(f"{name}: {key} is sold as {_sizes(sizes)}, not {gb.group(1)}GB")
+            elif len(variants) == 1 and not gb:
+                chosen = sizes[0]
+            else:
+                return GpuModel(name, key, arch, None, "unknown", sizes)
+            mib = variants[chosen]
+            return GpuModel(name, key, arch, (mib or chosen * GIB_MIB) * 2 ** 20,
+                            "nvidia-smi" if mib else "as sold", sizes)
+    return None
+
+
+def _sizes(sizes: tuple[int, ...]) -> str:
+    return " or ".join(f"{s}GB" for s in sizes)
+
+
+def known(name: str) -> GpuModel:
+    """lookup() that refuses an unknown name in one line naming the known ones (ValueError)."""
+    found = lookup(name, strict=True)
+    if found is None:
+        raise ValueError(f"{name}: unknown GPU model; known: {', '.join(KNOWN)}")
+    return found
+
+
+def ampere_or_newer(name: str | None) -> bool | None:
+    """bf16 support from a GPU name; None when the name is missing or not in the catalog."""
+    found = lookup(name)
+    return found.bf16 if found else None

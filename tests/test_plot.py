@@ -1,0 +1,82 @@
+"""inspect --plot: a valid PNG/SVG for every bundled example, labels that do not overlap, refusals."""
+import builtins
+import itertools
+
+import pytest
+from click.testing import CliRunner
+
+from gputopo.cli import _examples, cli
+
+EXAMPLES = sorted(k for k in _examples() if not k.startswith("_"))
+pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def report(*args):
+    import json
+    return json.loads(run("inspect", "--json", *args).output)
+
+
+def overlaps(fig):
+    """Pairs of texts whose boxes overlap once drawn (node labels, edge labels, titles, legend)."""
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    texts = [t for t in fig.findobj(lambda a: a.__class__.__name__ == "Text") if t.get_text().strip() and t.get_visible()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    return [(a, b) for (a, ba), (b, bb) in itertools.combinations(boxes, 2) if ba.overlaps(bb)]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_example_draws_without_overlapping_labels(name):
+    from gputopo import plot
+    assert overlaps(plot.figure(report("--example", name))) == []
+
+
+def test_many_nics_and_selection_without_overlaps():
+    from conftest import FIXTURES
+    from gputopo import plot
+    for args in (["-f", str(FIXTURES / "topo" / "h200x8_nv18_10nic.txt"), "--best", "4"],
+                 ["--example", "dgx-a100", "--gpus", "0,3"],
+                 ["-f", str(FIXTURES / "topo" / "gpu5_mixed_sys_phb_node_dual_numa.txt")]):
+        assert overlaps(plot.figure(report(*args))) == []
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_png_and_svg_files(tmp_path, name):
+    png, svg = tmp_path / "t.png", tmp_path / "t.svg"
+    r = run("inspect", "--example", name, "--plot", str(png))
+    assert r.exit_code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert run("inspect", "--example", name, "--plot", str(svg), "--json").exit_code == 0
+    assert b"<svg" in svg.read_bytes()[:400]
+
+
+def test_plot_styles_nvlink_thick_and_sys_dashed():
+    from gputopo.plot import style
+    assert style("NV12")["lw"] > style("NV2")["lw"] > style("PIX")["lw"] > style("PHB")["lw"] > style("SYS")["lw"]
+    assert style("SYS")["ls"] != "-" and style("NODE")["ls"] != "-" and style("PIX")["ls"] == "-"
+
+
+def test_plot_output_checked_before_work(tmp_path):
+    out = tmp_path / "t.png"
+    out.write_bytes(b"keep")
+    r = run("inspect", "--example", "h100x8", "--plot", str(out))
+    assert r.exit_code == 2 and r.output.strip() == f"Error: {out} exists; pass --force to overwrite it"
+    assert out.read_bytes() == b"keep"
+    assert run("inspect", "--example", "h100x8", "--plot", str(out), "--force").exit_code == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    r = run("inspect", "--example", "h100x8", "--plot", str(tmp_path / "t.pdf"))
+    assert r.output.strip() == f"Error: --plot {tmp_path / 't.pdf'}: give a .png or .svg file name"
+    r = run("inspect", "--example", "h100x8", "--plot", str(tmp_path / "nope" / "t.png"))
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_without_matplotlib_one_line(monkeypatch, tmp_path):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    r = run("inspect", "--example", "h100x8", "--plot", str(tmp_path / "t.png"))
+    assert r.exit_code == 2 and r.output == "Error: --plot needs matplotlib: pip install matplotlib\n"
+    assert run("inspect", "--example", "h100x8", "--markdown").exit_code == 0
