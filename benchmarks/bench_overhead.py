@@ -10,7 +10,9 @@ Fair and robust to noise on a shared machine:
   machine hits both sides alike;
 - each round gives one ratio of medians (warm-up steps dropped); the figure is the median over rounds, printed
   with the range of the rounds. The ratio of total times (means) is printed too: it catches a slow step every
-  N steps, which a median would hide.
+  N steps, which a median would hide;
+- the noise floor of the same moments comes for free: on CPU the bench's two arms are one program, so their
+  ratio to each other is what noise alone does to a ratio.
 """
 import argparse
 import json
@@ -59,16 +61,16 @@ def bare(args, script: Path, model: Path, env: dict) -> list[float]:
     return json.loads(next(l for l in out.splitlines() if l.startswith("BARE "))[5:])[args.warmup:]
 
 
-def harness(args, model: Path, env: dict) -> list[float]:
-    """Both arms of one `bench-nvlink --train-only`: on CPU they are the same program, so both are harness."""
+def harness(args, model: Path, env: dict) -> list[list[float]]:
+    """Both arms of one `bench-nvlink --train-only`: on CPU they are the same program, so both are harness, and
+    their ratio to each other is the noise floor of the moment."""
     proc = subprocess.run([str(BIN / "gputopo"), "bench-nvlink", "--model", str(model), "--train-only", "--json",
                            "--steps", str(args.steps), "--warmup-steps", str(args.warmup), "--batch-size",
                            str(args.batch), "--seq-len", str(args.seq), "--precision", "fp32", "--dataset", "synthetic"],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"bench-nvlink failed:\n{proc.stderr[-3000:]}")
-    runs = json.loads(proc.stdout)["runs"]
-    return [t for r in runs for t in r["step_times_s"]]
+    return [r["step_times_s"] for r in json.loads(proc.stdout)["runs"]]
 
 
 def main():
@@ -93,23 +95,29 @@ def main():
         # The bench gives each of its 2 processes cpu_count // 2 threads unless told; the bare loop gets the same.
         env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // 2))}
         rounds = []
+        load = os.getloadavg()[0]
         for i in range(args.rounds):
             if i % 2 == 0:
                 b = bare(args, script, model, env)
-                h = harness(args, model, env)
+                arms = harness(args, model, env)
             else:
-                h = harness(args, model, env)
+                arms = harness(args, model, env)
                 b = bare(args, script, model, env)
-            rounds.append((b, h))
+            h = arms[0] + arms[1]
+            rounds.append((b, h, arms))
             print(f"round {i + 1}: bare {statistics.median(b) * 1000:7.2f} ms, bench {statistics.median(h) * 1000:7.2f} ms,"
                   f" ratio {statistics.median(h) / statistics.median(b):.3f}", flush=True)
-    med = [statistics.median(h) / statistics.median(b) for b, h in rounds]
-    tot = [statistics.mean(h) / statistics.mean(b) for b, h in rounds]
+    med = [statistics.median(h) / statistics.median(b) for b, h, _ in rounds]
+    tot = [statistics.mean(h) / statistics.mean(b) for b, h, _ in rounds]
+    aa = [statistics.median(a[1]) / statistics.median(a[0]) for _, _, a in rounds]
     print(f"GPT-2 h={args.hidden} L={args.layers}, batch {args.batch} x {args.seq}, fp32, 2 CPU processes (gloo),"
-          f" {args.steps} steps ({args.warmup} warm-up dropped), {args.rounds} rounds, order alternating")
+          f" {args.steps} steps ({args.warmup} warm-up dropped), {args.rounds} rounds, order alternating;"
+          f" load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} CPUs")
     print(f"bench-nvlink / bare DDP, median step: {statistics.median(med):.3f}x"
           f" (rounds {min(med):.3f}-{max(med):.3f}; target at most 1.05x)")
     print(f"bench-nvlink / bare DDP, mean step:   {statistics.median(tot):.3f}x (rounds {min(tot):.3f}-{max(tot):.3f})")
+    print(f"noise floor, the bench's two identical CPU arms against each other: {statistics.median(aa):.3f}x"
+          f" (rounds {min(aa):.3f}-{max(aa):.3f})")
 
 
 if __name__ == "__main__":

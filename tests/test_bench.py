@@ -97,7 +97,8 @@ def test_two_nodes_on_loopback(tmp_path, tiny_model):
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     node0, node1 = (json.loads(o[0]) for o in outs)
     # One combined run: both nodes report the same result of the 2-process world.
-    assert node0["nnodes"] == 2 and all(r["world_size"] == 2 for r in node0["runs"]) and node0["speedup"]
+    assert node0["nnodes"] == 2 and all(r["world_size"] == 2 for r in node0["runs"])
+    assert node0["comparison"]["verdict"] == "identical_arms" and node0["comparison"] == node1["comparison"]
     assert node0["runs"] == node1["runs"] and node0["allreduce"] == node1["allreduce"] and len(node0["allreduce"]) == 2
 
 
