@@ -1,115 +1,123 @@
-"""Estimate vs measured memory, per component, for real GPT-2 models trained one step on CPU.
+"""Predicted vs measured memory of one real training step, for models of every family gputopo plans for.
 
-Run: .venv/bin/python benchmarks/memory_accuracy.py [--quick]
-Builds GPT-2 models from tiny to gpt2 size (random weights), runs a real AdamW step, and measures the bytes of
-parameters, gradients and optimizer states, and the bytes saved for backward (saved_tensors_hooks), in fp32
-and in bf16 autocast, with and without gradient checkpointing. Targets: model states exact, activations
-within 10 %. The estimate is gputopo's own (gputopo.plan), told that dropout masks on CPU take the value
-dtype (CUDA keeps them as 1-byte bools).
+Run: .venv/bin/python benchmarks/memory_accuracy.py [--only NAME ...] [--list]
+Each configuration is a causal LM built by transformers from its config (random weights), trained for two
+steps with torch.optim.AdamW by the same child process `gputopo plan --measure` runs (gputopo.measure): on
+CPU the step's memory is the high-water mark of the process over the second step (VmHWM after clear_refs,
+glibc mmapping every block >= 64 KiB), on CUDA torch.cuda.max_memory_allocated(). "step" is the peak above
+weights and optimizer states: the gradients, activations and temporaries alive at the worst moment, which
+is what gputopo.memory predicts. fp32 with dropout 0 on CPU (a CPU step then allocates what a CUDA step
+does); on a CUDA machine every configuration also runs under bf16 autocast. Targets: within 10 % (eager
+attention) and 15 % (sdpa). Models are small (weights of a few MB to ~30 MB) so the run fits a shared 2-core
+machine in a few minutes; the step memory of each is 50-400 MB.
 """
 import argparse
+import json
 import time
 
-import torch
-import transformers
-from transformers import GPT2Config, GPT2LMHeadModel
-
-from gputopo import plan
+from gputopo import measure, memory
 from gputopo.models import ModelSpec
+from gputopo.plan import Training
 
-transformers.logging.set_verbosity_error()
+TARGET = {"eager": 0.10, "sdpa": 0.15}
 
-SIZES = {  # name: (hidden, layers, heads, vocab)
-    "tiny": (64, 2, 2, 1000),
-    "small": (256, 4, 4, 5000),
-    "medium": (512, 6, 8, 20000),
-    "gpt2": (768, 12, 12, 50257),
+# name: (transformers config, batch, seq). Families: GPT-2 (LayerNorm, fused QKV, tanh GeLU, tied),
+# Llama (RMSNorm, SwiGLU, GQA, untied), Qwen2 (tied, large vocabulary, QKV bias), Mistral (GQA, SwiGLU).
+GPT2 = dict(model_type="gpt2", attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+CONFIGS = {
+    "gpt2-h256-L4": (dict(GPT2, n_embd=256, n_layer=4, n_head=4, vocab_size=8000, n_positions=512), 4, 256),
+    "gpt2-h128-L6-longseq": (dict(GPT2, n_embd=128, n_layer=6, n_head=4, vocab_size=512, n_positions=1024), 2, 1024),
+    "llama-gqa-h256-L4": (dict(model_type="llama", hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+                               num_attention_heads=8, num_key_value_heads=2, vocab_size=8000,
+                               max_position_embeddings=512), 4, 256),
+    "llama-gqa-h192-L8-smallvocab": (dict(model_type="llama", hidden_size=192, intermediate_size=512,
+                                          num_hidden_layers=8, num_attention_heads=6, num_key_value_heads=3,
+                                          vocab_size=1000, max_position_embeddings=1024), 2, 512),
+    "qwen2-tied-h128-V32k": (dict(model_type="qwen2", hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, vocab_size=32000,
+                                  tie_word_embeddings=True, max_position_embeddings=512), 2, 192),
+    "mistral-h256-L4": (dict(model_type="mistral", hidden_size=256, intermediate_size=896, num_hidden_layers=4,
+                             num_attention_heads=8, num_key_value_heads=2, vocab_size=4000,
+                             max_position_embeddings=1024), 2, 384),
 }
+# (config, attention, checkpointing): 12 CPU cases over the families, both attentions, with and without.
+CASES = [
+    ("gpt2-h256-L4", "eager", False), ("gpt2-h256-L4", "sdpa", True),
+    ("gpt2-h128-L6-longseq", "eager", False), ("gpt2-h128-L6-longseq", "eager", True),
+    ("llama-gqa-h256-L4", "eager", True), ("llama-gqa-h256-L4", "sdpa", False),
+    ("llama-gqa-h192-L8-smallvocab", "sdpa", True), ("llama-gqa-h192-L8-smallvocab", "eager", False),
+    ("qwen2-tied-h128-V32k", "eager", False), ("qwen2-tied-h128-V32k", "sdpa", True),
+    ("mistral-h256-L4", "sdpa", False), ("mistral-h256-L4", "eager", True),
+]
 
 
-def measure(h, L, a, V, batch, seq, precision, ckpt):
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_embd=h, n_layer=L, n_head=a, vocab_size=V, n_positions=seq, bos_token_id=0, eos_token_id=0,
-                     attn_implementation="eager")
-    model = GPT2LMHeadModel(cfg).train()
-    if ckpt:
-        # Reentrant checkpointing saves each block's input through save_for_backward, so the hook sees it.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, V, (batch, seq))
-    params = {p.untyped_storage().data_ptr(): p for p in model.parameters()}
-    shapes = {tuple(p.shape) for p in params.values()} | {tuple(reversed(p.shape)) for p in params.values()}
-    saved, weight_copies = {}, {}
+def spec_of(name: str) -> ModelSpec:
+    """The ModelSpec gputopo would read from this config.json (built on the meta device, like --model PATH)."""
+    import json
+    import tempfile
+    from pathlib import Path
 
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr in params:
-            return t
-        if t.dtype == torch.bfloat16 and tuple(t.shape) in shapes and t.dim() == 2:
-            weight_copies[ptr] = t.untyped_storage().nbytes()  # autocast's 16-bit copy of a weight
-        else:
-            saved[ptr] = t.untyped_storage().nbytes()
-        return t
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = model(ids, labels=ids).loss
-    loss.backward()
-    opt.step()
-    n = sum(p.numel() for p in params.values())
-    weights = sum(p.numel() * p.element_size() for p in params.values()) + sum(weight_copies.values())
-    grads = sum(p.grad.numel() * p.grad.element_size() for p in params.values() if p.grad is not None)
-    states = sum(v.numel() * v.element_size() for s in opt.state.values() for k, v in s.items()
-                 if torch.is_tensor(v) and k != "step")  # AdamW's per-tensor step counters are a few bytes
-    return n, {"weights": weights, "gradients": grads, "optimizer": states, "activations": sum(saved.values())}
-
-
-def estimate(h, L, a, V, n, batch, seq, precision, ckpt):
-    spec = ModelSpec("bench", "gpt2", n, hidden_size=h, layers=L, heads=a, vocab_size=V, intermediate_size=4 * h,
-                     activation="gelu_new")
-    t = plan.Training(precision=precision, batch_size=batch, seq_len=seq, grad_checkpointing=ckpt)
-    lay = plan.Layout(gpus_per_node=1, gpu_mem_bytes=1 << 50)
-    single = next(s for s in plan.strategies(spec, lay, t) if s.name == "single").per_gpu_bytes
-    mask = t.value_bytes  # CPU dropout keeps its mask in the value dtype
-    act = plan.activation_bytes(spec, t, mask_bytes=mask)
-    if ckpt:
-        # Forward keeps only the block inputs; the recomputed block lives during backward only.
-        act -= plan.layer_activation_bytes(spec, t, mask_bytes=mask)
-    return {"weights": single["weights"], "gradients": single["gradients"], "optimizer": single["optimizer"],
-            "activations": act}
+    from gputopo.models import from_path
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "config.json").write_text(json.dumps(CONFIGS[name][0]))
+        return from_path(d)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="skip the gpt2-size model")
-    ap.add_argument("--full", action="store_true", help="also bf16 at gpt2 size (bf16 on CPU is slow: ~5 min)")
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--only", nargs="*", help="run only these configurations (names from --list)")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--save", metavar="JSON", help="also write the raw measurements here")
+    ap.add_argument("--load", metavar="JSON", help="compare with measurements saved by --save (no training)")
     args = ap.parse_args()
-    print(f"batch {args.batch} x {args.seq} tokens, AdamW, CPU; error = estimate / measured - 1")
-    print(f"{'model':8} {'prec':5} {'ckpt':5} {'component':12} {'estimate':>14} {'measured':>14} {'error':>8}")
-    worst = {"states": 0.0, "activations": 0.0}
-    for name, (h, L, a, V) in SIZES.items():
-        if args.quick and name == "gpt2":
-            continue
-        for precision in ("fp32", "bf16") if (name != "gpt2" or args.full) else ("fp32",):
-            for ckpt in (False, True):
-                t0 = time.perf_counter()
-                n, got = measure(h, L, a, V, args.batch, args.seq, precision, ckpt)
-                est = estimate(h, L, a, V, n, args.batch, args.seq, precision, ckpt)
-                for comp in ("weights", "gradients", "optimizer", "activations"):
-                    err = est[comp] / got[comp] - 1 if got[comp] else 0.0
-                    key = "activations" if comp == "activations" else "states"
-                    if comp in ("activations", "weights") and precision == "bf16":
-                        # Autocast on CPU: its 16-bit weight copies live only while the graph holds them (none
-                        # under reentrant checkpointing), and fp32 and bf16 activations sit side by side.
-                        key = None
-                    if key:
-                        worst[key] = max(worst[key], abs(err))
-                    print(f"{name:8} {precision:5} {str(ckpt):5} {comp:12} {est[comp]:14,d} {got[comp]:14,d} {err:+8.1%}"
-                          + ("" if key else "  (info)"))
-                print(f"{'':8} {'':5} {'':5} {'(step took':12} {time.perf_counter() - t0:.1f} s)")
-    print(f"worst model-state error (fp32; gradients and optimizer in bf16): {worst['states']:.2%} (target: exact)")
-    print(f"worst fp32 activation error: {worst['activations']:.1%} (target: within 10 %)")
+    if args.list:
+        print("\n".join(f"{c} {a} ckpt={k}" for c, a, k in CASES))
+        return
+    cases = [c for c in CASES if not args.only or c[0] in args.only]
+    precisions = ["fp32"]
+    try:
+        import torch
+        if torch.cuda.is_available():
+            precisions.append("bf16")
+    except ImportError:
+        pass
+    reqs, plans = [], []
+    for name, attention, ckpt in cases:
+        cfg, batch, seq = CONFIGS[name]
+        spec = spec_of(name)
+        for precision in precisions:
+            t = Training(precision=precision, batch_size=batch, seq_len=seq, grad_checkpointing=ckpt, attention=attention)
+            reqs.append({"config": cfg, "attention": attention, "precision": precision, "optimizer": "adamw",
+                         "batch_size": batch, "seq_len": seq, "grad_checkpointing": ckpt})
+            plans.append((name, spec, t))
+    t0 = time.perf_counter()
+    if args.load:
+        with open(args.load) as f:
+            saved = {json.dumps(r["request"], sort_keys=True): r for r in json.load(f)}
+        results = [saved[json.dumps(r, sort_keys=True)] for r in reqs]
+    else:
+        results = measure.run_many(reqs, need_bytes=2 ** 30 * 4)
+        for req, res in zip(reqs, results):
+            res["request"] = req
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(results, f, indent=1)
+    device = results[0]["device"]
+    print(f"{len(results)} steps measured on {device} in {time.perf_counter() - t0:.0f} s (torch {results[0]['torch']},"
+          f" transformers {results[0]['transformers']}); error = predicted / measured - 1")
+    print(f"{'configuration':30} {'prec':5} {'attn':5} {'ckpt':5} {'params':>7} {'predicted':>10} {'measured':>10}"
+          f" {'error':>7}  peak phase (predicted)")
+    worst = {}
+    for (name, spec, t), res in zip(plans, results):
+        pk = memory.peak(spec, t, res["attention"], 4 * spec.params, device=device)
+        err = pk["bytes"] / res["step"] - 1
+        key = (res["attention"], t.precision)
+        worst[key] = max(worst.get(key, 0.0), abs(err))
+        print(f"{name:30} {t.precision:5} {res['attention']:5} {str(t.grad_checkpointing):5} {spec.params / 1e6:6.1f}M"
+              f" {pk['bytes'] / 2 ** 20:8.1f}Mi {res['step'] / 2 ** 20:8.1f}Mi {err:+7.1%}  {pk['phase']}")
+    for (attention, precision), w in sorted(worst.items()):
+        target = f" (target {TARGET[attention]:.0%})" if precision == "fp32" else " (bf16: for information)"
+        print(f"worst error, {precision} {attention}: {w:.1%}{target}")
 
 
 if __name__ == "__main__":

@@ -140,7 +140,9 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
         return nothing_fits(model, layout, strategies)
     reasons = [f"{WHAT[chosen.name]}: {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(layout.gpu_mem_bytes)}"
                f" (weights {gib(chosen.per_gpu_bytes['weights'])}, gradients {gib(chosen.per_gpu_bytes['gradients'])},"
-               f" optimizer {gib(chosen.per_gpu_bytes['optimizer'])}, activations {gib(chosen.per_gpu_bytes['activations'])})."]
+               f" optimizer {gib(chosen.per_gpu_bytes['optimizer'])}; at the step's peak, {chosen.peak['phase']}:"
+               f" activations {gib(chosen.per_gpu_bytes['activations'])},"
+               f" temporaries {gib(chosen.per_gpu_bytes['temporaries'])})."]
     skipped = [n for n in order[:order.index(chosen.name)] if n in by_name]
     if skipped:
         reasons.append("Faster choices do not fit: " + "; ".join(f"{n} {by_name[n].why_not[0]}" for n in skipped) + ".")

@@ -11,7 +11,7 @@ import click
 
 from . import __version__
 from .errors import BadInput, GputopoError
-from .units import UNIT_RULE, parse_size
+from .units import parse_size
 
 OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")  # plan.OPTIMIZER_BYTES; kept here so --help stays light
 
@@ -166,7 +166,10 @@ def emit(data: dict, text_fn, as_json: bool) -> None:
     click.echo(render.to_json(data) if as_json else text_fn(data))
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Sizes (--gpu-mem, --cpu-mem, --nvme-free, ...) are binary, as GPUs are sold and nvidia-smi and"
+                    " `free -g` print them: 80GB = 80 GiB; a number without a unit is refused."
+                    " Refusals are one `Error:` line and exit 2; README.md lists every exit status.")
 @click.version_option(__version__, prog_name="gputopo")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
@@ -253,7 +256,9 @@ model_options = _options(
 training_options = _options(
     click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
                  help="Training precision; bf16 needs Ampere or newer [default: bf16 on Ampere or newer, else fp16]."),
-    click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True),
+    click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True,
+                 help="Optimizer: its states take 8 (AdamW), 2 (8-bit Adam), about 4 (Adafactor) or 4 (SGD with"
+                      " momentum) bytes per parameter."),
     click.option("--batch-size", type=COUNT, default=4, show_default=True, help="Micro-batch per GPU."),
     click.option("--seq-len", type=COUNT, help="Tokens per sample [default: the model's context, at most 1024]."),
     click.option("--grad-checkpointing", is_flag=True, help="Recompute activations in backward."),
@@ -261,13 +266,18 @@ training_options = _options(
     click.option("--global-batch", type=COUNT,
                  help="Samples per optimizer step: must equal --batch-size x --grad-accum x GPUs x nodes"
                       " (derives --grad-accum when not given)."),
-    click.option("--flash-attention", is_flag=True, help="Fused attention (no s^2 scores kept)."),
+    click.option("--attention", type=click.Choice(["auto", "eager", "sdpa"]),
+                 help="Attention as transformers runs it [default: auto, what transformers picks for the"
+                      " architecture: sdpa where supported, else eager]."),
+    click.option("--flash-attention", is_flag=True, help="Same as --attention sdpa (fused: no s^2 scores kept)."),
     click.option("--offload-params/--no-offload-params", default=None,
                  help="With ZeRO-3 offload, offload parameters too (default: yes at stage 3)."),
 )
 host_options = _options(
-    click.option("--cpu-mem", type=SIZE, help=f"CPU RAM per node [default: this machine's]. All sizes: {UNIT_RULE}."),
-    click.option("--nvme-path", type=click.Path(file_okay=False), help="Folder for NVMe offload [default: the temp dir]."),
+    click.option("--cpu-mem", type=SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),
+    click.option("--nvme-path", type=click.Path(file_okay=False),
+                 help="Folder for NVMe offload [default: the local NVMe mount with the most free space, else the"
+                      " roomiest local disk; `gputopo doctor` lists the disks]."),
     click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
     click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
     click.option("--inter-node-gbps", type=BANDWIDTH, default=12.5, show_default=True,
@@ -301,11 +311,16 @@ def _plan(req) -> dict:
 @training_options
 @gpu_options
 @host_options
+@click.option("--measure", is_flag=True, help="Also train the model (random weights) for two steps on this machine"
+                                              " and print predicted vs measured memory.")
 @json_option
-def plan(as_json, **kw):
+def plan(as_json, measure, **kw):
     """Memory per GPU for each strategy (DDP, ZeRO-1/2/3, offload) and the one to use."""
     from . import render
     data = _plan(_request(kw))
+    if measure:
+        from . import measure as measuring
+        data["measured"] = measuring.check(data)
     emit(data, render.plan, as_json)
     _exit_if_nothing_fits(data)
 
@@ -360,16 +375,20 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, 
             click.echo(render.table(rows, ["example", "machine"]))
         return
     topo, sources, status, pasted = _topology(from_file, example, str(gpu_model) if gpu_model else None)
+    if topo is None and (markdown or plot):
+        from .errors import NvmlUnavailable
+        raise NvmlUnavailable(f"{'--markdown' if markdown else '--plot'} needs a topology and no GPU is visible"
+                              f" ({status}); give --from-file or --example")
     planned = None
     if topo is not None and (kw.get("model") or kw.get("params")):
         names = report.select(topo, gpus)
         planned = _plan(_request(kw, gpu_mem=gpu_mem, gpu_model=gpu_model, topology=topo, selected=names))
     data = report.inspect(topo, gpus=gpus, best=best, env=probe.environment(), host=probe.host(),
                           status=status, sources=sources, planned=planned)
+    if not sources:  # this machine, not a paste: its blocking host problems, briefly (`gputopo doctor` for all)
+        data["host_checks"] = [c for c in _doctor(topo=topo, status=status or "")["checks"] if c["blocking"]]
     if plot:
         from . import plot as drawing
-        if topo is None:
-            raise BadInput(f"--plot: no GPU topology to draw ({status}); give --from-file or --example")
         files.write_atomic(plot, drawing.render(data, plot.rsplit(".", 1)[1].lower()))
         click.echo(f"wrote {plot}", err=True)
     if markdown:
@@ -382,12 +401,13 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, 
 
 # Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
 # the chosen stage against) they would change nothing, so they are refused.
-PLAN_ONLY = ("gpu_mem", "link", "seq_len", "flash_attention", "cpu_mem", "inter_node_gbps", "grad_checkpointing")
+PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps", "grad_checkpointing")
 
 
 @cli.command("deepspeed-config")
 @click.option("--stage", type=int, help="ZeRO stage 0-3 (or --auto).")
-@click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True)
+@click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True,
+              help="Where ZeRO keeps optimizer states (and at stage 3 parameters) off the GPU.")
 @click.option("--auto", "auto_", is_flag=True, help="Take stage and offload from `gputopo plan` for --model.")
 @click.option("--hf/--no-hf", default=True, show_default=True,
               help="'auto' where the HF Trainer fills values (--hf), or concrete values for deepspeed.initialize.")
@@ -396,13 +416,18 @@ PLAN_ONLY = ("gpu_mem", "link", "seq_len", "flash_attention", "cpu_mem", "inter_
 @click.option("--launcher", type=click.Choice(["torchrun", "deepspeed", "accelerate", "slurm"]),
               help="Also print the matching launch command and files.")
 @click.option("--script", default="train.py", show_default=True, help="Training script for --launcher.")
+@click.option("--check", is_flag=True,
+              help="Run `gputopo doctor` on this config before writing it: refuse (exit 1) if its ops cannot build here.")
+@click.option("--no-compile-ops", is_flag=True,
+              help='Adam/AdamW through torch ("torch_adam": true): no FusedAdam/CPUAdam to compile (slower step).')
 @model_options
 @training_options
 @gpu_options
 @host_options
 @json_option
 @click.pass_context
-def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, as_json, **kw):
+def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, check, no_compile_ops, as_json,
+                     **kw):
     """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
     import os
 
@@ -439,11 +464,13 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
         warnings.append(f"--auto: gputopo plan recommends {planned['recommendation']['strategy']}")
     model, t = req.model, req.training
     nvme_path = kw.get("nvme_path")
+    need = None
     if offload == "nvme":
         if not nvme_path:
-            raise BadInput("--offload nvme needs --nvme-path DIR (a local NVMe folder)" if not auto_ else
-                           "--auto: gputopo plan recommends zero3_offload_nvme; the config needs --nvme-path DIR"
-                           " (a local NVMe folder)")
+            nvme_path, why = _offload_dir()
+            warnings.append(why)
+            if as_json:  # the text output prints every warning on stderr at the end
+                click.echo(f"note: {why}", err=True)
         if not os.path.isdir(nvme_path):
             raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
         if not os.access(nvme_path, os.W_OK):
@@ -459,7 +486,7 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
             if need > free:
                 raise BadInput(f"--nvme-path {nvme_path}: {gib(free)} free, offload needs {gib(need)}"
                                f" ({gib(need - free)} missing)")
-        if validate.libaio_ok() is False:
+        if not check and validate.libaio_ok() is False:
             warnings.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
     cfg = dsconfig.build(stage, offload, hf=hf, offload_params=kw.get("offload_params"),
                          nvme_path=os.path.abspath(nvme_path) if nvme_path else None, precision=precision,
@@ -467,7 +494,7 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
                          largest_layer=model.largest_layer_params if model else None,
                          batch_size=t.batch_size, grad_accum=t.grad_accum,
                          gpus=None if req.gpus_assumed else req.world,  # unknown: DeepSpeed derives it at start
-                         optimizer=t.optimizer)
+                         optimizer=t.optimizer, torch_adam=no_compile_ops)
     if t.optimizer != "adamw" and not hf:
         warnings.append(f"--optimizer {t.optimizer}: no optimizer block; pass yours to"
                         " deepspeed.initialize(optimizer=...)")
@@ -475,6 +502,10 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
                                       precision=precision)
     warnings.append(f"validated by DeepSpeed {version}'s own config classes" if version else
                     "deepspeed is not installed: checked by gputopo's rules only")
+    if check:  # before anything is written: the ops this config loads, its NVMe folder, locked memory
+        report = _preflight("deepspeed-config --check", cfg=cfg, nvme_need=need)
+        warnings += [f"doctor: {c['subject']}: {c['found']}" for c in report["checks"]
+                     if c["id"].startswith(("ds_op", "nvme_path", "memlock"))]
     text = json.dumps(cfg, indent=2) + "\n"
     if output:
         files.write_atomic(output, text)
@@ -505,6 +536,71 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
         click.echo(launch_info["command"], file=out)
         for n in launch_info["notes"]:
             click.echo(f"# {n}", file=out)
+
+
+def _ds_config(path: str) -> dict:
+    """A DeepSpeed config file as a dict; bad files get one line."""
+    try:
+        cfg = json.loads(_read(path))
+    except ValueError as e:
+        raise BadInput(f"{path}: not JSON ({e})")
+    if not isinstance(cfg, dict):
+        raise BadInput(f"{path}: a DeepSpeed config is a JSON object")
+    return cfg
+
+
+def _doctor(cfg=None, config_path=None, topo=None, status=None, nvme_need=None, nvme_path=None) -> dict:
+    """Run the doctor; a topology already probed (and why it is missing) is reused instead of probed again."""
+    from . import doctor
+    from .errors import NvmlUnavailable
+    if topo is None and status is None:
+        return doctor.run(cfg, config_path=config_path, nvme_need=nvme_need, nvme_path=nvme_path)
+
+    def topo_fn():
+        if topo is None:
+            raise NvmlUnavailable(status)
+        return topo
+    return doctor.run(cfg, config_path=config_path, topo_fn=topo_fn, nvme_need=nvme_need, nvme_path=nvme_path)
+
+
+def _preflight(what: str, cfg=None, topo=None, status=None, nvme_need=None) -> dict:
+    """Doctor before launching or writing: each blocking check on one line with its fix, then exit 1."""
+    data = _doctor(cfg, topo=topo, status=status, nvme_need=nvme_need)
+    stop = [c for c in data["checks"] if c["blocking"]]
+    for c in stop:
+        click.echo(f"doctor: {c['subject']}: {c['found']}" + (f" - fix: {c['fix']}" if c["fix"] else ""), err=True)
+    if stop:
+        raise GputopoError(f"{what}: {len(stop)} blocking problem(s) found by `gputopo doctor` (listed above)")
+    return data
+
+
+def _offload_dir() -> tuple[str, str]:
+    """--offload nvme without --nvme-path: the NVMe mount with the most free space, else the roomiest local disk."""
+    from . import system
+    from .units import size
+    picked = system.default_offload_dir()
+    if picked is None:
+        raise BadInput("--offload nvme: no writable local disk here (tmpfs is RAM, not NVMe); give --nvme-path DIR")
+    folder, d, why = picked
+    where = f"{d.mountpoint}: {d.fstype} on {d.block or d.device}, {size(d.free_bytes)} free"
+    warning = "" if d.kind == "nvme" else f"; it is NOT NVMe ({d.kind}): offload will be slower, pass --nvme-path"
+    return folder, f"--nvme-path not given: using {folder} ({where}), {why}{warning}"
+
+
+@cli.command()
+@click.option("--config", "config_path", metavar="DS.json",
+              help="Also check what this DeepSpeed config needs: its compiled ops, NVMe folder, locked memory.")
+@click.option("--nvme-path", type=click.Path(file_okay=False),
+              help="Also check this folder for NVMe offload: writable, on NVMe or not, free space.")
+@json_option
+@click.pass_context
+def doctor(ctx, config_path, nvme_path, as_json):
+    """Host and install traps that break multi-GPU runs, worst first; exit 1 if one will."""
+    from . import render
+    cfg = _ds_config(config_path) if config_path else None
+    data = _doctor(cfg, config_path=config_path, nvme_path=nvme_path)
+    emit(data, render.doctor, as_json)
+    ctx.exit(data["exit_code"])
 
 
 @cli.command("bench-nvlink")
@@ -590,8 +686,6 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
     if o.device == "cpu" and steps is None:
         click.echo(f"CPU: {o.steps} steps per arm, batch {o.batch_size} x {o.seq_len} (about two minutes for gpt2 on"
                    " 2 cores); --steps to change", err=True)
-    o.log_dir = bench.new_log_dir()
-    click.echo(f"logs of this run: {o.log_dir}", err=True)
 
     saved = {"runs": 0, "allreduce": 0}
 
@@ -599,6 +693,11 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
         if output:
             files.write_atomic(output, json.dumps(results, indent=2, sort_keys=True) + "\n")
             saved.update(runs=len(results["runs"]), allreduce=len(results["allreduce"]))
+    warned = _preflight("bench-nvlink", topo=topo, status=None if topo else "no NVIDIA GPU visible")["counts"]["warn"]
+    if warned:
+        click.echo(f"note: `gputopo doctor` has {warned} warning(s) about this machine", err=True)
+    o.log_dir = bench.new_log_dir()
+    click.echo(f"logs of this run: {o.log_dir}", err=True)
     progress = _progress(verbose)
     try:
         results = bench.run(o, link, save, progress)

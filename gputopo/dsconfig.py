@@ -52,15 +52,20 @@ def check(stage: int, offload: str, offload_params: bool | None, nvme_path: str 
 def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params: bool | None = None,
           nvme_path: str | None = None, precision: str | None = None, hidden_size: int | None = None,
           largest_layer: int | None = None, batch_size: int | None = None, grad_accum: int = 1,
-          gpus: int | None = None, optimizer: str = "adamw") -> dict:
+          gpus: int | None = None, optimizer: str = "adamw", torch_adam: bool = False) -> dict:
     """A DeepSpeed config. hf=True: "auto" where the HF Trainer fills it; hf=False: concrete values.
 
     optimizer: "adamw" is DeepSpeed's own (its fused or CPU Adam); any other is the client's (the Trainer's
-    `optim`, or what the script passes to deepspeed.initialize), so the config has no optimizer block."""
+    `optim`, or what the script passes to deepspeed.initialize), so the config has no optimizer block.
+    torch_adam: AdamW through torch.optim (DeepSpeed's `torch_adam` param) instead of FusedAdam/DeepSpeedCPUAdam,
+    so nothing has to be compiled (where nvcc, CUDA_HOME or a compiler is missing), at the cost of a slower step."""
     if offload_params is None:
         offload_params = stage == 3 and offload != "none"
     check(stage, offload, offload_params, nvme_path, precision)
     from .plan import OFFLOAD_OPTIMIZERS
+    if torch_adam and optimizer != "adamw":
+        raise BadInput(f"--no-compile-ops switches DeepSpeed's own Adam to torch's; with --optimizer {optimizer}"
+                       " the optimizer is yours and compiles nothing of DeepSpeed's")
     if optimizer not in OFFLOAD_OPTIMIZERS and offload != "none":
         raise BadInput(f"--optimizer {optimizer} with --offload {offload}: ZeRO-Offload steps the optimizer on the"
                        " host with DeepSpeed's CPU Adam; use --optimizer adamw, or no offload")
@@ -86,6 +91,8 @@ def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params:
         cfg["optimizer"] = {"type": "AdamW", "params": {k: HF_DEFAULTS[k] for k in ("lr", "betas", "eps", "weight_decay")}}
         cfg["fp16"] = {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16}
         cfg["bf16"] = {"enabled": precision == "bf16"}
+    if torch_adam:
+        cfg["optimizer"]["params"]["torch_adam"] = True
     if hf and precision:  # a precision the user chose is written out; "auto" would follow the Trainer's flags
         cfg["fp16"]["enabled"] = precision == "fp16"
         cfg["bf16"]["enabled"] = precision == "bf16"

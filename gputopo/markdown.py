@@ -88,6 +88,11 @@ def _components(names: list[str], joined) -> list[list[str]]:
     return list(out.values())
 
 
+def _commonest(types: list[str]) -> str | None:
+    """The most frequent class; a tie goes to the slower one, so the drawing never depends on set order."""
+    return max(sorted(set(types), key=rank), key=types.count) if types else None
+
+
 def graph(report: dict) -> Graph:
     """GPUs in NUMA boxes, NVLink edges (a hub for an all-to-all island), PCIe junctions, NICs by their nearest GPUs.
 
@@ -127,6 +132,9 @@ def graph(report: dict) -> Graph:
         lines = [n] + [x for x in (_short_model(g["model"]),) if x]
         if g.get("memory_total_bytes"):
             lines.append(f"{g['memory_total_bytes'] / 2 ** 30:.0f} GiB")
+        if g.get("pcie_gbps"):  # live only: the link's generation x width, theoretical per direction
+            lines.append(f"PCIe gen{g['pcie_gen_max'] or g['pcie_gen']} x{g['pcie_width_max'] or g['pcie_width']}"
+                         f" · {g['pcie_gbps']:g} GB/s")
         nodes[n] = Node(id=n, kind="gpu", label="\n".join(lines), group=group_of[n], selected=n in chosen)
 
     # NVLink: one hub for an island where every pair has the same NV#, else one edge per pair.
@@ -184,9 +192,9 @@ def graph(report: dict) -> Graph:
     leftovers = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:] if pcie(a, b) and joined(a, b) is None]
     for g in groups:
         inside = [ltype(a, b) for a, b in leftovers if group_of[a] == group_of[b] == g.id]
-        g.default = max(set(inside), key=inside.count) if inside else None
+        g.default = _commonest(inside)
     across = [ltype(a, b) for a, b in leftovers if group_of[a] != group_of[b]]
-    between = max(set(across), key=across.count) if across else None
+    between = _commonest(across)
     for a, b in leftovers:
         expect = next(g.default for g in groups if g.id == group_of[a]) if group_of[a] == group_of[b] else between
         if ltype(a, b) != expect:
@@ -347,9 +355,6 @@ def summary(report: dict) -> str:
 
 def report(data: dict, pasted: list[tuple[str, str]]) -> str:
     """The inspect report as GitHub-flavoured markdown. `pasted`: (name, text) of the texts read, else []."""
-    if not data["gpu_status"]["visible"]:
-        raise BadInput(f"--markdown: no GPU topology to report ({data['gpu_status']['reason']});"
-                       " give --from-file or --example")
     src = ", ".join(data["inputs"]) if data["inputs"] else data["source"]
     out = [f"### GPU topology (gputopo {__version__}, from {src})", "", "**" + summary(data) + "**", ""]
     if len(data["selected"]) < len(data["gpus"]):

@@ -24,6 +24,18 @@ class ModelSpec:
     activation: str | None = None  # as the config names it: "gelu_new", "gelu", "silu", "relu"
     max_positions: int | None = None
     source: str = "catalog"        # "catalog", "config.json", "params"
+    # What the step's memory depends on beyond the sizes (see gputopo.memory):
+    model_type: str | None = None  # transformers' model_type, to rebuild the model for --measure
+    kv_heads: int | None = None    # grouped-query attention: K/V heads (None: as many as heads)
+    head_dim: int | None = None    # None: hidden_size // heads
+    tied: bool = False             # lm_head shares the input embedding
+    norm: str = "layernorm"        # "layernorm" or "rmsnorm"
+    gated_mlp: bool = False        # SwiGLU-style gate and up projections
+    fused_qkv: bool = False        # one projection for Q, K and V (GPT-2's c_attn)
+    attn_dropout: float = 0.0      # on the attention probabilities
+    hidden_dropout: float = 0.0    # after the attention and MLP outputs
+    embd_dropout: float = 0.0      # after the embeddings
+    sdpa: bool = True              # transformers runs this architecture with SDPA when not told otherwise
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,16 +60,27 @@ CATALOG = {
     "llama-3-8b": dict(family="llama", h=4096, L=32, a=32, kvh=8, V=128256, I=14336, P=8192),
     "llama-3-70b": dict(family="llama", h=8192, L=80, a=64, kvh=8, V=128256, I=28672, P=8192),
     "mistral-7b": dict(family="llama", h=4096, L=32, a=32, kvh=8, V=32000, I=14336, P=32768),
-    "qwen2.5-7b": dict(family="llama", h=3584, L=28, a=28, kvh=4, V=152064, I=18944, P=32768, qkv_bias=True),
+    "qwen2.5-0.5b": dict(family="llama", h=896, L=24, a=14, kvh=2, V=151936, I=4864, P=32768, qkv_bias=True, tied=True,
+                         model_type="qwen2"),
+    "qwen2.5-7b": dict(family="llama", h=3584, L=28, a=28, kvh=4, V=152064, I=18944, P=32768, qkv_bias=True,
+                       model_type="qwen2"),
 }
-ALIASES = {"openai-community/gpt2": "gpt2", "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+# The structure of each family as transformers builds it, and its configuration's default dropout.
+FAMILY = {
+    "gpt2": dict(norm="layernorm", fused_qkv=True, tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
+    "bert": dict(norm="layernorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
+    "t5": dict(norm="rmsnorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
+    "llama": dict(norm="rmsnorm", gated_mlp=True),
+}
+ALIASES = {"openai-community/gpt2": "gpt2", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b", "Qwen/Qwen2.5-7B": "qwen2.5-7b", "meta-llama/Llama-2-7b-hf": "llama-2-7b",
            "meta-llama/Meta-Llama-3-8B": "llama-3-8b", "mistralai/Mistral-7B-v0.1": "mistral-7b",
            "google-t5/t5-3b": "t5-3b", "google-bert/bert-base-uncased": "bert-base-uncased",
            "google-bert/bert-large-uncased": "bert-large-uncased"}
 
 
 def _count(family: str, h: int, L: int, a: int, V: int, P: int = 0, I: int | None = None, kv: int | None = None,
-           kvh: int | None = None, qkv_bias: bool = False) -> tuple[int, int, int, str]:
+           kvh: int | None = None, qkv_bias: bool = False, tied: bool = False,
+           model_type: str | None = None) -> tuple[int, int, int, str]:
     """Parameters, largest layer, intermediate size and activation of one family, as transformers builds it."""
     if family == "gpt2":  # GPT2LMHeadModel, lm_head tied to wte
         I = 4 * h
@@ -79,7 +102,7 @@ def _count(family: str, h: int, L: int, a: int, V: int, P: int = 0, I: int | Non
         kv_dim = h // a * kvh
         attn = 2 * h * h + 2 * h * kv_dim + ((h + 2 * kv_dim) if qkv_bias else 0)
         block = attn + 3 * h * I + 2 * h
-        return 2 * V * h + L * block + h, V * h, I, "silu"
+        return (1 if tied else 2) * V * h + L * block + h, V * h, I, "silu"
     raise BadInput(f"unknown model family {family!r}")
 
 
@@ -93,9 +116,12 @@ def named(name: str) -> ModelSpec:
     family = c.pop("family")
     params, largest, inter, act = _count(family, **c)
     layers = 2 * c["L"] if family == "t5" else c["L"]
+    shape = {**FAMILY[family], **({"tied": True} if c.get("tied") else {})}
+    model_type = c.get("model_type") or ("mistral" if key.startswith("mistral") else family)
     return ModelSpec(name=key, family=family, params=params, hidden_size=c["h"], layers=layers, heads=c["a"],
                      vocab_size=c["V"], intermediate_size=inter, largest_layer_params=largest, activation=act,
-                     max_positions=c.get("P") or None)
+                     max_positions=c.get("P") or None, model_type=model_type, kv_heads=c.get("kvh"),
+                     head_dim=c.get("kv"), **shape)
 
 
 def from_path(path: str) -> ModelSpec:
@@ -120,16 +146,59 @@ def from_path(path: str) -> ModelSpec:
         raise BadInput(f"--model {path}: transformers cannot build it ({type(e).__name__}: {e})".split("\n")[0])
     params = sum(p.numel() for p in model.parameters())  # shared (tied) parameters are listed once
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-    get = lambda *keys: next((raw[k] for k in keys if raw.get(k) is not None), None)  # noqa: E731
+    # The config object, not config.json: it fills what the file leaves out with transformers' defaults.
+    get = lambda *keys: next((getattr(cfg, k) for k in keys if getattr(cfg, k, None) is not None), None)  # noqa: E731
     h = get("hidden_size", "n_embd", "d_model")
     layers = get("num_hidden_layers", "n_layer", "num_layers")
-    if raw.get("model_type") == "t5" or get("num_decoder_layers"):
+    if raw.get("model_type") == "t5" or raw.get("num_decoder_layers"):
         layers = (layers or 0) + (get("num_decoder_layers") or layers or 0)
+    heads = get("num_attention_heads", "n_head", "num_heads")
     return ModelSpec(name=str(path), family=raw.get("model_type", "custom"), params=params, hidden_size=h,
-                     layers=layers, heads=get("num_attention_heads", "n_head", "num_heads"),
-                     vocab_size=get("vocab_size"), intermediate_size=get("intermediate_size", "n_inner", "d_ff"),
+                     layers=layers, heads=heads, vocab_size=get("vocab_size"),
+                     intermediate_size=get("intermediate_size", "n_inner", "d_ff") or (4 * h if h else None),
                      largest_layer_params=largest, activation=get("activation_function", "hidden_act", "feed_forward_proj"),
-                     max_positions=get("max_position_embeddings", "n_positions"), source="config.json")
+                     max_positions=get("max_position_embeddings", "n_positions"), source="config.json",
+                     model_type=raw.get("model_type"), **structure(model, cfg))
+
+
+def structure(model, cfg) -> dict:
+    """What the step's memory depends on, read from the built model (meta device) and its config, so any
+    architecture transformers builds is described by what it really contains, not by its family's name."""
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    kinds = {type(m).__name__.lower() for m in model.modules()}
+    out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
+    get = lambda *keys: next((float(getattr(cfg, k)) for k in keys  # noqa: E731
+                              if isinstance(getattr(cfg, k, None), (int, float))), 0.0)
+    kv = getattr(cfg, "num_key_value_heads", None)
+    return dict(kv_heads=kv, head_dim=getattr(cfg, "head_dim", None) or getattr(cfg, "d_kv", None),
+                tied=bool(out_emb is not None and in_emb is not None and out_emb.weight is in_emb.weight),
+                norm="rmsnorm" if any("rmsnorm" in k or k == "t5layernorm" for k in kinds) else "layernorm",
+                gated_mlp=bool(names & {"gate_proj", "w1", "gate_up_proj", "wi_0"}),
+                fused_qkv=bool(names & {"c_attn", "qkv_proj", "query_key_value", "Wqkv"}),
+                attn_dropout=get("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob", "dropout_rate"),
+                hidden_dropout=get("resid_pdrop", "hidden_dropout", "hidden_dropout_prob", "dropout_rate"),
+                embd_dropout=get("embd_pdrop", "embedding_dropout", "hidden_dropout_prob", "dropout_rate"),
+                sdpa=bool(getattr(type(model), "_supports_sdpa", False)))
+
+
+def hf_config(spec: ModelSpec) -> dict:
+    """The transformers configuration (AutoConfig.for_model keywords) that rebuilds this model for --measure."""
+    if spec.source == "config.json":
+        return json.loads((Path(spec.name) / "config.json").read_text())
+    if spec.source != "catalog" or spec.family not in ("gpt2", "llama"):
+        raise BadInput(f"--measure builds causal LMs from their architecture; {spec.name} is not one"
+                       " (give --model with a catalog causal LM or a folder with config.json)")
+    if spec.family == "gpt2":
+        return dict(model_type="gpt2", n_embd=spec.hidden_size, n_layer=spec.layers, n_head=spec.heads,
+                    vocab_size=spec.vocab_size, n_positions=spec.max_positions, n_inner=spec.intermediate_size,
+                    attn_pdrop=spec.attn_dropout, resid_pdrop=spec.hidden_dropout, embd_pdrop=spec.embd_dropout)
+    c = CATALOG[spec.name]
+    return dict(model_type=spec.model_type, hidden_size=spec.hidden_size, num_hidden_layers=spec.layers,
+                num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads or spec.heads,
+                intermediate_size=spec.intermediate_size, vocab_size=spec.vocab_size,
+                max_position_embeddings=spec.max_positions, tie_word_embeddings=spec.tied,
+                attention_dropout=spec.attn_dropout, **({"attention_bias": True} if c.get("qkv_bias") and
+                                                        spec.model_type == "llama" else {}))
 
 
 def _auto(transformers, cfg):

@@ -1,15 +1,16 @@
 """Model + layout + training setup -> memory per GPU and traffic per step for each strategy. Pure arithmetic.
 
-Sources: the memory anatomy of seed 001 (AdamW 8 B/param, 8-bit 2, SGD+momentum 4, Adafactor ~4; weights 4 B
-in fp32, 6 B in mixed precision; gradients 4 B), DeepSpeed's own estimators for ZeRO model states
-(deepspeed.runtime.zero.stage_1_and_2 / stage3 estimate_*_model_states_mem_needs), and Korthikanti et al.
-2022 for activations.
+Sources: the memory anatomy of seed 001 (AdamW 8 B/param, 8-bit 2, SGD+momentum 4, Adafactor ~4; fp32
+weights and gradients 4 B), DeepSpeed's own estimators for ZeRO model states
+(deepspeed.runtime.zero.stage_1_and_2 / stage3 estimate_*_model_states_mem_needs), and gputopo.memory for
+the step itself (activations, temporaries and the phase the peak falls in).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
 
+from . import memory
 from .errors import BadInput
 from .models import ModelSpec
 from .units import gib
@@ -20,7 +21,12 @@ OPTIMIZER_BYTES = {"adamw": 8, "adamw-8bit": 2, "adafactor": 4, "sgd": 4}
 # ZeRO-Offload steps the optimizer on the host with DeepSpeed's CPU Adam; a client optimizer (8-bit Adam,
 # Adafactor, SGD) is refused there unless forced (zero_force_ds_cpu_optimizer), and runs on the GPU anyway.
 OFFLOAD_OPTIMIZERS = ("adamw",)
-CUDA_CONTEXT_BYTES = 1343 * 2 ** 20  # seed 001: "GPU memory occupied: 1343 MB" with kernels loaded
+# CUDA context: 520 MiB by NVML right after the first CUDA tensor, torch 2.11 + CUDA 13.0 on an H100
+# (shared/real-gpu/H100-2026-11.md); seed 001's 1343 MiB came from an older stack.
+CUDA_CONTEXT_BYTES = 520 * 2 ** 20
+# What nvidia-smi shows beyond the context and the allocated peak: the caching allocator's reserve and cuBLAS
+# workspaces. Same record: NVML's per-process figure was about the allocated peak + 1.4 GB.
+ALLOCATOR_RESERVE_BYTES = 1_400_000_000 - CUDA_CONTEXT_BYTES
 HEADROOM = 0.9                       # fit within 90 %: the allocator fragments, temporaries come and go
 BUFFER_FACTOR = 1.5                  # DeepSpeed's additional_buffer_factor for CPU memory
 NVME_SUB_GROUP = 10 ** 8             # the sub_group_size gputopo writes for NVMe offload (DeepSpeed's 1e9 OOMs CPUs)
@@ -58,7 +64,7 @@ class Training:
     seq_len: int = 1024
     grad_checkpointing: bool = False
     grad_accum: int = 1
-    flash_attention: bool = False         # fused attention: no s^2 scores kept
+    attention: str = "auto"               # auto (what transformers picks), eager, sdpa
     offload_params: bool = True           # ZeRO-3 offload: parameters too, not only optimizer states
 
     @property
@@ -66,48 +72,8 @@ class Training:
         return 4 if self.precision == "fp32" else 2
 
     def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def layer_activation_bytes(m: ModelSpec, t: Training, mask_bytes: int = 1) -> int:
-    """Bytes one transformer block saves for backward: Korthikanti et al. 2022, generalised.
-
-    In 16-bit with dropout and a 4h GeLU MLP this is exactly s*b*h*(34 + 5*a*s/h). Generalised to the value
-    size (4 in fp32), the MLP's activation (how many s*b*I tensors it keeps: GeLU 2, HF's tanh 'gelu_new' 5,
-    SwiGLU 4, ReLU+dropout 2), fused attention (no a*s^2 scores), and the dropout mask size (1 byte on CUDA;
-    on CPU PyTorch keeps masks in the value dtype).
-    """
-    s, b, h, a, v = t.seq_len, t.batch_size, m.hidden_size, m.heads or 1, t.value_bytes
-    inter = m.intermediate_size or 4 * h
-    act = (m.activation or "gelu").lower()
-    dropout = m.family not in ("llama",)  # LLaMA-style configs train without dropout
-    mlp_tensors = {"gelu_new": 5, "gelu_pytorch_tanh": 2, "silu": 4, "swiglu": 4, "relu": 2}.get(act, 2)
-    sbh = s * b * h
-    attn = sbh * v * 5 + (sbh * mask_bytes if dropout else 0)  # QKV input, Q, K, V, out-proj input, mask
-    if t.flash_attention:
-        attn += sbh * v + a * s * b * 4                       # output and log-sum-exp instead of scores
-    else:
-        attn += a * s * s * b * (v + ((mask_bytes + v) if dropout else 0))
-    mlp = sbh * v + s * b * inter * v * mlp_tensors + (sbh * mask_bytes if dropout else 0)
-    if act == "relu" and dropout:                             # T5: dropout between wi and wo
-        mlp += s * b * inter * mask_bytes
-    norms = 2 * sbh * v
-    return attn + mlp + norms
-
-
-def activation_bytes(m: ModelSpec, t: Training, mask_bytes: int = 1) -> int:
-    """Activations kept for backward per GPU for one micro-batch, including the logits and loss."""
-    s, b, h, v = t.seq_len, t.batch_size, m.hidden_size, t.value_bytes
-    per_layer = layer_activation_bytes(m, t, mask_bytes)
-    if t.grad_checkpointing:
-        # Only each block's input is kept; one block is recomputed at a time during backward.
-        layers = m.layers * s * b * h * v + per_layer
-    else:
-        layers = m.layers * per_layer
-    vocab = m.vocab_size or 0
-    # Embedding dropout, final norm input, LM head input; logits kept in fp32 by the loss (log-softmax output).
-    head = s * b * h * (mask_bytes + 2 * v) + s * b * vocab * 4
-    return int(layers + head)
+        # flash_attention: kept from schema 1's first fields (true when the attention is a fused SDPA kernel)
+        return {**asdict(self), "flash_attention": self.attention == "sdpa"}
 
 
 @dataclass
@@ -118,6 +84,8 @@ class Strategy:
     nvme_bytes: int
     comm_bytes_per_step: int
     comm_seconds_per_step: float | None
+    peak: dict = field(default_factory=dict)   # the worst phase of the step and what it holds
+    nvidia_smi_bytes: int = 0                  # total + the allocator's reserve: what nvidia-smi will show
     fits: bool = False
     why_not: list[str] = field(default_factory=list)
     short_bytes: dict = field(default_factory=dict)  # {"gpu"|"cpu"|"nvme": bytes missing}; empty when it fits
@@ -134,8 +102,9 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
     p16 = 2 if mixed else 4            # DeepSpeed's model copy: 16-bit in mixed precision
     load_cpu = 4 * P * lay.gpus_per_node * BUFFER_FACTOR  # every rank loads fp32 weights on the host first
     if name in ("single", "ddp"):
-        # Plain PyTorch AMP (seed 001): fp32 weights plus 16-bit copies (6 B), fp32 gradients (4 B).
-        return {"weights": (6 if mixed else 4) * P, "gradients": 4 * P, "optimizer": K * P}, load_cpu, 0
+        # Plain PyTorch AMP: fp32 weights and gradients (4 B each); autocast's 16-bit weight copies (seed 001's
+        # extra 2 B) live only from the forward to each layer's backward, so gputopo.memory counts them there.
+        return {"weights": 4 * P, "gradients": 4 * P, "optimizer": K * P}, load_cpu, 0
     if name == "zero1":
         return {"weights": p16 * P, "gradients": p16 * P + 4 * P // N, "optimizer": (4 + K) * P // N}, load_cpu, 0
     if name == "zero2":
@@ -221,7 +190,6 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
     """Every strategy for this model, layout and setup, with its memory, traffic and whether it fits."""
     if lay.gpus < 1:
         raise BadInput("the layout has no GPU: give --gpus N (1 or more)")
-    act = activation_bytes(m, t)
     gbps = lay.link_gbps if lay.nodes == 1 else min(lay.link_gbps or lay.inter_node_gbps, lay.inter_node_gbps)
     out = []
     for name in STRATEGIES:
@@ -230,11 +198,14 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         if name != "single" and lay.gpus == 1 and name in ("ddp", "zero1", "zero2", "zero3"):
             continue  # sharding over one GPU buys nothing
         states, cpu, nvme = _model_states(name, m, lay, t)
-        per = {**states, "activations": act, "overhead": _overhead(name, m, lay, t)}
-        per["total"] = sum(per.values())
+        pk = memory.peak(m, t, t.attention, states["gradients"], plain_torch=name in ("single", "ddp"))
+        per = {**states, "activations": pk["activations"], "temporaries": pk["temporaries"],
+               "overhead": _overhead(name, m, lay, t)}
+        # The gradients are all alive only from the end of backward; the peak phase holds pk["gradients"].
+        per["total"] = states["weights"] + states["optimizer"] + per["overhead"] + pk["bytes"]
         comm = _comm(name, m, lay, t)
         st = Strategy(name, per, int(cpu), int(nvme), comm, round(comm / (gbps * 1e9), 4) if gbps and comm else
-                      (0.0 if comm == 0 else None))
+                      (0.0 if comm == 0 else None), peak=pk, nvidia_smi_bytes=per["total"] + ALLOCATOR_RESERVE_BYTES)
         if per["total"] > HEADROOM * lay.gpu_mem_bytes:
             st.short_bytes["gpu"] = int(per["total"] - HEADROOM * lay.gpu_mem_bytes)
             st.why_not.append(f"needs {gib(per['total'])} per GPU of {gib(lay.gpu_mem_bytes)}"

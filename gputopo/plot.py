@@ -92,12 +92,16 @@ def figure(report: dict):
 
     g: Graph = graph(report)
     nodes = g.nodes
+    longest = max((len(line) for n in nodes.values() if n.kind == "gpu" for line in n.label.split("\n")), default=0)
+    W = max(1.35, 0.066 * longest + 0.2)   # GPU boxes as wide as their longest line (7.5 pt text)
+    STEP = W + 0.4
     nics = [n for n in nodes.values() if n.kind == "nic"]
     # Each NUMA box: its GPUs in a row, its NICs in a row below, each as near as it can be to the mean of
     # its nearest GPUs without touching the next; boxes side by side. NICs near no one GPU go on the right.
     x, nic_pos, box_span, cursor = {}, {}, {}, 0.0
     for grp in g.groups:
-        local = {n: i * STEP for i, n in enumerate(grp.gpus)}
+        count = sum(1 for n in nics if n.group == grp.id)   # GPUs spread out when their NICs need the room
+        local = {n: i * max(STEP, count / len(grp.gpus) * (NIC_W + 0.15)) for i, n in enumerate(grp.gpus)}
         mine = sorted((n for n in nics if n.group == grp.id), key=lambda n: _mean(local, n.members))
         want = [_mean(local, n.members) for n in mine]
         pos: list[float] = []
@@ -123,16 +127,22 @@ def figure(report: dict):
     junctions = [n for n in nodes.values() if n.kind == "junction"]
     levels = sorted({depth[j.label] for j in junctions})
     jy = {lv: -H / 2 - 0.55 - 0.55 * i for i, lv in enumerate(levels)}
-    nic_top = min(jy.values(), default=-H / 2) - 0.75
-    orphan_x = right + 0.5 + NIC_W / 2
-    orphans = [n for n in nics if n.id not in nic_pos]
+    pcie_arcs = [abs(x[e.a] - x[e.b]) for e in g.edges if e.a in x and e.b in x and not e.type.startswith("NV")]
+    floor = min([-H / 2] + list(jy.values()) + ([-H / 2 - 0.32 * max(pcie_arcs) / STEP - 0.55] if pcie_arcs else []))
+    nic_top = floor - 0.75
     for n in nics:
         if n.id in nic_pos:
             nic_pos[n.id] = (nic_pos[n.id], nic_top)
+    box_bottom = min([p[1] for p in nic_pos.values()] + [floor])
+    box_bottom -= NIC_H / 2 + 0.45 if nic_pos else 0.5
+    # NICs no nearer to one box than to another: a row (or rows) under the boxes.
+    orphans = [n for n in nics if n.id not in nic_pos]
+    per_row = max(1, int(right // (NIC_W + 0.15)))
     for i, n in enumerate(orphans):
-        nic_pos[n.id] = (orphan_x, nic_top - i * (NIC_H + 0.22))
-    bottom = min([p[1] for p in nic_pos.values()] + [min(jy.values(), default=-H / 2)]) - NIC_H / 2 - 0.35
-    xmax = orphan_x + NIC_W / 2 + 0.3 if orphans else right
+        nic_pos[n.id] = (NIC_W / 2 + 0.1 + (i % per_row) * (NIC_W + 0.15),
+                         box_bottom - 0.3 - NIC_H / 2 - (i // per_row) * (NIC_H + 0.15))
+    bottom = min([p[1] for p in nic_pos.values()] + [box_bottom + NIC_H / 2]) - NIC_H / 2 - 0.35
+    xmax = max(right, NIC_W + 0.4)
     xmin = -0.35
     legend_h = 1.45
     fig_w = max(xmax - xmin + 0.3, 7.5)
@@ -148,8 +158,6 @@ def figure(report: dict):
     place = _Placer(fig, ax)
 
     # Boxes per NUMA node, GPUs, junctions, hubs, NICs.
-    box_bottom = min([nic_pos[n.id][1] for n in nics if n.group is not None] + [min(jy.values(), default=-H / 2)])
-    box_bottom -= NIC_H / 2 + 0.45 if any(n.group is not None for n in nics) else 0.5
     for grp in g.groups:
         x0, x1 = box_span[grp.id]
         ax.add_patch(FancyBboxPatch((x0, box_bottom), x1 - x0, H / 2 + 0.38 - box_bottom,

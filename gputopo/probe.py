@@ -231,3 +231,20 @@ def environment() -> dict[str, str | None]:
     names = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
              "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
     return {n: os.environ.get(n) for n in names}
+
+
+def nvml_facts() -> dict:
+    """Persistence mode per GPU and the driver's version and CUDA version, through NVML (unknown -> None)."""
+    nvml = _nvml()
+    try:
+        persistence = {}
+        for i in range(_safe(nvml, "nvmlDeviceGetCount", default=0)):
+            h = _safe(nvml, "nvmlDeviceGetHandleByIndex", i)
+            mode = _safe(nvml, "nvmlDeviceGetPersistenceMode", h) if h is not None else None
+            persistence[f"GPU{i}"] = None if mode is None else mode == getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+        cuda = _safe(nvml, "nvmlSystemGetCudaDriverVersion_v2") or _safe(nvml, "nvmlSystemGetCudaDriverVersion")
+        return {"persistence": persistence,
+                "driver": {"version": _text(_safe(nvml, "nvmlSystemGetDriverVersion")),
+                           "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None}}
+    finally:
+        _safe(nvml, "nvmlShutdown")

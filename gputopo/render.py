@@ -45,6 +45,10 @@ def inspect(report: dict) -> str:
         out.append(f"Host: {h['cpus_logical']} CPUs ({h['cpus_physical']} cores), {h['numa_nodes'] or 'N/A'} NUMA"
                    f" node(s), RAM {size(h['ram_total_bytes'])} ({size(h['ram_available_bytes'])} free),"
                    f" {h['tmp_dir']} {size(h['tmp_free_bytes'])} free")
+    for c in report.get("host_checks") or []:  # blocking host problems from `gputopo doctor`, briefly
+        out.append(f"!! {c['subject']}: {c['found']}" + (f" (fix: {c['fix']})" if c["fix"] else ""))
+    if report.get("host_checks"):
+        out.append("   `gputopo doctor` explains these and checks the rest")
     if not report["gpu_status"]["visible"]:
         out.append(f"No NVIDIA GPU visible: {report['gpu_status']['reason']}")
         out.append("Try `gputopo inspect --from-file topo.txt` with a saved `nvidia-smi topo -m`,"
@@ -134,7 +138,7 @@ def plan(data: dict) -> str:
            + f"; CPU RAM {size(lay['cpu_mem_bytes'])}/node, NVMe free {size(lay['nvme_free_bytes'])}",
            f"Training: {t['precision']}, {t['optimizer']}, micro-batch {t['batch_size']} x {t['seq_len']} tokens,"
            f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
-           + (", fused attention" if t["flash_attention"] else ""), ""]
+           + f", {t['attention']} attention", ""]
     rows = []
     where = {"gpu": "GPU", "cpu": "CPU", "nvme": "NVMe"}
     for s in data["strategies"]:
@@ -145,16 +149,33 @@ def plan(data: dict) -> str:
             f"{where[k]} {size(v)} short" for k, v in s.get("short_bytes", {}).items()) if s.get("short_bytes") else (
             "yes" if s["fits"] else "no")
         rows.append([s["name"], fits, size(b["weights"]), size(b["gradients"]),
-                     size(b["optimizer"]), size(b["activations"]), size(b["overhead"]), size(b["total"]),
+                     size(b["optimizer"]), size(b["activations"]), size(b["temporaries"]), size(b["overhead"]),
+                     size(b["total"]), size(s["nvidia_smi_bytes"]), s["peak"]["phase"],
                      size(s["cpu_bytes"]), size(s["nvme_bytes"]) if s["nvme_bytes"] else "-", comm])
-    out.append(table(rows, ["strategy", "fits", "weights", "grads", "optim", "activ", "overhead", "total/GPU",
-                            "CPU/node", "NVMe/node", "comm/step"]))
+    out.append(table(rows, ["strategy", "fits", "weights", "grads", "optim", "activ", "temps", "overhead", "total/GPU",
+                            "nvidia-smi", "peak falls", "CPU/node", "NVMe/node", "comm/step"]))
+    out.append("  total/GPU = weights + optimizer + overhead + the step's peak (the gradients alive then, activations"
+               " kept for backward, temporaries); nvidia-smi adds the allocator's reserve (about"
+               f" {size(data['strategies'][0]['nvidia_smi_bytes'] - data['strategies'][0]['per_gpu_bytes']['total'])}).")
+    if data.get("measured"):
+        out += ["", measured(data["measured"])]
     r = data["recommendation"]
     out += ["", f"Recommendation: {r['strategy'] or 'none fits'}"] + [f"  {x}" for x in r["reasons"]]
     if data["layout"].get("link_basis", "").startswith("assumed"):
         out.append(f"  (link bandwidth {data['layout']['link_basis']})")
     out += [f"Note: {n}" for n in data.get("notes", [])]
     return "\n".join(out)
+
+
+def measured(m: dict) -> str:
+    """plan --measure: predicted vs measured, per component."""
+    rows = [[r["component"], size(r["predicted"]), size(r["measured"]) if r["measured"] is not None else "N/A",
+             f"{r['error']:+.1%}" if r["error"] is not None else "N/A"] for r in m["rows"]]
+    out = [f"Measured on this machine ({m['device']}, {m['attention']} attention, torch {m['torch']}, transformers"
+           f" {m['transformers']}): {m['method']}",
+           table(rows, ["component", "predicted", "measured", "error"]),
+           f"  predicted peak phase: {m['predicted_phase']}"]
+    return "\n".join(out + [f"  note: {n}" for n in m["notes"]])
 
 
 def bench(data: dict) -> str:
@@ -224,3 +245,29 @@ def bench_plot(data: dict) -> bytes:
     fig.savefig(buf, dpi=100, format="png")
     plt.close(fig)
     return buf.getvalue()
+
+
+DOCTOR_MARK = {"fail": "FAIL", "warn": "WARN", "unknown": "????", "info": "info", "ok": "ok"}
+
+
+def doctor(data: dict) -> str:
+    """Human text for `gputopo doctor`: the checks worst first, why and fix under the ones that need action."""
+    c = data["counts"]
+    out = [f"gputopo doctor: {c['fail']} blocking, {c['warn']} warning(s), {c['unknown']} not checkable"
+           + (f"; DeepSpeed config {data['config']}" if data.get("config") else "") + f" ({data['elapsed_s']:.2f} s)", ""]
+    rows = []
+    for ch in data["checks"]:
+        rows.append([DOCTOR_MARK[ch["status"]], ch["id"], ch["found"]])
+        if ch["status"] in ("fail", "warn", "unknown"):
+            if ch["why"]:
+                rows.append(["", "", f"  why: {ch['why']}"])
+            if ch["fix"]:
+                rows.append(["", "", f"  fix: {ch['fix']}"])
+    out.append(table(rows, ["status", "check", "found"]))
+    if data["disks"]:
+        rows = [[d["mountpoint"], d["fstype"], d["kind"], d["block"], size(d["free_bytes"]), size(d["total_bytes"])]
+                for d in data["disks"] if d["kind"] != "ram" or d["mountpoint"] == "/dev/shm"]
+        out += ["", table(rows, ["mount", "fs", "kind", "disk", "free", "size"])]
+    out.append("")
+    out.append("Exit 1: something above will break a run." if c["fail"] else "Nothing blocks a run here.")
+    return "\n".join(out)

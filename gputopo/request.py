@@ -104,9 +104,17 @@ def exclusive(**given) -> None:
         raise BadInput(f"{' and '.join(names)} exclude each other: give one")
 
 
+def default_nvme_dir() -> str:
+    """Where NVMe offload goes without --nvme-path: the folder deepspeed-config would write into (the NVMe mount
+    with the most free space, see gputopo.system.pick_offload_dir), else the temp dir."""
+    from . import system
+    picked = system.default_offload_dir()
+    return picked[0] if picked else tempfile.gettempdir()
+
+
 def _nvme_free(nvme_free: int | None, nvme_path: str | None, notes: dict) -> int:
-    """--nvme-free wins; else the free space measured at --nvme-path (default: the temp dir)."""
-    folder = nvme_path or tempfile.gettempdir()
+    """--nvme-free wins; else the free space measured at --nvme-path (default: default_nvme_dir())."""
+    folder = nvme_path or (default_nvme_dir() if nvme_free is None else None)
     if nvme_path and not os.path.isdir(nvme_path):
         raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
     if nvme_free is not None:
@@ -174,10 +182,30 @@ def _layout(gpus, gpu_mem, gpu_model, link, nodes, inter_node_gbps, host: dict, 
     return layout_from_topology(topology, selected, mem, **host_facts)
 
 
+def _attention(spec: ModelSpec | None, attention: str | None, flash: bool, notes: dict) -> str:
+    """--attention (--flash-attention is its old spelling of sdpa); auto is what transformers picks for the
+    architecture (sdpa where its class supports it), so the plan matches a training script that does not ask."""
+    from .memory import resolve_attention
+    if flash:
+        if attention not in (None, "sdpa"):
+            raise BadInput(f"--flash-attention means --attention sdpa; it contradicts --attention {attention}")
+        attention = "sdpa"
+    if spec is None:
+        return attention or "auto"
+    if attention == "sdpa" and not spec.sdpa:
+        raise BadInput(f"--attention sdpa: transformers runs {spec.name} with eager attention only (its class does"
+                       " not support SDPA)")
+    if attention in (None, "auto"):
+        attention = resolve_attention(spec, "auto")
+        notes["attention"] = (f"attention {attention}: what transformers picks for this architecture"
+                              " (--attention eager|sdpa to change)")
+    return attention
+
+
 def resolve(*, model=None, params=None, hidden_size=None, layers=None, vocab_size=None, gpus=None, gpu_mem=None,
             gpu_model=None, link=None, nodes=1, inter_node_gbps=12.5, precision_=None, optimizer="adamw",
             batch_size=4, seq_len=None, grad_accum=None, global_batch=None, grad_checkpointing=False,
-            flash_attention=False, offload_params=None, cpu_mem=None, nvme_path=None, nvme_free=None,
+            attention=None, flash_attention=False, offload_params=None, cpu_mem=None, nvme_path=None, nvme_free=None,
             need_model=True, need_layout=True, topology=None, selected=None, **unknown) -> Request:
     """Every shared option (by its click name) -> a Request with every default filled and every rule checked.
 
@@ -232,7 +260,8 @@ def resolve(*, model=None, params=None, hidden_size=None, layers=None, vocab_siz
         seq = seq_len or DEFAULT_SEQ_CAP
     accum = accumulation(micro, grad_accum, global_batch, per_node * nodes)
     training = Training(precision=chosen, optimizer=optimizer, batch_size=micro, seq_len=seq,
-                        grad_checkpointing=grad_checkpointing, grad_accum=accum, flash_attention=flash_attention,
+                        grad_checkpointing=grad_checkpointing, grad_accum=accum,
+                        attention=_attention(spec, attention, flash_attention, notes),
                         offload_params=offload_params is not False)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k == "nvme_disagrees"])
     return Request(spec, layout, training, per_node, nodes, global_batch, notes, remarks,

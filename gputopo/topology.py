@@ -110,6 +110,7 @@ class Gpu:
         d = asdict(self)
         d["throttle_reasons"] = list(self.throttle_reasons) if self.throttle_reasons is not None else None
         d["nvlinks"] = [asdict(n) for n in self.nvlinks] if self.nvlinks is not None else None
+        d["pcie_gbps"] = self.pcie_gbps()
         return d
 
     def pcie_gbps(self) -> float | None:

@@ -94,6 +94,18 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetCount(self):
         return len(self.s["gpus"])
 
+    def nvmlDeviceGetPersistenceMode(self, h):
+        self._check("nvmlDeviceGetPersistenceMode", h)
+        return self.s["gpus"][h].get("persistence", 1)
+
+    def nvmlSystemGetDriverVersion(self):
+        self._check("nvmlSystemGetDriverVersion")
+        return self.s.get("driver", ("550.54.15", 12040))[0]
+
+    def nvmlSystemGetCudaDriverVersion_v2(self):
+        self._check("nvmlSystemGetCudaDriverVersion_v2")
+        return self.s.get("driver", ("550.54.15", 12040))[1]
+
     def nvmlDeviceGetHandleByIndex(self, i):
         self._check("nvmlDeviceGetHandleByIndex", i)
         return i

@@ -108,7 +108,7 @@ def test_batch_arithmetic_checked_for_n_gpus():
     (["--stage", "4"], "--stage 4: ZeRO has stages 0, 1, 2 and 3"),
     (["--stage", "2", "--offload", "cpu", "--offload-params"], "--offload-params needs stage 3"),
     (["--stage", "1", "--offload-params"], "--offload-params needs --offload cpu or nvme"),
-    (["--stage", "3", "--offload", "nvme"], "--offload nvme needs --nvme-path"),
+    (["--stage", "2", "--offload", "nvme", "--nvme-path", "."], "NVMe offload needs stage 3"),  # issue 11: no --nvme-path picks one
     (["--stage", "2", "--offload", "nvme", "--nvme-path", "/tmp"], "NVMe offload needs stage 3"),
     (["--stage", "0", "--offload", "cpu"], "offload needs ZeRO stage 1, 2 or 3"),
     (["--stage", "3", "--offload", "nvme", "--nvme-path", "/nonexistent"], "not an existing directory"),

@@ -29,6 +29,7 @@ def cli(*args) -> str:
     cli("inspect", "-f", str(FIXTURES / "topo" / "rtx5090x2_phb.txt")),
     cli("inspect", "--example", "dgx-a100", "--model", "llama-2-7b", "--gpu-mem", "80GiB"),
     cli("plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GiB"),
+    cli("doctor"),
     cli("inspect", "--example", "dgx-a100", "--markdown"),
     "from gputopo import dsconfig, launch; dsconfig.build(3, 'cpu', hidden_size=64); launch.command('slurm', 'x', gpus=8)",
 ])

@@ -185,5 +185,18 @@ def test_markdown_refusals(fake_nvml):
     assert run("inspect", "--markdown", "--json", "--example", "h100x8").output.strip() == \
         "Error: --markdown and --json exclude each other"
     fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
-    r = run("inspect", "--markdown")
-    assert r.exit_code == 2 and r.output.startswith("Error: --markdown: no GPU topology to report (no NVML library")
+    for flag in (["--markdown"], ["--plot", "t.png"]):
+        r = run("inspect", *flag)
+        assert r.exit_code == 3 and r.output.startswith(f"Error: {flag[0]} needs a topology and no GPU is visible"
+                                                        " (no NVML library")
+
+
+def test_report_does_not_depend_on_hash_order():
+    """Ties (e.g. as many PHB as NODE pairs in a box) are broken by class, not by set order."""
+    import os
+    import subprocess
+    import sys
+    path = str(TOPO / "gpu5_mixed_sys_phb_node_dual_numa.txt")
+    outs = {subprocess.run([sys.executable, "-m", "gputopo", "inspect", "-f", path, "--markdown"], capture_output=True,
+                           text=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert len(outs) == 1 and "```mermaid" in outs.pop()

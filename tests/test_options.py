@@ -4,6 +4,7 @@ relate options in one place, and every option of every command shown changing th
 The walk at the bottom fails when a command gains an option with no entry in WALK: add one that shows what
 the option does (or how it is refused).
 """
+import contextlib
 import json
 import os
 
@@ -15,7 +16,7 @@ from gputopo import gpus as catalog
 from gputopo import request
 from gputopo.cli import cli
 from gputopo.errors import BadInput
-from gputopo.units import parse_size
+from gputopo.units import parse_size, size
 
 GIB, MIB = 2 ** 30, 2 ** 20
 TOPO = FIXTURES / "topo"
@@ -67,9 +68,13 @@ def test_bare_number_refused_everywhere():
     one_line_usage_error(run("bench-nvlink", "--allreduce-sizes", "1MB,4"), "--allreduce-sizes 4: give a unit")
 
 
-def test_help_states_the_unit_rule_once():
-    out = run("plan", "--help").output
-    assert "80GB = 80 GiB" in out
+def flat(text):
+    return " ".join(text.split())
+
+
+def test_help_states_the_unit_rule():
+    assert "80GB (= 80 GiB, as the card is sold)" in flat(run("plan", "--help").output)
+    assert "are binary, as GPUs are sold and nvidia-smi and `free -g` print them: 80GB = 80 GiB" in flat(run("--help").output)
 
 
 # --- counts, bandwidths, GPU models, link types -----------------------------------------------------------------
@@ -242,23 +247,29 @@ def strategy(name, key):
     return lambda d: by(name)(d)["per_gpu_bytes"][key]
 
 
+def phases(name):
+    """Every phase of the step's memory (the worst one can stay put while the others move)."""
+    return lambda d: by(name)(d)["peak"]["phases"]
+
+
 # Options shared by plan, inspect --model and deepspeed-config --auto, with one effect each, read from the plan:
 # (extra args for the base, extra args for the changed run, what differs in the plan).
 SHARED = {
     "model": ([], ["--model", "gpt2-medium"], lambda p: p["model"]["name"]),
     "params": (["--model", "gpt2"], PARAMS, lambda p: p["model"]["params"]),
     "hidden_size": (PARAMS, PARAMS + ["--hidden-size", "4096"], lambda p: p["model"]["hidden_size"]),
-    "layers": (PARAMS, PARAMS + ["--layers", "32"], lambda p: by("ddp")(p)["per_gpu_bytes"]["activations"]),
+    "layers": (PARAMS, PARAMS + ["--layers", "32"], lambda p: by("ddp")(p)["peak"]["phases"]),
     "vocab_size": (PARAMS, PARAMS + ["--vocab-size", "50000"], lambda p: p["model"]["vocab_size"]),
     "precision": ([], ["--precision", "fp32"], lambda p: p["training"]["precision"]),
     "optimizer": ([], ["--optimizer", "sgd"], strategy("ddp", "optimizer")),
-    "batch_size": ([], ["--batch-size", "8"], strategy("ddp", "activations")),
-    "seq_len": ([], ["--seq-len", "256"], strategy("ddp", "activations")),
-    "grad_checkpointing": ([], ["--grad-checkpointing"], strategy("ddp", "activations")),
+    "batch_size": ([], ["--batch-size", "8"], phases("ddp")),
+    "seq_len": ([], ["--seq-len", "256"], phases("ddp")),
+    "grad_checkpointing": ([], ["--grad-checkpointing"], phases("ddp")),
     "grad_accum": ([], ["--grad-accum", "2"], lambda p: by("zero2")(p)["comm_bytes_per_step"]),
     "global_batch": (["--batch-size", "4"], ["--batch-size", "4", "--global-batch", "64"],
                      lambda p: p["training"]["grad_accum"]),
-    "flash_attention": ([], ["--flash-attention"], strategy("ddp", "activations")),
+    "attention": ([], ["--attention", "eager"], phases("ddp")),   # auto is sdpa for gpt2
+    "flash_attention": (["--attention", "eager"], ["--flash-attention"], phases("ddp")),
     "offload_params": ([], ["--no-offload-params"], strategy("zero3_offload_cpu", "weights")),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
@@ -353,6 +364,47 @@ def _json_flag(cmd, args):
     return check
 
 
+class _Builder:
+    """A DeepSpeed op builder as doctor asks it (tests/test_doctor.py has the full set of cases)."""
+
+    def __init__(self, ok):
+        self.ok = ok
+
+    def is_compatible(self, verbose=False):
+        return self.ok
+
+    def sources(self):
+        return []
+
+
+@contextlib.contextmanager
+def _no_fused_adam():
+    """DeepSpeed's builders replaced by one whose FusedAdam cannot build (fast: no deepspeed import)."""
+    from gputopo import dsops
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(dsops, "builders", lambda: ({"fused_adam": _Builder(False)}, {}, "cuda"))
+        m.setenv("TORCH_EXTENSIONS_DIR", "/nonexistent")  # no JIT-built copy from other tests either
+        yield
+
+
+def _ds_check(_):
+    with _no_fused_adam():
+        assert run("deepspeed-config", "--stage", "2").exit_code == 0
+        r = run("deepspeed-config", "--stage", "2", "--check")
+        assert r.exit_code == 1 and "doctor: fused_adam: cannot build here" in r.stderr
+
+
+def _doctor_config(tmp):
+    def check(_):
+        path = tmp / "ds.json"
+        path.write_text(json.dumps({"optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 2}}))
+        with _no_fused_adam():
+            without, with_ = js(run("doctor", "--json")), json.loads(run("doctor", "--config", path, "--json").stdout)
+        assert without["ds_ops"] == [] and [o["op"] for o in with_["ds_ops"]] == ["fused_adam"]
+        assert with_["config"] == str(path) and with_["exit_code"] == 1
+    return check
+
+
 def _walk(tmp):
     """{(command, option name): check}. A new option needs an entry here."""
     w = {}
@@ -362,6 +414,9 @@ def _walk(tmp):
         if name not in ("gpus", "gpu_mem", "gpu_model", "link"):
             w[("inspect", name)] = inspect_check
     w[("plan", "as_json")] = _json_flag("plan", PLAN[:-1])
+    # --measure trains in a child process (tests/test_memory.py runs it); here, its refusal before any work.
+    w[("plan", "measure")] = refused("plan", PARAMS + ["--gpus", "1", "--gpu-mem", "80GB", "--measure"],
+                                     "--measure builds causal LMs")
     # deepspeed-config: options of its own, and the shared ones where they change the config without --auto.
     w.update({
         ("deepspeed-config", "stage"): differs("deepspeed-config", DS, ["--stage", "3", "--json"],
@@ -380,6 +435,13 @@ def _walk(tmp):
                                                 DS + ["--launcher", "torchrun", "--script", "mine.py"],
                                                 lambda d: d["launch"]["command"]),
         ("deepspeed-config", "as_json"): _json_flag("deepspeed-config", ["--stage", "2"]),
+        ("deepspeed-config", "check"): _ds_check,
+        ("deepspeed-config", "no_compile_ops"): differs("deepspeed-config", DS, DS + ["--no-compile-ops"],
+                                                        lambda d: d["config"]["optimizer"]["params"].get("torch_adam")),
+        ("doctor", "config_path"): _doctor_config(tmp),
+        ("doctor", "as_json"): _json_flag("doctor", []),
+        ("doctor", "nvme_path"): differs("doctor", ["--json"], ["--nvme-path", tmp, "--json"],
+                                         lambda d: [c["subject"] for c in d["checks"] if c["id"] == "nvme_path"]),
     })
     # inspect: its own options.
     pasted = str(TOPO / "consumer_x2_pcie_phb_numa_na.txt")
@@ -588,7 +650,8 @@ def test_nothing_fits_shows_the_whole_table_and_exits_1():
     assert r.stderr.startswith("Error: llama-2-70b (68.98B params) fits no strategy") and r.stderr.count("\n") == 1
     text = run("plan", *NOFIT)
     assert text.exit_code == 1 and "Recommendation: none fits" in text.stdout
-    assert "no: GPU 146.0 GiB short, NVMe 1.1 TiB short" in text.stdout  # zero3_offload_nvme's row
+    short = nvme["short_bytes"]   # zero3_offload_nvme's row, in the table's words
+    assert f"no: GPU {size(short['gpu'])} short, NVMe {size(short['nvme'])} short" in text.stdout
     assert text.stdout.count("\n") > 8
 
 
@@ -775,7 +838,7 @@ def test_optimizer_reaches_the_config():
 
 
 @pytest.mark.parametrize("opt,value", [("--seq-len", "512"), ("--gpu-mem", "24GB"), ("--link", "NV2"),
-                                       ("--flash-attention", None), ("--cpu-mem", "64GB"),
+                                       ("--flash-attention", None), ("--attention", "eager"), ("--cpu-mem", "64GB"),
                                        ("--inter-node-gbps", "12.5"), ("--nvme-free", "1TB")])
 def test_plan_only_options_refused_without_auto(opt, value):
     args = [opt] + ([value] if value else [])
@@ -787,3 +850,33 @@ def test_grad_checkpointing_reaches_the_trainer_or_is_refused():
     assert ds_cfg("--stage", "2", "--grad-checkpointing")["training_arguments"]["gradient_checkpointing"] is True
     one_line_usage_error(run("deepspeed-config", "--stage", "2", "--no-hf", "--grad-checkpointing"),
                          "--grad-checkpointing only feeds the memory plan")
+
+
+# --- help, README, packaging ------------------------------------------------------------------------------------
+
+ROOT = FIXTURES.parent.parent
+
+
+def test_every_option_has_help():
+    """Issue 14: bench --seq-len had no help; --allreduce-sizes read "-32 MiB on CPU"."""
+    bare = [(name, p.name) for name, cmd in cli.commands.items() for p in cmd.params
+            if getattr(p, "help", None) is None and p.name != "help"]
+    assert not bare, f"options without help: {bare}"
+    text = flat(run("bench-nvlink", "--help").output)
+    assert "1 MiB to 32 MiB on CPU" in text and "-32 MiB" not in text and "Tokens per sample" in text
+
+
+def test_readme_documents_units_nothing_fits_completion():
+    readme = (ROOT / "README.md").read_text()
+    assert "answers four questions" in readme and "1. **" in readme and "4. **" in readme and "5. **" not in readme
+    assert "80GB` = `80G` = `80GiB`" in readme and "A number without a unit (`--gpu-mem 24`) is refused" in readme
+    assert "**When nothing fits**" in readme and "exits with\nstatus 1" in readme and '"short_bytes"' in readme
+    assert "_GPUTOPO_COMPLETE=bash_source gputopo" in readme
+
+
+def test_license_is_an_spdx_string():
+    """setuptools >= 77 reads `license` as an SPDX expression; a TOML table prints a deprecation warning."""
+    import re
+    text = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^license = "Apache-2.0"$', text, re.M)
+    assert re.search(r'^requires = \["setuptools>=(\d+)"\]', text, re.M).group(1) >= "77"

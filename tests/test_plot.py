@@ -80,3 +80,51 @@ def test_without_matplotlib_one_line(monkeypatch, tmp_path):
     r = run("inspect", "--example", "h100x8", "--plot", str(tmp_path / "t.png"))
     assert r.exit_code == 2 and r.output == "Error: --plot needs matplotlib: pip install matplotlib\n"
     assert run("inspect", "--example", "h100x8", "--markdown").exit_code == 0
+
+
+def test_live_nvml_plot_and_markdown_show_bandwidths(fake_nvml, tmp_path):
+    """Live (NVML twin): NVLink per-direction bandwidth on the edge, PCIe generation x width on each GPU."""
+    from fake_nvml import rtx3090_pair
+    fake_nvml(rtx3090_pair())
+    md = run("inspect", "--markdown").output
+    assert 'n_GPU0 ===|"NV4 · 56.25 GB/s"| n_GPU1' in md and "PCIe gen4 x16 · 31.5 GB/s" in md
+    out = tmp_path / "live.png"
+    assert run("inspect", "--plot", str(out)).exit_code == 0 and out.read_bytes()[:4] == b"\x89PNG"
+    from gputopo import plot
+    fig = plot.figure(report())
+    texts = [t.get_text() for t in fig.findobj(lambda a: a.__class__.__name__ == "Text")]
+    assert "NV4 · 56.25 GB/s" in texts and overlaps(fig) == []
+
+
+def b200_like_text() -> str:
+    """An 8-GPU NV18 board with 16 NICs (two PIX per GPU), two NUMA nodes: the B200-class layout."""
+    gpus, nics = [f"GPU{i}" for i in range(8)], [f"NIC{i}" for i in range(16)]
+    numa = {n: i // 4 for i, n in enumerate(gpus)} | {n: i // 8 for i, n in enumerate(nics)}
+    near = {n: f"GPU{i // 2}" for i, n in enumerate(nics)}
+
+    def cell(a, b):
+        if a == b:
+            return " X "
+        if a in gpus and b in gpus:
+            return "NV18"
+        if near.get(a) == b or near.get(b) == a or (a in nics and b in nics and near[a] == near[b]):
+            return "PIX"
+        return "NODE" if numa[a] == numa[b] else "SYS"
+    labels = gpus + nics
+    rows = ["\t" + "\t".join(labels + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"])]
+    for a in labels:
+        extra = [("0-55,112-167" if numa[a] == 0 else "56-111,168-223"), str(numa[a]), "N/A"] if a in gpus else []
+        rows.append("\t".join([a] + [cell(a, b) for b in labels] + extra))
+    legend = [f"  NIC{i}: mlx5_{i}" for i in range(16)]
+    return "\n".join(rows + ["", "NIC Legend:", ""] + legend) + "\n"
+
+
+def test_eight_gpus_sixteen_nics_readable(tmp_path):
+    from gputopo import plot
+    path = tmp_path / "b200.txt"
+    path.write_text(b200_like_text())
+    data = report("-f", str(path), "--gpu-model", "NVIDIA B200", "--best", "4")
+    assert len(data["nics"]) == 16 and len(data["gpus"]) == 8
+    assert overlaps(plot.figure(data)) == []
+    out = tmp_path / "b200.png"
+    assert run("inspect", "-f", str(path), "--gpu-model", "NVIDIA B200", "--plot", str(out)).exit_code == 0

@@ -1,0 +1,187 @@
+"""A DeepSpeed config -> the compiled ops it will load, and whether each is prebuilt, built before, buildable here.
+
+Which op a config needs mirrors DeepSpeed's engine (`_configure_basic_optimizer`, `get_optimizer_configuration`
+in deepspeed/runtime/engine.py, 0.19): Adam/AdamW -> FusedAdam, or DeepSpeedCPUAdam when the optimizer is
+offloaded, or torch's own AdamW with `"torch_adam": true`; Lamb -> FusedLamb; Lion -> FusedLion/CPULion;
+Adagrad offloaded -> CPUAdagrad; any NVMe offload -> async_io (libaio). Whether an op can be built is asked of
+DeepSpeed's own op builders (`is_compatible()`), plus what they do not check: ninja, a C++ compiler, and nvcc
+matching torch's CUDA for ops with CUDA sources. Imports deepspeed (and torch) only in `status()`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+# JIT build time of each op on 2 cores (/work/shared/NOTES-install.md, measured): what "first use" costs.
+BUILD_SECONDS = {"deepspeed_shm_comm": 26, "fused_adam": 41, "cpu_adam": 41, "async_io": 150}
+BUILD_VAR = {"fused_adam": "DS_BUILD_FUSED_ADAM", "cpu_adam": "DS_BUILD_CPU_ADAM", "async_io": "DS_BUILD_AIO",
+             "fused_lamb": "DS_BUILD_FUSED_LAMB", "fused_lion": "DS_BUILD_FUSED_LION", "cpu_lion": "DS_BUILD_CPU_LION",
+             "cpu_adagrad": "DS_BUILD_CPU_ADAGRAD", "deepspeed_shm_comm": "DS_BUILD_SHM_COMM"}
+NO_COMPILE = 'add "torch_adam": true to optimizer.params (gputopo deepspeed-config --no-compile-ops)'
+
+
+@dataclass(frozen=True)
+class Need:
+    op: str      # DeepSpeed's op name, as ds_report lists it
+    why: str
+
+
+def needed(cfg: dict) -> list[Need]:
+    """The ops `deepspeed.initialize` will load for this config (not counting the accelerator's own)."""
+    zero = cfg.get("zero_optimization") or {}
+    off_opt = (zero.get("offload_optimizer") or {}).get("device", "none")
+    off_par = (zero.get("offload_param") or {}).get("device", "none")
+    cpu_opt = off_opt in ("cpu", "nvme")
+    opt = cfg.get("optimizer") or {}
+    name = str(opt.get("type", "")).lower()
+    params = opt.get("params") or {}
+    out = []
+    if name in ("adam", "adamw"):
+        if params.get("torch_adam") is True:
+            pass  # torch.optim.Adam(W): nothing to compile
+        elif cpu_opt:
+            out.append(Need("cpu_adam", f"{opt['type']} with the optimizer offloaded to {off_opt} runs DeepSpeedCPUAdam"))
+        else:
+            out.append(Need("fused_adam", f"{opt['type']} on the GPU runs DeepSpeed's FusedAdam"))
+    elif name == "lamb":
+        out.append(Need("fused_lamb", "Lamb runs DeepSpeed's FusedLamb"))
+    elif name == "lion":
+        out.append(Need("cpu_lion" if cpu_opt else "fused_lion", "Lion runs DeepSpeed's "
+                        + ("CPULion (offloaded)" if cpu_opt else "FusedLion")))
+    elif name == "adagrad" and cpu_opt:
+        out.append(Need("cpu_adagrad", "Adagrad with the optimizer offloaded runs DeepSpeedCPUAdagrad"))
+    if "nvme" in (off_opt, off_par):
+        what = " and ".join(w for w, d in (("optimizer states", off_opt), ("parameters", off_par)) if d == "nvme")
+        out.append(Need("async_io", f"NVMe offload of {what} reads and writes through libaio"))
+    return out
+
+
+@dataclass(frozen=True)
+class OpStatus:
+    op: str
+    why: str
+    state: str            # "prebuilt", "cached" (JIT-built before), "buildable", "not_buildable", "unknown"
+    detail: str           # what was found, one sentence
+    fix: str | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _fix(op: str, reason: str) -> str:
+    prebuild = (f"or prebuild it: DS_BUILD_OPS=0 {BUILD_VAR[op]}=1 pip install --no-build-isolation deepspeed"
+                if op in BUILD_VAR else "")
+    if op == "async_io":
+        return "install libaio: apt-get install libaio-dev (dnf install libaio-devel), or offload to cpu instead of nvme"
+    if reason == "nvcc":
+        base = "set CUDA_HOME to a CUDA toolkit with torch's CUDA major version"
+    elif reason == "cxx":
+        base = "install a C++ compiler (apt-get install build-essential)"
+    elif reason == "ninja":
+        base = "pip install ninja"
+    else:
+        base = "see `ds_report`"
+    alt = f"; or {NO_COMPILE}" if op in ("fused_adam", "cpu_adam") else ""
+    return f"{base}, {prebuild}{alt}" if prebuild else base + alt
+
+
+def status(needs: list[Need], toolchain: dict, ops: dict | None = None, installed: dict | None = None,
+           cache_dir: str | None = None) -> list[OpStatus]:
+    """Ask DeepSpeed's op builders about each needed op. `ops` (name -> builder), `installed` (name -> bool)
+    and `cache_dir` default to the installed DeepSpeed's; tests pass their own.
+
+    toolchain: {"ninja": path|None, "cxx": path|None, "nvcc": "12.4"|None, "torch_cuda": "12.4"|None}."""
+    if not needs:
+        return []
+    if ops is None:
+        found = builders()
+        if found is None:
+            return [OpStatus(n.op, n.why, "unknown", "deepspeed is not installed", "pip install deepspeed")
+                    for n in needs]
+        ops, installed, accelerator = found
+        if accelerator == "cpu":  # the CPU accelerator builds its shared-memory comm op at init
+            needs = [Need("deepspeed_shm_comm", "DeepSpeed's CPU accelerator builds it at init_distributed")] + needs
+        cache_dir = cache_dir or _jit_dir(toolchain.get("torch_cuda"))
+    out = []
+    for n in needs:
+        b = ops.get(n.op)
+        if b is None:
+            out.append(OpStatus(n.op, n.why, "not_buildable", "this DeepSpeed has no such op for this accelerator",
+                                "use another optimizer, or CPU offload"))
+            continue
+        if (installed or {}).get(n.op):
+            out.append(OpStatus(n.op, n.why, "prebuilt", "compiled into the installed DeepSpeed", None))
+            continue
+        if cache_dir and os.path.exists(os.path.join(cache_dir, n.op, f"{n.op}.so")):
+            out.append(OpStatus(n.op, n.why, "cached", f"JIT-built before ({os.path.join(cache_dir, n.op)})", None))
+            continue
+        import contextlib
+        import sys
+
+        from . import validate
+        try:  # its compile probe needs real file descriptors: quiet() points 1 and 2 at /dev/null underneath
+            with validate.quiet(), contextlib.redirect_stdout(sys.__stdout__), contextlib.redirect_stderr(sys.__stderr__):
+                compatible = bool(b.is_compatible(False))
+        except Exception as e:  # DeepSpeed's own ds_report treats a failing probe as "not compatible"
+            compatible, error = False, str(e).splitlines()[0] if str(e) else type(e).__name__
+        else:
+            error = None
+        if not compatible:
+            reason = "libaio (the shared library and headers) not found" if n.op == "async_io" else (
+                error or "DeepSpeed's builder says its requirements are missing")
+            out.append(OpStatus(n.op, n.why, "not_buildable", f"cannot build here: {reason}", _fix(n.op, "")))
+            continue
+        missing = _toolchain_gap(b, toolchain)
+        if missing:
+            what, reason = missing
+            out.append(OpStatus(n.op, n.why, "not_buildable", f"cannot build here: {what}", _fix(n.op, reason)))
+            continue
+        secs = BUILD_SECONDS.get(n.op)
+        out.append(OpStatus(n.op, n.why, "buildable", "builds here at first use (JIT"
+                            + (f", about {secs} s on 2 cores" if secs else "") + ")", None))
+    return out
+
+
+def builders() -> tuple[dict, dict, str] | None:
+    """The installed DeepSpeed's op builders for this machine's accelerator (ds_report's list), which ops it
+    has prebuilt, and the accelerator's name; None without deepspeed. Imports deepspeed and torch (seconds)."""
+    from . import validate
+    if not validate.available():
+        return None
+    with validate.quiet():
+        from deepspeed.accelerator import get_accelerator
+        from deepspeed.git_version_info import accelerator_name, installed_ops
+        from deepspeed.ops.op_builder.all_ops import ALL_OPS
+    accelerator = get_accelerator()._name
+    return ALL_OPS, {k: bool(v) and accelerator_name == accelerator for k, v in installed_ops.items()}, accelerator
+
+
+def _toolchain_gap(builder, tc: dict) -> tuple[str, str] | None:
+    """What torch's JIT needs that DeepSpeed's is_compatible() does not check."""
+    if not tc.get("ninja"):
+        return "ninja not found (torch builds extensions with it)", "ninja"
+    if not tc.get("cxx"):
+        return "no C++ compiler (c++, g++)", "cxx"
+    try:
+        sources = builder.sources()
+    except Exception:
+        sources = []
+    if any(str(s).endswith(".cu") for s in sources):
+        torch_cuda, nvcc = tc.get("torch_cuda"), tc.get("nvcc")
+        if not torch_cuda:
+            return "it has CUDA kernels and torch is a CPU build", "nvcc"
+        if not nvcc:
+            return f"it has CUDA kernels and no nvcc was found (CUDA_HOME: {tc.get('cuda_home') or 'none'})", "nvcc"
+        if nvcc.split(".")[0] != torch_cuda.split(".")[0]:
+            return f"nvcc {nvcc} does not match torch's CUDA {torch_cuda} (DeepSpeed refuses a major mismatch)", "nvcc"
+    return None
+
+
+def _jit_dir(torch_cuda: str | None) -> str:
+    """torch.utils.cpp_extension's build root: $TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions/py311_cu124."""
+    import sys
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_" + (
+        f"cu{torch_cuda.replace('.', '')}" if torch_cuda else "cpu")
+    return os.path.join(root, tag)

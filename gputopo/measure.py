@@ -1,0 +1,216 @@
+"""`plan --measure`: train the planned model for two real steps in a child process and measure its peak.
+
+The parent (measure) never imports torch; the child (`python -m gputopo.measure REQUEST_JSON`) builds the
+model from its configuration with random weights, runs a warm-up step, then measures the second one:
+- CUDA: torch.cuda.max_memory_allocated() after reset_peak_memory_stats(), and NVML's figure for the process;
+- CPU: the process's high-water mark (VmHWM) after `echo 5 > /proc/self/clear_refs`, with glibc told to mmap
+  every block >= 64 KiB and never keep freed memory (set before the child starts: malloc reads its tunables
+  once), so a freed tensor leaves the resident set at once and the high-water mark is the tensors' peak.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+
+from .errors import BadInput, BenchmarkFailed
+
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+RESULT = "GPUTOPO_MEASURE "
+
+
+def request(model, training, attention: str) -> dict:
+    """What the child needs to rebuild the same step: the model's transformers config and the training setup."""
+    from .models import hf_config
+    return {"config": hf_config(model), "attention": attention, "precision": training.precision,
+            "optimizer": training.optimizer, "batch_size": training.batch_size, "seq_len": training.seq_len,
+            "grad_checkpointing": training.grad_checkpointing}
+
+
+def run(req: dict, *, need_bytes: int, timeout: float = 3600) -> dict:
+    """Run the child; refuse first when its step would not fit in this machine's free RAM."""
+    return run_many([req], need_bytes=need_bytes, timeout=timeout)[0]
+
+
+def run_many(reqs: list[dict], *, need_bytes: int, timeout: float = 3600) -> list[dict]:
+    """Measure several steps one after the other in one child (the high-water mark is reset for each)."""
+    import psutil
+    if any(r["optimizer"] == "adamw-8bit" for r in reqs):
+        raise BadInput("--measure: 8-bit Adam needs bitsandbytes on CUDA; measure with --optimizer adamw instead")
+    avail = psutil.virtual_memory().available
+    if need_bytes > 0.8 * avail:
+        from .units import gib
+        raise BadInput(f"--measure: the step needs about {gib(need_bytes)} and this machine has {gib(avail)} free;"
+                       " lower --batch-size/--seq-len or measure a smaller model")
+    env = {**os.environ, **MALLOC_ENV}
+    env.setdefault("OMP_NUM_THREADS", str(min(os.cpu_count() or 1, 4)))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gputopo.measure", json.dumps(reqs)], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BenchmarkFailed(f"--measure: the measuring process took more than {timeout:.0f} s and was stopped")
+    lines = [json.loads(l[len(RESULT):]) for l in proc.stdout.splitlines() if l.startswith(RESULT)]
+    if proc.returncode or len(lines) != len(reqs):
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BenchmarkFailed(f"--measure: the measuring process failed (exit {proc.returncode}): {last}")
+    return lines
+
+
+RUNTIME_BYTES = 2 ** 30   # torch, transformers and the interpreter in the child, besides the tensors
+
+
+def check(data: dict) -> dict:
+    """Measure the planned step on this machine and compare it with the prediction, per component."""
+    from dataclasses import fields
+
+    from .models import ModelSpec
+    from .plan import Training
+    model = ModelSpec(**data["model"])
+    training = Training(**{f.name: data["training"][f.name] for f in fields(Training)})
+    req = request(model, training, training.attention)
+    predicted = _predict(model, training, training.attention, "cpu")
+    result = run(req, need_bytes=predicted["weights"] + predicted["optimizer"] + predicted["step"] + RUNTIME_BYTES)
+    return compare(model, training, result)
+
+
+def _predict(model, training, attention: str, device: str) -> dict:
+    from . import memory
+    from .plan import OPTIMIZER_BYTES
+    pk = memory.peak(model, training, attention, 4 * model.params, device=device)
+    return {"weights": 4 * model.params, "gradients": 4 * model.params,
+            "optimizer": OPTIMIZER_BYTES[training.optimizer] * model.params, "step": pk["bytes"], "phase": pk["phase"]}
+
+
+def compare(model, training, result: dict) -> dict:
+    """Rows of predicted vs measured; error = predicted / measured - 1."""
+    from .plan import ALLOCATOR_RESERVE_BYTES, CUDA_CONTEXT_BYTES
+    p = _predict(model, training, result["attention"], result["device"])
+    rows = [("weights", p["weights"], result["weights"]), ("gradients", p["gradients"], result["gradients"]),
+            ("optimizer states", p["optimizer"], result["optimizer"]),
+            ("step (peak above weights and optimizer)", p["step"], result["step"])]
+    notes = []
+    if result["device"] == "cuda":
+        allocated = p["weights"] + p["optimizer"] + p["step"]
+        rows.append(("peak allocated", allocated, result["peak"]))
+        rows.append(("nvidia-smi (this process)", allocated + CUDA_CONTEXT_BYTES + ALLOCATOR_RESERVE_BYTES,
+                     result["nvml_process_bytes"]))
+        method = "torch.cuda.max_memory_allocated() over the second step, after reset_peak_memory_stats()"
+    else:
+        method = ("the process's VmHWM over the second step after `echo 5 > /proc/self/clear_refs`, glibc mmapping"
+                  " every block >= 64 KiB")
+        if model.attn_dropout or model.hidden_dropout or model.embd_dropout:
+            notes.append("dropout > 0: on CPU PyTorch keeps dropout masks in the value dtype (CUDA: 1 byte); the"
+                         " prediction above is the CPU one")
+        if training.precision != "fp32":
+            notes.append("autocast on CPU casts a different set of ops than on CUDA: the step's figure is a guide")
+    if result["attention"] != training.attention:
+        notes.append(f"transformers ran {result['attention']} attention where the plan assumed {training.attention}")
+    out = [{"component": c, "predicted": int(a), "measured": b, "error": (a / b - 1) if b else None}
+           for c, a, b in rows]
+    return {"device": result["device"], "attention": result["attention"], "torch": result["torch"],
+            "transformers": result["transformers"], "method": method, "predicted_phase": p["phase"],
+            "rows": out, "notes": notes, "raw": result}
+
+
+# ---- the child ----------------------------------------------------------------------------------------------
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+def _optimizer(torch, name: str, params):
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4)     # PyTorch's defaults: foreach on CUDA, per tensor on CPU
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-4)
+    raise SystemExit(f"error: optimizer {name} cannot be measured here")
+
+
+def child(req: dict) -> dict:
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_error()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    cfg = transformers.AutoConfig.for_model(**req["config"])
+    torch.manual_seed(0)
+    with device:
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=req["attention"])
+    model.train()
+    if req["grad_checkpointing"]:
+        model.gradient_checkpointing_enable()
+    opt = _optimizer(torch, req["optimizer"], model.parameters())
+    ids = torch.randint(0, cfg.vocab_size, (req["batch_size"], req["seq_len"]), device=device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(req["precision"])
+    scaler = torch.amp.GradScaler(device.type) if req["precision"] == "fp16" else None
+
+    def step():
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = model(input_ids=ids, labels=ids).loss
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    step()  # warm-up: optimizer states, lazy buffers, kernel choices
+    gc.collect()
+    params = list(model.parameters())
+    out = {"device": device.type, "attention": model.config._attn_implementation,
+           "weights": sum(p.numel() * p.element_size() for p in params),
+           "gradients": sum(p.numel() * 4 for p in params if p.requires_grad),  # fp32 like the weights
+           "optimizer": sum(v.numel() * v.element_size() for s in opt.state.values() for k, v in s.items()
+                            if torch.is_tensor(v) and k != "step"),
+           "torch": torch.__version__, "transformers": transformers.__version__}
+    if cuda:
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device)
+        out.update(baseline=base, peak=peak, step=peak - base, reserved=torch.cuda.max_memory_reserved(device),
+                   nvml_process_bytes=_nvml_process_bytes(device.index or 0))
+    else:
+        base = _status("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current resident set
+        step()
+        peak = _status("VmHWM")
+        out.update(baseline=base, peak=peak, step=peak - base, reserved=None, nvml_process_bytes=None)
+    return out
+
+
+def _nvml_process_bytes(index: int) -> int | None:
+    """What nvidia-smi shows for this process on that GPU (context, allocator reserve, workspaces)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if p.pid == os.getpid():
+                return p.usedGpuMemory
+    except Exception:  # NVML missing or restricted (containers): the figure is optional
+        return None
+    return None
+
+
+if __name__ == "__main__":
+    for one in json.loads(sys.argv[1]):
+        print(RESULT + json.dumps(child(one)), flush=True)
+        gc.collect()
+        torch = sys.modules["torch"]
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the next configuration starts from an empty cache

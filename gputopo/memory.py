@@ -1,0 +1,228 @@
+"""The memory of one training step on one device, phase by phase, as PyTorch and transformers run it. Pure.
+
+A step's peak is not "model states + saved activations": it falls in one phase, and each phase holds its own
+mix of gradients, tensors saved for backward and temporaries. Every term below names the tensor it stands
+for; each was checked against what transformers' modeling code and PyTorch's autograd/autocast really keep
+(`benchmarks/memory_accuracy.py` measures the whole step on CPU, tests/test_memory.py holds one
+hand-computed case per term and the H100 measurements of /work/shared/real-gpu/H100-2026-11.md).
+
+Shapes: T = batch x seq tokens, h hidden, I intermediate, a heads of d, kv K/V heads, S = a x seq^2 x batch
+attention scores, V vocabulary. Bytes: v = the compute dtype (4 fp32, 2 under autocast); the residual
+stream, softmax, log-softmax and norms stay fp32 under autocast (embeddings are not autocast, softmax and
+layer_norm are on autocast's fp32 list; HF's RMSNorm upcasts by hand).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+# `auto` is what transformers does when not told: sdpa wherever the model class supports it
+# (PreTrainedModel.get_correct_attn_implementation: None -> "sdpa", falling back to "eager").
+ATTENTIONS = ("auto", "eager", "sdpa")
+# Elementwise tanh GeLU written in Python (transformers' NewGELUActivation and kin): every intermediate is
+# a tensor, four of them saved for backward plus the output the next projection keeps.
+PYTHON_GELUS = ("gelu_new", "gelu_fast", "gelu_accurate", "gelu_python")
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    grad_params: int      # parameters whose gradient exists at this moment
+    activations: int      # bytes autograd keeps for backward (with autocast's 16-bit weight copies)
+    temporaries: int      # bytes alive only around this moment (logits, their gradients, optimizer buffers)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_attention(m, attention: str) -> str:
+    """auto -> what transformers itself picks for this architecture."""
+    if attention == "auto":
+        return "sdpa" if m.sdpa else "eager"
+    return attention
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The sizes one step's tensors are made of."""
+    T: int
+    s: int
+    b: int
+    h: int
+    I: int
+    a: int
+    d: int
+    kv: int
+    V: int
+    v: int        # compute bytes
+    mixed: bool
+    mask: int     # bytes per dropout-mask element: 1 on CUDA (bool), the value size on CPU
+
+    @property
+    def S(self) -> int:
+        return self.a * self.s * self.s * self.b
+
+
+def shape(m, t, device: str = "cuda") -> Shape:
+    mixed = t.precision != "fp32"
+    v = 2 if mixed else 4
+    a = m.heads or 1
+    d = m.head_dim or m.hidden_size // a
+    return Shape(T=t.batch_size * t.seq_len, s=t.seq_len, b=t.batch_size, h=m.hidden_size,
+                 I=m.intermediate_size or 4 * m.hidden_size, a=a, d=d, kv=m.kv_heads or a, V=m.vocab_size or 0,
+                 v=v, mixed=mixed, mask=1 if device == "cuda" else v)
+
+
+def norm_bytes(m, x: Shape, consumers: int) -> int:
+    """A norm and the projections reading it: the fp32 residual it saves (LayerNorm: plus mean and rstd;
+    RMSNorm: plus x*rsqrt and rstd), and its output as the projections keep it: once in fp32 (shared), one
+    16-bit cast per projection under autocast (autocast caches casts of weights, not of activations)."""
+    T, h = x.T, x.h
+    own = T * h * 4 + (T * h * 4 + T * 4 if m.norm == "rmsnorm" else 2 * T * 4)
+    out = T * h * 2 * consumers if x.mixed else T * h * 4
+    return own + out
+
+
+def attention_bytes(m, x: Shape, attention: str) -> int:
+    """Q/K/V as the kernel keeps them, the scores (eager) or output + log-sum-exp (sdpa), the out-projection
+    input and the dropout after it."""
+    T, v, hq = x.T, x.v, x.a * x.d
+    if attention == "eager":
+        # matmul keeps contiguous copies of Q and K^T and V; HF's eager path repeats K/V to every head (repeat_kv).
+        qkv = 3 * T * hq * v
+        probs = x.S * 4                                  # softmax output, fp32 (autocast's fp32 list / dtype=)
+        if m.attn_dropout:
+            probs += x.S * (x.mask + v)                  # dropout mask and its output, kept by the matmul
+        elif x.mixed:
+            probs += x.S * v                             # the cast back to the value dtype, kept by the matmul
+        core = qkv + probs
+    else:
+        # SDPA (flash / memory-efficient / CPU flash) keeps Q, K, V at their own head counts (transformers
+        # passes enable_gqa when there is no padding mask), its output and an fp32 log-sum-exp per row.
+        core = T * hq * v + 2 * T * x.kv * x.d * v + T * hq * v + x.a * x.s * x.b * 4
+    out_proj = T * hq * v
+    drop = T * x.h * x.mask if m.hidden_dropout else 0
+    return core + out_proj + drop
+
+
+def mlp_bytes(m, x: Shape) -> int:
+    """The MLP's saved tensors after its input projection(s), including what the output projection keeps."""
+    TI, v = x.T * x.I, x.v
+    act = (m.activation or "gelu").lower()
+    if m.gated_mlp:
+        body = 4 * TI * v                                # gate out, act(gate), up out, their product
+    elif act in PYTHON_GELUS:
+        # pow(x, 3) saves x, tanh its output, the last multiply both factors, the projection the result.
+        # Under autocast pow runs in fp32 (a saved fp32 copy of x) and the chain after it stays fp32.
+        body = TI * (4 + 4 + 2 + 4 + 2) if x.mixed else 5 * TI * 4
+    elif act == "relu":
+        body = TI * v                                    # relu's output is what the projection keeps
+        if m.hidden_dropout and m.family == "t5":
+            body += TI * (x.mask + v)                    # T5 drops out between wi and wo
+    else:
+        body = 2 * TI * v                                # a fused activation: its input and its output
+    drop = x.T * x.h * x.mask if m.hidden_dropout else 0
+    return body + drop
+
+
+def block_bytes(m, x: Shape, attention: str) -> int:
+    """Bytes one transformer block keeps for backward."""
+    return (norm_bytes(m, x, 1 if m.fused_qkv else 3) + attention_bytes(m, x, attention)
+            + norm_bytes(m, x, 2 if m.gated_mlp else 1) + mlp_bytes(m, x))
+
+
+def block_backward_peak(m, x: Shape, attention: str) -> tuple[int, int]:
+    """The most one block holds during its own backward, saved tensors included. Backward runs the MLP first:
+    its widest gradients (~3 of batch x seq x I, fp32 at most) come on top of everything the block saved;
+    by the attention's turn the MLP and second norm are freed, and eager attention adds the fp32 gradients of
+    the probabilities and of the scores. The gradient flowing down the residual rides along.
+    Returns (saved bytes still held, temporaries) at the worse of the two moments."""
+    block = block_bytes(m, x, attention)
+    mlp_half = (block, 3 * x.T * x.I * max(x.v, 4))
+    attn_grads = 2 * x.S * 4 if attention == "eager" else 3 * x.T * x.a * x.d * x.v
+    attn_half = (block - mlp_bytes(m, x) - norm_bytes(m, x, 2 if m.gated_mlp else 1), attn_grads)
+    saved, temp = max(mlp_half, attn_half, key=sum)
+    return saved, temp + x.T * x.h * 4
+
+
+def head_bytes(m, x: Shape) -> int:
+    """Saved after the last block: the final norm, the LM head's input, the log-softmax output (fp32) and the
+    embedding dropout's mask."""
+    final = x.T * x.h * 4 + (x.T * x.h * 4 if m.norm == "rmsnorm" else 0)
+    lm_in = x.T * x.h * x.v
+    logp = x.T * x.V * 4
+    emb = x.T * x.h * x.mask if m.embd_dropout else 0
+    return final + lm_in + logp + emb
+
+
+def param_split(m) -> tuple[int, int]:
+    """(embedding parameters, parameters per block)."""
+    emb = (m.vocab_size or 0) * m.hidden_size * (1 if m.tied else 2)
+    return emb, max(0, m.params - emb) // max(1, m.layers)
+
+
+def optimizer_temporaries(m, optimizer: str, device: str) -> int:
+    """The optimizer step's own buffers. torch.optim.AdamW runs foreach on CUDA (the default): one fp32
+    sqrt(v) for the whole group (_multi_tensor_adam); on CPU per tensor: sqrt and its division, for the largest
+    tensor. SGD's momentum and 8-bit Adam update in place."""
+    largest = (m.largest_layer_params or m.params) * 4
+    if optimizer == "adamw":
+        return 4 * m.params if device == "cuda" else 2 * largest
+    if optimizer == "adafactor":
+        return 2 * largest
+    return 0
+
+
+def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True) -> list[Phase]:
+    """The candidate peaks of one micro-step, in order. `plain_torch` (one GPU, DDP): the model runs in fp32
+    under torch.autocast, so 16-bit copies of its weights live from the forward until each layer's backward,
+    and torch.optim steps on the GPU. DeepSpeed keeps the model itself in 16 bits and steps its own optimizer
+    (fused, in place; its buffers are counted with the strategy's optimizer states)."""
+    x = shape(m, t, device)
+    attention = resolve_attention(m, attention)
+    P, L = m.params, m.layers
+    emb, per_block = param_split(m)
+    block = block_bytes(m, x, attention)
+    ckpt = t.grad_checkpointing
+    # Checkpointing keeps each block's fp32 input and what the blocks share (eager: the 4D causal mask).
+    shared = x.b * x.s * x.s * 4 if attention == "eager" else 0
+    kept = L * x.T * x.h * 4 + shared if ckpt else L * block
+    head = head_bytes(m, x)
+    lm = (m.vocab_size or 0) * m.hidden_size
+    copies = 0
+    if x.mixed and plain_torch:
+        copies = 2 * (lm + (0 if ckpt else L * per_block))  # with checkpointing: recast per recomputed block
+    block_copies = 2 * per_block if x.mixed and plain_torch and ckpt else 0
+    accum = t.grad_accum > 1                            # earlier micro-steps' gradients stay alive
+    g = lambda n: P if accum else n                     # noqa: E731
+    logits = x.T * x.V * x.v + (x.T * x.V * 4 if x.mixed else 0)  # lm_head output and HF's logits.float()
+    # One block's backward, on top of what else is alive; with checkpointing its forward is first recomputed.
+    saved, temp = block_backward_peak(m, x, attention)
+    saved += block_copies
+    top_grads = lm
+    bottom_grads = P - emb - per_block + (lm if not m.tied else 0)
+    tied_extra = lm * 4 if m.tied else 0                # the embedding's own gradient before it is added in
+    return [
+        Phase("forward, at the loss", g(0), kept + head + copies, logits),
+        # nll_loss's gradient and log_softmax's: two fp32 batch x seq x vocab tensors at once.
+        Phase("backward, at the loss", g(0), kept + head + copies, 2 * x.T * x.V * 4),
+        # (With checkpointing the recomputed block's input is the very tensor the checkpoint kept.)
+        Phase("backward, last block", g(top_grads), kept - (x.T * x.h * 4 if ckpt else block) + copies + saved, temp),
+        Phase("backward, first block", g(min(P, bottom_grads)),
+              (shared if ckpt else 2 * per_block if copies else 0) + saved, temp),
+        Phase("backward, embeddings", P, 0, tied_extra),
+        Phase("optimizer step", P, 0, optimizer_temporaries(m, t.optimizer, device) if plain_torch else 0),
+    ]
+
+
+def peak(m, t, attention: str, grad_bytes: int, device: str = "cuda", plain_torch: bool = True) -> dict:
+    """The worst phase for a strategy whose full gradients take `grad_bytes` on this device, with every
+    phase's total (so a change that moves a phase other than the worst one still shows)."""
+    best, totals = None, []
+    for ph in phases(m, t, attention, device, plain_torch):
+        grads = int(grad_bytes * ph.grad_params / m.params) if m.params else 0
+        total = grads + ph.activations + ph.temporaries
+        totals.append({"phase": ph.name, "bytes": total})
+        if best is None or total > best["bytes"]:
+            best = {"phase": ph.name, "bytes": total, "gradients": grads, "activations": ph.activations,
+                    "temporaries": ph.temporaries}
+    return {**best, "phases": totals}

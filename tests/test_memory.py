@@ -1,0 +1,198 @@
+"""The step's memory model term by term (hand-computed), against a real H100, and against a real CPU step."""
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES, make_model_dir
+from gputopo import memory, models
+from gputopo.cli import cli
+from gputopo.models import ModelSpec
+from gputopo.plan import Training
+
+# A toy shape small enough to count by hand: T = 2 x 3 = 6 tokens, h 8, I 32, 2 heads of 4, 1 K/V head,
+# vocabulary 10, S = 2 heads x 3^2 x 2 = 36 scores.
+TOY = ModelSpec("toy", "llama", params=1000, hidden_size=8, layers=2, heads=2, vocab_size=10, intermediate_size=32,
+                largest_layer_params=80, activation="silu", kv_heads=1, norm="rmsnorm", gated_mlp=True)
+GPTOY = replace(TOY, family="gpt2", activation="gelu_new", kv_heads=None, norm="layernorm", gated_mlp=False,
+                fused_qkv=True, tied=True)
+FP32 = Training(precision="fp32", batch_size=2, seq_len=3, attention="eager")
+BF16 = replace(FP32, precision="bf16")
+
+
+def x(m=TOY, t=FP32, device="cuda"):
+    return memory.shape(m, t, device)
+
+
+def test_shape():
+    s = x()
+    assert (s.T, s.S, s.d, s.kv, s.v, s.mask) == (6, 36, 4, 1, 4, 1)
+    assert (x(t=BF16).v, x(t=BF16, device="cpu").mask) == (2, 2)   # CPU keeps dropout masks in the value dtype
+
+
+def test_norms():
+    # LayerNorm in fp32: residual 6*8*4 + mean and rstd 2*6*4, its output once (shared by the projections).
+    assert memory.norm_bytes(GPTOY, x(GPTOY), 1) == 192 + 48 + 192
+    # RMSNorm under autocast: residual, x*rsqrt (fp32) and rstd, plus a 16-bit cast per projection (q, k, v).
+    assert memory.norm_bytes(TOY, x(t=BF16), 3) == 192 + 192 + 24 + 3 * 6 * 8 * 2
+
+
+def test_attention_eager_sdpa_and_dropout():
+    # eager fp32: Q, K^T, V copies (K/V repeated to all heads) 3*6*8*4, fp32 probabilities 36*4, out-proj input.
+    assert memory.attention_bytes(TOY, x(), "eager") == 576 + 144 + 192
+    # eager under autocast with dropout: probabilities fp32, mask 1 B and its 16-bit output kept by the matmul.
+    drop = replace(TOY, attn_dropout=0.1)
+    assert memory.attention_bytes(drop, x(drop, BF16), "eager") == 288 + 144 + 36 * (1 + 2) + 96
+    # sdpa keeps K/V at their own head count (GQA: 1 head of 4), the output and an fp32 log-sum-exp per row.
+    assert memory.attention_bytes(TOY, x(), "sdpa") == 192 + 2 * 6 * 4 * 4 + 192 + 2 * 3 * 2 * 4 + 192
+    # a residual dropout adds its mask: 1 byte per element on CUDA
+    assert memory.attention_bytes(replace(TOY, hidden_dropout=0.1), x(), "sdpa") == 816 + 48
+
+
+def test_mlps():
+    TI = 6 * 32
+    assert memory.mlp_bytes(TOY, x()) == 4 * TI * 4                         # SwiGLU: gate, act, up, product
+    assert memory.mlp_bytes(GPTOY, x(GPTOY)) == 5 * TI * 4                  # Python tanh GeLU, fp32
+    assert memory.mlp_bytes(GPTOY, x(GPTOY, BF16)) == TI * (4 + 4 + 2 + 4 + 2)  # pow/tanh chain in fp32
+    gelu = replace(GPTOY, activation="gelu")
+    assert memory.mlp_bytes(gelu, x(gelu, BF16)) == 2 * TI * 2              # fused GeLU: input and output
+    relu = replace(GPTOY, activation="relu")
+    assert memory.mlp_bytes(relu, x(relu)) == TI * 4                        # relu's output is the next input
+
+
+def test_head_and_loss_temporaries():
+    # final RMSNorm (residual, x*rsqrt), the LM head's input, the fp32 log-softmax output
+    assert memory.head_bytes(TOY, x()) == 192 + 192 + 192 + 6 * 10 * 4
+    phases = {p.name: p for p in memory.phases(TOY, BF16, "eager")}
+    assert phases["forward, at the loss"].temporaries == 6 * 10 * 2 + 6 * 10 * 4   # logits + logits.float()
+    assert phases["backward, at the loss"].temporaries == 2 * 6 * 10 * 4           # two fp32 gradients
+
+
+def test_autocast_weight_copies_and_checkpointing():
+    emb, per_block = memory.param_split(TOY)
+    assert (emb, per_block) == (2 * 80, (1000 - 160) // 2)
+    fwd = {p.name: p for p in memory.phases(TOY, BF16, "eager")}["forward, at the loss"]
+    no_copies = {p.name: p for p in memory.phases(TOY, BF16, "eager", plain_torch=False)}["forward, at the loss"]
+    assert fwd.activations - no_copies.activations == 2 * (80 + 2 * per_block)  # 16-bit lm_head and blocks
+    ck = {p.name: p for p in memory.phases(TOY, replace(FP32, grad_checkpointing=True), "eager")}["forward, at the loss"]
+    # each block's fp32 input plus the 4D causal mask the blocks share, and the head
+    assert ck.activations == 2 * 6 * 8 * 4 + 2 * 3 * 3 * 4 + memory.head_bytes(TOY, x())
+
+
+def test_optimizer_step():
+    big = replace(TOY, params=10 ** 9, largest_layer_params=10 ** 8)
+    assert memory.optimizer_temporaries(big, "adamw", "cuda") == 4 * 10 ** 9   # foreach: sqrt(v) for the group
+    assert memory.optimizer_temporaries(big, "adamw", "cpu") == 2 * 4 * 10 ** 8  # per tensor: the largest one
+    assert memory.optimizer_temporaries(big, "sgd", "cuda") == 0
+    pk = memory.peak(big, FP32, "eager", 4 * 10 ** 9)
+    assert {k: v for k, v in pk.items() if k != "phases"} == {
+        "phase": "optimizer step", "bytes": 8 * 10 ** 9, "gradients": 4 * 10 ** 9, "activations": 0,
+        "temporaries": 4 * 10 ** 9}
+    assert max(pk["phases"], key=lambda p: p["bytes"]) == {"phase": "optimizer step", "bytes": 8 * 10 ** 9}
+
+
+def test_gradient_accumulation_keeps_gradients_alive():
+    accum = memory.phases(TOY, replace(FP32, grad_accum=4), "eager")
+    assert all(p.grad_params == TOY.params for p in accum)
+    assert [p.grad_params for p in memory.phases(TOY, FP32, "eager")][:2] == [0, 0]   # zero_grad(set_to_none)
+
+
+def test_auto_attention_is_what_transformers_picks():
+    assert memory.resolve_attention(models.named("gpt2"), "auto") == "sdpa"
+    assert memory.resolve_attention(replace(TOY, sdpa=False), "auto") == "eager"
+    transformers = pytest.importorskip("transformers")
+    for name, cls in (("gpt2", "GPT2LMHeadModel"), ("llama-2-7b", "LlamaForCausalLM"), ("t5-3b", "T5ForConditionalGeneration"),
+                      ("bert-base-uncased", "BertForMaskedLM"), ("mistral-7b", "MistralForCausalLM"),
+                      ("qwen2.5-0.5b", "Qwen2ForCausalLM")):
+        assert models.named(name).sdpa == getattr(transformers, cls)._supports_sdpa, name
+
+
+def test_config_json_structure_read_from_the_model(tmp_path):
+    spec = models.from_path(str(FIXTURES / "models" / "tinyllama-1.1b"))
+    assert (spec.kv_heads, spec.norm, spec.gated_mlp, spec.tied, spec.fused_qkv, spec.attn_dropout) == \
+        (4, "rmsnorm", True, False, False, 0.0)
+    gpt = models.from_path(str(make_model_dir(tmp_path / "g")))        # config.json without dropout keys
+    assert (gpt.activation, gpt.attn_dropout, gpt.tied, gpt.fused_qkv, gpt.norm) == ("gelu_new", 0.1, True, True, "layernorm")
+    qwen = models.named("qwen2.5-0.5b")
+    assert qwen.tied and qwen.params == 494032768                       # Qwen2.5-0.5B's published count
+
+
+# The "peak" rows of shared/real-gpu/H100-2026-11.md: commit 731cff2's `plan --gpus 1 --gpu-mem 80GiB` figure
+# (weights + gradients + optimizer + activations, from `git show 731cff2:gputopo/plan.py`) and the recorded
+# error; measured torch.cuda.max_memory_allocated() = figure / (1 + error).
+H100 = [
+    (["--model", "gpt2", "--precision", "fp32", "--batch-size", "4", "--attention", "eager"], 12581933056, -0.089),
+    (["--model", "gpt2", "--precision", "bf16", "--batch-size", "8", "--attention", "eager"], 14336846336, -0.34),
+    (["--model", "gpt2-medium", "--precision", "bf16", "--batch-size", "8", "--grad-checkpointing"], 9635862528, -0.06),
+    (["--model", "gpt2-medium", "--precision", "bf16", "--batch-size", "8", "--grad-checkpointing",
+      "--flash-attention"], 8982075392, -0.12),
+    (["--model", "gpt2-large", "--precision", "bf16", "--batch-size", "4", "--attention", "eager"], 40828794368, -0.20),
+    (["--model", str(FIXTURES / "models" / "tinyllama-1.1b"), "--precision", "bf16", "--batch-size", "4",
+      "--seq-len", "2048"], 58581405696, 0.54),
+    (["--model", str(FIXTURES / "models" / "tinyllama-1.1b"), "--precision", "bf16", "--batch-size", "4",
+      "--seq-len", "2048", "--flash-attention"], 35720351744, -0.06),
+    (["--model", "gpt2-xl", "--precision", "bf16", "--batch-size", "2", "--grad-checkpointing"], 29231862144, -0.08),
+]
+
+
+@pytest.mark.parametrize("args,old,error", H100, ids=[f"{a[1].rsplit('/', 1)[-1]}-{i}" for i, (a, _, _) in enumerate(H100)])
+def test_h100_peaks_within_10_percent(args, old, error):
+    r = CliRunner().invoke(cli, ["plan", "--json", "--gpus", "1", "--gpu-mem", "80GiB", *args])
+    assert r.exit_code == 0, r.output
+    single = json.loads(r.output)["strategies"][0]
+    b = single["per_gpu_bytes"]
+    measured = old / (1 + error)
+    assert abs((b["total"] - b["overhead"]) / measured - 1) < 0.10
+    assert b["total"] == b["weights"] + b["optimizer"] + b["overhead"] + single["peak"]["bytes"]
+    assert single["peak"]["bytes"] == single["peak"]["gradients"] + b["activations"] + b["temporaries"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_attention_options():
+    base = ["plan", "--json", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "80GiB", "--batch-size", "4"]
+    auto, eager = json.loads(run(*base).output), json.loads(run(*base, "--attention", "eager").output)
+    assert auto["training"]["attention"] == "sdpa" and auto["training"]["flash_attention"] is True
+    assert eager["training"]["attention"] == "eager"
+    assert eager["strategies"][0]["per_gpu_bytes"]["activations"] > auto["strategies"][0]["per_gpu_bytes"]["activations"]
+    assert json.loads(run(*base, "--flash-attention").output)["training"] == auto["training"]
+    bad = run(*base[:1], *base[2:], "--flash-attention", "--attention", "eager")
+    assert bad.exit_code == 2 and "contradicts --attention eager" in bad.output and "Traceback" not in bad.output
+
+
+def test_text_shows_peak_phase_and_nvidia_smi():
+    r = run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "80GiB")
+    assert r.exit_code == 0 and "backward, at the loss" in r.output and "nvidia-smi" in r.output
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GiB", "--batch-size", "1"], "this machine has"),
+    (["--params", "7B", "--hidden-size", "4096", "--layers", "32", "--gpus", "8", "--gpu-mem", "80GiB"],
+     "builds causal LMs"),
+    (["--model", "gpt2", "--gpus", "1", "--gpu-mem", "80GiB", "--optimizer", "adamw-8bit"], "8-bit Adam"),
+])
+def test_measure_refuses_in_one_line(args, msg):
+    r = run("plan", *args, "--measure")
+    assert r.exit_code == 2 and msg in r.output and r.output.count("\n") == 1, r.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention,ckpt", [("eager", False), ("sdpa", True)])
+def test_measure_tiny_model_on_cpu(tmp_path, attention, ckpt):
+    model = make_model_dir(tmp_path / "tiny", vocab_size=4000, n_positions=256, attn_pdrop=0.0, resid_pdrop=0.0,
+                           embd_pdrop=0.0)
+    r = run("plan", "--json", "--model", str(model), "--gpus", "1", "--gpu-mem", "8GiB", "--precision", "fp32",
+            "--batch-size", "4", "--seq-len", "256", "--attention", attention, "--measure",
+            *(["--grad-checkpointing"] if ckpt else []))
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.output)["measured"]
+    rows = {row["component"]: row for row in m["rows"]}
+    assert m["device"] == "cpu" and m["attention"] == attention
+    for exact in ("weights", "gradients", "optimizer states"):
+        assert rows[exact]["error"] == 0
+    step = rows["step (peak above weights and optimizer)"]
+    assert step["measured"] > 30 * 2 ** 20                     # large enough for the high-water mark to mean it
+    assert abs(step["error"]) < (0.10 if attention == "eager" else 0.15)
