@@ -350,10 +350,17 @@ def _exit_if_nothing_fits(planned: dict | None) -> None:
 @click.option("--force", is_flag=True, help="Overwrite --plot if it exists.")
 @host_options
 @json_option
-def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
+@click.pass_context
+def inspect(ctx, from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
     from . import files, probe, render, report, request
     request.exclusive(example=example, from_file=from_file)
+    if not (kw.get("model") or kw.get("params")):
+        given = [p.opts[0] for p in ctx.command.params if p.name in PLAN_INPUTS
+                 and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise BadInput(f"{', '.join(given)} {'feeds' if len(given) == 1 else 'feed'} the memory plan: add --model"
+                           " (or --params)")
     if markdown and as_json:
         raise BadInput("--markdown and --json exclude each other")
     if force and not plot:
@@ -397,6 +404,12 @@ def inspect(from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, 
         return
     emit(data, render.inspect, as_json)
     _exit_if_nothing_fits(planned)
+
+
+# Options of inspect that only matter with --model (they feed the memory plan).
+PLAN_INPUTS = ("gpu_mem", "hidden_size", "layers", "vocab_size", "precision", "optimizer", "batch_size", "seq_len",
+               "grad_checkpointing", "grad_accum", "global_batch", "flash_attention", "offload_params", "cpu_mem",
+               "nvme_path", "nvme_free", "nodes", "inter_node_gbps")
 
 
 # Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
@@ -510,7 +523,9 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
     if output:
         files.write_atomic(output, text)
     targs = dsconfig.training_arguments(req.training, precision) if hf else None
-    if targs:
+    told = {k for k in ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
+            if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE}
+    if targs and (told or auto_):  # say what reaches the "auto" values when the user set any of them
         warnings.append("the HF Trainer fills the \"auto\" values from TrainingArguments("
                         + ", ".join(f"{k}={v!r}" for k, v in targs.items()) + ")"
                         + (f": {t.batch_size} x {t.grad_accum} x {req.world} GPU(s) = {req.global_batch} per step"

@@ -255,7 +255,9 @@ def resolve(*, model=None, params=None, hidden_size=None, layers=None, vocab_siz
         notes["precision"] = note
     if spec is not None and seq_len is None:
         seq = min(spec.max_positions or 512, DEFAULT_SEQ_CAP)
-        notes["seq_len"] = f"sequence length {seq}: the model's context, at most {DEFAULT_SEQ_CAP} (--seq-len to change)"
+        if need_layout:  # the sequence length matters only to the memory plan
+            notes["seq_len"] = (f"sequence length {seq}: the model's context, at most {DEFAULT_SEQ_CAP}"
+                                " (--seq-len to change)")
     else:
         seq = seq_len or DEFAULT_SEQ_CAP
     accum = accumulation(micro, grad_accum, global_batch, per_node * nodes)

@@ -163,6 +163,18 @@ def test_attention_options():
     assert bad.exit_code == 2 and "contradicts --attention eager" in bad.output and "Traceback" not in bad.output
 
 
+def test_auto_is_eager_where_transformers_has_no_sdpa(tmp_path):
+    bloom = tmp_path / "bloom"
+    bloom.mkdir()
+    (bloom / "config.json").write_text(json.dumps({"model_type": "bloom", "architectures": ["BloomForCausalLM"],
+                                                   "hidden_size": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000}))
+    base = ["plan", "--json", "--model", str(bloom), "--gpus", "1", "--gpu-mem", "8GB"]
+    data = json.loads(run(*base).output)
+    assert data["training"]["attention"] == "eager" and any("attention eager" in n for n in data["notes"])
+    bad = run(*base[:1], *base[2:], "--attention", "sdpa")
+    assert bad.exit_code == 2 and "eager attention only" in bad.output and bad.output.count("\n") == 1
+
+
 def test_text_shows_peak_phase_and_nvidia_smi():
     r = run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "80GiB")
     assert r.exit_code == 0 and "backward, at the loss" in r.output and "nvidia-smi" in r.output

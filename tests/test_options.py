@@ -880,3 +880,11 @@ def test_license_is_an_spdx_string():
     text = (ROOT / "pyproject.toml").read_text()
     assert re.search(r'^license = "Apache-2.0"$', text, re.M)
     assert re.search(r'^requires = \["setuptools>=(\d+)"\]', text, re.M).group(1) >= "77"
+
+
+@pytest.mark.parametrize("args", [["--batch-size", "8"], ["--gpu-mem", "40GB"], ["--cpu-mem", "1TB"],
+                                  ["--grad-checkpointing"], ["--nodes", "2"], ["--precision", "fp32"]])
+def test_inspect_plan_options_need_a_model(args):
+    """Without --model, inspect has no plan to feed: the option would be dropped, so it is refused."""
+    one_line_usage_error(run("inspect", "--example", "dgx-a100", *args),
+                         f"{args[0]} feeds the memory plan: add --model (or --params)")
