@@ -112,6 +112,9 @@ def test_offload_dir_prefers_nvme_then_the_roomiest_local_disk_never_tmpfs():
     # No NVMe: the local disk with the most free space, through the temp dir that lies on it.
     folder, d, why = system.pick_offload_dir(Writable({"/tmp"}), disks[:1] + disks[3:], "/tmp")
     assert folder == "/tmp" and d.mountpoint == "/" and why.startswith("no writable NVMe mount")
+    # The temp dir is not writable for us: the home folder on the same disk.
+    folder, d, _ = system.pick_offload_dir(Writable({"/home/me"}), disks[:1] + disks[3:], "/tmp/x", "/home/me")
+    assert (folder, d.mountpoint) == ("/home/me", "/")
     # Only RAM and the network: nowhere.
     assert system.pick_offload_dir(Writable({"/dev/shm", "/nfs", "/tmp"}), disks[3:], "/tmp") is None
 
