@@ -11,7 +11,7 @@ import re
 import time
 from dataclasses import asdict, dataclass
 
-from . import health, system
+from . import dsops, health, system
 from .topology import Topology
 from .units import gib, size
 
@@ -112,17 +112,25 @@ def pinned_bytes(cfg: dict | None) -> int | None:
     buffer_count x sub_group_size fp32 elements (deepspeed/runtime/swap_tensor/*, 0.19)."""
     if not cfg:
         return None
-    zero = cfg.get("zero_optimization") or {}
+    zero = dsops.block(cfg, "zero_optimization")
     total, any_nvme = 0, False
-    half = (cfg.get("bf16") or {}).get("enabled") is True or (cfg.get("fp16") or {}).get("enabled") is True
-    par, opt = zero.get("offload_param") or {}, zero.get("offload_optimizer") or {}
+    half = dsops.block(cfg, "bf16").get("enabled") is True or dsops.block(cfg, "fp16").get("enabled") is True
+    par, opt = dsops.block(zero, "offload_param"), dsops.block(zero, "offload_optimizer")
     if par.get("device") == "nvme":
         any_nvme = True
-        total += int(par.get("buffer_count", 5)) * int(par.get("buffer_size", 100_000_000)) * (2 if half else 4)
+        total += _int(par.get("buffer_count"), 5) * _int(par.get("buffer_size"), 100_000_000) * (2 if half else 4)
     if opt.get("device") == "nvme":
         any_nvme = True
-        total += int(opt.get("buffer_count", 4)) * int(zero.get("sub_group_size", 1_000_000_000)) * 4
+        total += _int(opt.get("buffer_count"), 4) * _int(zero.get("sub_group_size"), 1_000_000_000) * 4
     return total if any_nvme else None
+
+
+def _int(value, default: int) -> int:
+    """A config number as DeepSpeed would read it; "auto" or garbage falls back to DeepSpeed's default."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return default
 
 
 def _cap_ipc_lock(host) -> bool | None:
@@ -361,7 +369,7 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
 
     host: system.Host (default: this machine); topo_fn: () -> Topology (default probe.topology);
     nvml_facts: () -> {"persistence": {...}, "driver": {...}}; ops/installed: DeepSpeed op builders (tests)."""
-    from . import dsops, probe
+    from . import probe
     from .errors import NvmlUnavailable
     t0 = time.perf_counter()
     host = host or system.Host()
@@ -410,10 +418,10 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
 
 
 def nvme_paths(cfg: dict | None) -> list[str]:
-    zero = (cfg or {}).get("zero_optimization") or {}
-    paths = [(zero.get(k) or {}).get("nvme_path") for k in ("offload_optimizer", "offload_param")
-             if (zero.get(k) or {}).get("device") == "nvme"]
-    return list(dict.fromkeys(p for p in paths if p))
+    zero = dsops.block(cfg or {}, "zero_optimization")
+    paths = [dsops.block(zero, k).get("nvme_path") for k in ("offload_optimizer", "offload_param")
+             if dsops.block(zero, k).get("device") == "nvme"]
+    return list(dict.fromkeys(str(p) for p in paths if p))
 
 
 def _tmpdir(host) -> str:

@@ -26,15 +26,21 @@ class Need:
     why: str
 
 
+def block(cfg: dict, key: str) -> dict:
+    """cfg[key] when it is a JSON object, else {} (a hand-written config may hold anything)."""
+    value = cfg.get(key) if isinstance(cfg, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
 def needed(cfg: dict) -> list[Need]:
     """The ops `deepspeed.initialize` will load for this config (not counting the accelerator's own)."""
-    zero = cfg.get("zero_optimization") or {}
-    off_opt = (zero.get("offload_optimizer") or {}).get("device", "none")
-    off_par = (zero.get("offload_param") or {}).get("device", "none")
+    zero = block(cfg, "zero_optimization")
+    off_opt = block(zero, "offload_optimizer").get("device", "none")
+    off_par = block(zero, "offload_param").get("device", "none")
     cpu_opt = off_opt in ("cpu", "nvme")
-    opt = cfg.get("optimizer") or {}
+    opt = block(cfg, "optimizer")
     name = str(opt.get("type", "")).lower()
-    params = opt.get("params") or {}
+    params = block(opt, "params")
     out = []
     if name in ("adam", "adamw"):
         if params.get("torch_adam") is True:

@@ -208,20 +208,23 @@ def disk_of(path: str, all_disks: list[Disk]) -> Disk | None:
     return best
 
 
-def pick_offload_dir(host: Host, all_disks: list[Disk], tmp: str) -> tuple[str, Disk, str] | None:
+def pick_offload_dir(host: Host, all_disks: list[Disk], tmp: str, home: str | None = None,
+                     cwd: str | None = None) -> tuple[str, Disk, str] | None:
     """Where NVMe offload should go without --nvme-path: (folder, its disk, why), or None if nowhere local.
 
-    The NVMe mount with the most free space; else the local disk with the most (not NVMe: slower). On a
-    chosen mount the temp dir is used when it lies there (it is writable), else the mount point itself."""
+    The NVMe mount with the most free space; else the local disk with the most (not NVMe: slower). On a chosen
+    mount the first writable folder that lies on it: the temp dir, the home folder, the working folder, the
+    mount point itself (a non-root user can rarely write to a mount point)."""
     candidates = [d for d in all_disks if d.local and not d.read_only and d.free_bytes]
     nvme = [d for d in candidates if d.kind == "nvme"]
+    places = [p for p in (tmp, home, cwd) if p]
     for group, why in ((nvme, "the NVMe mount with the most free space"),
                        (candidates, "no writable NVMe mount: the local disk with the most free space")):
         for d in sorted(group, key=lambda d: -(d.free_bytes or 0)):
-            tmp_disk = disk_of(tmp, all_disks)
-            folder = tmp if tmp_disk is not None and tmp_disk.mountpoint == d.mountpoint else d.mountpoint
-            if host.writable(folder):
-                return folder, d, why
+            on_it = [p for p in places if getattr(disk_of(p, all_disks), "mountpoint", None) == d.mountpoint]
+            for folder in on_it + [d.mountpoint]:
+                if host.writable(folder):
+                    return folder, d, why
     return None
 
 
@@ -229,7 +232,7 @@ def default_offload_dir() -> tuple[str, Disk, str] | None:
     """pick_offload_dir() on this machine: what --nvme-path means when it is not given."""
     import tempfile
     host = Host()
-    return pick_offload_dir(host, disks(host), tempfile.gettempdir())
+    return pick_offload_dir(host, disks(host), tempfile.gettempdir(), os.path.expanduser("~"), os.getcwd())
 
 
 # --- memory, limits, PCIe ---------------------------------------------------------------------------------

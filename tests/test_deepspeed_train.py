@@ -91,3 +91,13 @@ def test_printed_deepspeed_launch_command_runs(tmp_path, tiny_model):
     result, proc = run_worker([], cwd=tmp_path, launcher=argv)
     assert result is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["world_size"] == 2 and result["info"]["zero_stage"] == 1 and result["loss_finite"]
+
+
+@pytest.mark.parametrize("offload", ["none", "cpu"])
+def test_no_compile_ops_trains_with_torch_adamw(tmp_path, tiny_model, offload):
+    """`--no-compile-ops` ("torch_adam": true): DeepSpeed steps torch's AdamW, no FusedAdam/CPUAdam to build."""
+    cfg = generate(tmp_path, "--stage", "2", "--offload", offload, "--no-hf", "--precision", "bf16",
+                   "--batch-size", "2", "--no-compile-ops")
+    assert json.loads(open(cfg).read())["optimizer"]["params"]["torch_adam"] is True
+    info = train(tmp_path, tiny_model, cfg, "bf16")
+    assert info["basic_optimizer"] == "AdamW" and info["offload_optimizer"] == offload

@@ -112,6 +112,9 @@ def test_offload_dir_prefers_nvme_then_the_roomiest_local_disk_never_tmpfs():
     # No NVMe: the local disk with the most free space, through the temp dir that lies on it.
     folder, d, why = system.pick_offload_dir(Writable({"/tmp"}), disks[:1] + disks[3:], "/tmp")
     assert folder == "/tmp" and d.mountpoint == "/" and why.startswith("no writable NVMe mount")
+    # The temp dir is not writable for us: the home folder on the same disk.
+    folder, d, _ = system.pick_offload_dir(Writable({"/home/me"}), disks[:1] + disks[3:], "/tmp/x", "/home/me")
+    assert (folder, d.mountpoint) == ("/home/me", "/")
     # Only RAM and the network: nowhere.
     assert system.pick_offload_dir(Writable({"/dev/shm", "/nfs", "/tmp"}), disks[3:], "/tmp") is None
 
@@ -463,3 +466,18 @@ def test_acs_from_sysfs_config_space_matches_lspci(tmp_path):
     # Not root: sysfs gives the first 64 bytes only, so ACS cannot be read, and doctor says so.
     (devs / "0000:03:02.0" / "config").write_bytes(_config(0x1022, 0x0604, True, (6, 6), size=64))
     assert doctor.check_acs(host(tmp_path), [], n_gpus=2).status == "unknown"
+
+
+def test_odd_hand_written_configs_do_not_crash(tree, fake_nvml, tmp_path, monkeypatch):
+    import fake_nvml as fm
+    tree(VM)
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    monkeypatch.setattr(dsops, "builders", lambda: ({}, {}, "cuda"))
+    for cfg in ({"zero_optimization": "3"}, {"optimizer": "adam"}, {"optimizer": {"type": "Adam", "params": None}},
+                {"zero_optimization": {"stage": 3, "sub_group_size": "auto",
+                                       "offload_param": {"device": "nvme", "nvme_path": str(tmp_path),
+                                                         "buffer_size": "auto"}}}):
+        path = tmp_path / "ds.json"
+        path.write_text(json.dumps(cfg))
+        r = run("doctor", "--config", str(path), "--json")
+        assert r.exit_code in (0, 1) and json.loads(r.stdout)["schema_version"] == 1, (cfg, r.output)

@@ -50,6 +50,16 @@ def test_attention_eager_sdpa_and_dropout():
     assert memory.attention_bytes(replace(TOY, hidden_dropout=0.1), x(), "sdpa") == 816 + 48
 
 
+def test_sdpa_with_dropout_on_cpu_keeps_scores():
+    drop = replace(TOY, attn_dropout=0.1)
+    sdpa_t = replace(FP32, attention="sdpa")
+    cpu = {p.name: p for p in memory.phases(drop, sdpa_t, "sdpa", device="cpu")}
+    eager_cpu = {p.name: p for p in memory.phases(drop, sdpa_t, "eager", device="cpu")}
+    cuda = {p.name: p for p in memory.phases(drop, sdpa_t, "sdpa", device="cuda")}
+    assert cpu == eager_cpu                       # measured: 265.0 vs 265.1 MiB (gpt2 h256, dropout 0.1)
+    assert cuda["backward, at the loss"].activations < cpu["backward, at the loss"].activations
+
+
 def test_mlps():
     TI = 6 * 32
     assert memory.mlp_bytes(TOY, x()) == 4 * TI * 4                         # SwiGLU: gate, act, up, product
@@ -161,6 +171,18 @@ def test_attention_options():
     assert json.loads(run(*base, "--flash-attention").output)["training"] == auto["training"]
     bad = run(*base[:1], *base[2:], "--flash-attention", "--attention", "eager")
     assert bad.exit_code == 2 and "contradicts --attention eager" in bad.output and "Traceback" not in bad.output
+
+
+def test_auto_is_eager_where_transformers_has_no_sdpa(tmp_path):
+    bloom = tmp_path / "bloom"
+    bloom.mkdir()
+    (bloom / "config.json").write_text(json.dumps({"model_type": "bloom", "architectures": ["BloomForCausalLM"],
+                                                   "hidden_size": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000}))
+    base = ["plan", "--json", "--model", str(bloom), "--gpus", "1", "--gpu-mem", "8GB"]
+    data = json.loads(run(*base).output)
+    assert data["training"]["attention"] == "eager" and any("attention eager" in n for n in data["notes"])
+    bad = run(*base[:1], *base[2:], "--attention", "sdpa")
+    assert bad.exit_code == 2 and "eager attention only" in bad.output and bad.output.count("\n") == 1
 
 
 def test_text_shows_peak_phase_and_nvidia_smi():
