@@ -406,15 +406,20 @@ def inspect(ctx, from_file, example, gpus, best, gpu_model, gpu_mem, markdown, p
     _exit_if_nothing_fits(planned)
 
 
-# Options of inspect that only matter with --model (they feed the memory plan).
-PLAN_INPUTS = ("gpu_mem", "hidden_size", "layers", "vocab_size", "precision", "optimizer", "batch_size", "seq_len",
-               "grad_checkpointing", "grad_accum", "global_batch", "flash_attention", "offload_params", "cpu_mem",
-               "nvme_path", "nvme_free", "nodes", "inter_node_gbps")
+def _names(decorator) -> tuple[str, ...]:
+    return tuple(p.name for p in decorator(lambda: None).__click_params__)
+
+
+# Options of inspect that only matter with --model (they feed the memory plan): every shared model, training
+# and host option, so one added to those decorators is covered too.
+PLAN_INPUTS = ("gpu_mem",) + tuple(n for n in _names(model_options) + _names(training_options) + _names(host_options)
+                                   if n not in ("model", "params"))
 
 
 # Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
 # the chosen stage against) they would change nothing, so they are refused.
-PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps", "grad_checkpointing")
+PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
+             "grad_checkpointing")
 
 
 @cli.command("deepspeed-config")
@@ -650,11 +655,12 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
     """Train the same DDP run with and without NCCL_P2P_DISABLE=1 through torchrun, and sweep all-reduce."""
     import os
 
-    from . import bench, probe, render, report, request
-    from .errors import NvmlUnavailable
-    for path in (output, plot):
-        if path and os.path.exists(path) and not force:
-            raise BadInput(f"{path} exists; pass --force to overwrite it")
+    from . import bench, files, probe, render, report, request
+    from .errors import NvmlUnavailable, TooFewGpus
+    for what, path in (("--output", output), ("--plot", plot)):
+        files.check_output(path, force, what)
+    if output and plot and os.path.abspath(output) == os.path.abspath(plot):
+        raise BadInput("--output and --plot name the same file")
     if train_only and allreduce_only:
         raise BadInput("--train-only and --allreduce-only exclude each other")
     if plot and importlib.util.find_spec("matplotlib") is None:
@@ -671,7 +677,8 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
     if topo is not None:
         names = report.select(topo, gpus)
         if nproc and nproc > len(names):
-            raise BadInput(f"--nproc {nproc}: only {len(names)} GPU(s) selected")
+            raise TooFewGpus(f"--nproc {nproc}: only {len(names)} GPU(s) selected")
+        bench.need_two_gpus(names, nproc, model)
         names = names[: nproc or None]
         w = topo.weakest(names)
         if w is not None:
@@ -693,28 +700,39 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
     o.train, o.allreduce = not allreduce_only, not train_only
     o.allreduce_sizes = allreduce_sizes or []
     o.nnodes, o.node_rank, o.rdzv_endpoint = nnodes, node_rank, rdzv_endpoint
+    if o.train:
+        o.dataset, note = bench.resolve_dataset(dataset)
+        o.notes += [note] if note else []
     if o.device == "cpu" and steps is None:
         click.echo(f"CPU: {o.steps} steps per arm, batch {o.batch_size} x {o.seq_len} (about two minutes for gpt2 on"
                    " 2 cores); --steps to change", err=True)
 
+    saved = {"runs": 0, "allreduce": 0}
+
     def save(results):
         if output:
-            tmp = output + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(results, f, indent=2, sort_keys=True)
-            os.replace(tmp, output)
+            files.write_atomic(output, json.dumps(results, indent=2, sort_keys=True) + "\n")
+            saved.update(runs=len(results["runs"]), allreduce=len(results["allreduce"]))
     warned = _preflight("bench-nvlink", topo=topo, status=None if topo else "no NVIDIA GPU visible")["counts"]["warn"]
     if warned:
         click.echo(f"note: `gputopo doctor` has {warned} warning(s) about this machine", err=True)
+    o.log_dir = bench.new_log_dir()
+    click.echo(f"logs of this run: {o.log_dir}", err=True)
     progress = _progress(verbose)
     try:
         results = bench.run(o, link, save, progress)
     except KeyboardInterrupt:
         progress.done()
         raise BadInput("interrupted: the children were stopped" + (f"; finished arms are in {output}" if output else ""))
+    except GputopoError as e:
+        progress.done()
+        if output:
+            e.args = (f"{e}\n" + (f"Finished arms are kept in {output}" if any(saved.values()) else
+                                  f"No arm finished; {output} records the failure"),)
+        raise
     progress.done()
     if plot:
-        render.bench_plot(results, plot)
+        files.write_atomic(plot, render.bench_plot(results))
     emit(results, render.bench, as_json)
 
 

@@ -179,6 +179,8 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
     (fused, in place; its buffers are counted with the strategy's optimizer states)."""
     x = shape(m, t, device)
     attention = resolve_attention(m, attention)
+    if attention == "sdpa" and m.attn_dropout and device == "cpu":
+        attention = "eager"   # CPU SDPA has no fused dropout: its math kernel keeps the scores as eager does
     P, L = m.params, m.layers
     emb, per_block = param_split(m)
     block = block_bytes(m, x, attention)

@@ -493,7 +493,7 @@ def _inspect_force(tmp):
 # bench-nvlink: the runs are faked at the process boundary (bench.run_child), so the walk shows each option
 # reaching the torchrun command, its environment or the report, in milliseconds.
 def _fake_child(calls):
-    def run_child(label, cmd, env, timeout, progress):
+    def run_child(label, cmd, env, timeout, progress, log_dir=None):
         calls.append({"label": label, "cmd": cmd, "env": env, "timeout": timeout, "progress": progress})
         progress(label, "step 1")
         args = cmd[cmd.index("gputopo.worker") + 1:]
@@ -502,7 +502,8 @@ def _fake_child(calls):
         sizes = [int(x) for x in args[args.index("--allreduce-sizes") + 1].split(",")] if "--allreduce-sizes" in args else []
         t = [0.1] * (steps - warm)
         return {"world_size": 2, "steps": steps, "warmup_steps": warm, "train_runtime_s": 1.0, "timed_runtime_s": 0.5,
-                "samples_per_second": 10.0, "step_times_s": t, "loss_finite": True, "model": {"name": "gpt2"},
+                "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
+                "loss_finite": True, "model": {"name": "gpt2"},
                 "dataset": "synthetic",
                 "allreduce": [{"bytes": s, "algbw_gbps": 1.0, "busbw_gbps": 1.0} for s in sizes]}
     return run_child
@@ -538,7 +539,8 @@ BENCH = {
     "batch_size": (["--batch-size", "3"], lambda r, c: _worker_arg(c, "--batch-size")),
     "seq_len": (["--seq-len", "64"], lambda r, c: _worker_arg(c, "--seq-len")),
     "precision": (["--precision", "bf16"], lambda r, c: _worker_arg(c, "--precision")),
-    "dataset": (["--dataset", "synthetic"], lambda r, c: _worker_arg(c, "--dataset")),
+    # auto resolves before any run (here: synthetic, with a note); a local text file reaches the workers
+    "dataset": (["--dataset", __file__], lambda r, c: _worker_arg(c, "--dataset")),
     "repeat": (["--repeat", "2"], lambda r, c: len(c)),
     "timeout": (["--timeout", "30"], lambda r, c: c[0]["timeout"]),
     "train_only": (["--train-only"], lambda r, c: [x["label"] for x in c]),
