@@ -200,3 +200,13 @@ def test_report_does_not_depend_on_hash_order():
     outs = {subprocess.run([sys.executable, "-m", "gputopo", "inspect", "-f", path, "--markdown"], capture_output=True,
                            text=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
     assert len(outs) == 1 and "```mermaid" in outs.pop()
+
+
+def test_readme_mermaid_block_is_todays_output():
+    """README.md shows the Mermaid block of a bundled example exactly as gputopo prints it today."""
+    from pathlib import Path
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    out = run("inspect", "--example", "pcie8-dual-socket", "--gpus", "0,1", "--markdown").output
+    block = out[out.index("```mermaid"):out.index("```", out.index("```mermaid") + 3) + 3]
+    assert "`gputopo inspect --example pcie8-dual-socket --gpus 0,1\n--markdown` draws:" in readme
+    assert block in readme
