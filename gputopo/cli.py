@@ -406,15 +406,20 @@ def inspect(ctx, from_file, example, gpus, best, gpu_model, gpu_mem, markdown, p
     _exit_if_nothing_fits(planned)
 
 
-# Options of inspect that only matter with --model (they feed the memory plan).
-PLAN_INPUTS = ("gpu_mem", "hidden_size", "layers", "vocab_size", "precision", "optimizer", "batch_size", "seq_len",
-               "grad_checkpointing", "grad_accum", "global_batch", "flash_attention", "offload_params", "cpu_mem",
-               "nvme_path", "nvme_free", "nodes", "inter_node_gbps")
+def _names(decorator) -> tuple[str, ...]:
+    return tuple(p.name for p in decorator(lambda: None).__click_params__)
+
+
+# Options of inspect that only matter with --model (they feed the memory plan): every shared model, training
+# and host option, so one added to those decorators is covered too.
+PLAN_INPUTS = ("gpu_mem",) + tuple(n for n in _names(model_options) + _names(training_options) + _names(host_options)
+                                   if n not in ("model", "params"))
 
 
 # Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
 # the chosen stage against) they would change nothing, so they are refused.
-PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps", "grad_checkpointing")
+PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
+             "grad_checkpointing")
 
 
 @cli.command("deepspeed-config")
