@@ -888,3 +888,13 @@ def test_inspect_plan_options_need_a_model(args):
     """Without --model, inspect has no plan to feed: the option would be dropped, so it is refused."""
     one_line_usage_error(run("inspect", "--example", "dgx-a100", *args),
                          f"{args[0]} feeds the memory plan: add --model (or --params)")
+
+
+def test_inspect_model_nothing_fits_shows_the_plan_and_exits_1():
+    r = run("inspect", "--example", "rtx4090x8-pcie", "--model", "llama-2-70b", "--gpus", "0", "--cpu-mem", "16GB",
+            "--nvme-free", "10GB", "--json")
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert data["plan"]["recommendation"]["strategy"] is None and data["recommendation"]["strategy"] is None
+    # the nearest is the one missing the least GPU memory: an offload strategy, not the single GPU
+    assert "fits no strategy on 1 x 24.0 GiB: the nearest, zero3_offload" in r.stderr
