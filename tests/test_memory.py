@@ -65,6 +65,7 @@ def test_mlps():
     assert memory.mlp_bytes(TOY, x()) == 4 * TI * 4                         # SwiGLU: gate, act, up, product
     assert memory.mlp_bytes(GPTOY, x(GPTOY)) == 5 * TI * 4                  # Python tanh GeLU, fp32
     assert memory.mlp_bytes(GPTOY, x(GPTOY, BF16)) == TI * (4 + 4 + 2 + 4 + 2)  # pow/tanh chain in fp32
+    assert memory.mlp_bytes(GPTOY, x(GPTOY, BF16, "cpu")) == 5 * TI * 2         # CPU autocast keeps it 16-bit
     gelu = replace(GPTOY, activation="gelu")
     assert memory.mlp_bytes(gelu, x(gelu, BF16)) == 2 * TI * 2              # fused GeLU: input and output
     relu = replace(GPTOY, activation="relu")
