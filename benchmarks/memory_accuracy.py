@@ -104,7 +104,8 @@ def main():
         with open(args.save, "w") as f:
             json.dump(results, f, indent=1)
     device = results[0]["device"]
-    print(f"{len(results)} steps measured on {device} in {time.perf_counter() - t0:.0f} s (torch {results[0]['torch']},"
+    how = f"loaded from {args.load}" if args.load else f"in {time.perf_counter() - t0:.0f} s"
+    print(f"{len(results)} steps measured on {device} {how} (torch {results[0]['torch']},"
           f" transformers {results[0]['transformers']}); error = predicted / measured - 1")
     print(f"{'configuration':30} {'prec':5} {'attn':5} {'ckpt':5} {'params':>7} {'predicted':>10} {'measured':>10}"
           f" {'error':>7}  peak phase (predicted)")

@@ -497,10 +497,14 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
             from .plan import nvme_bytes
             from .units import gib
             need = nvme_bytes(model, t, req.nodes)
+            import shutil
+            here = shutil.disk_usage(nvme_path).free
             free = kw.get("nvme_free")
             if free is None:
-                import shutil
-                free = shutil.disk_usage(nvme_path).free
+                free = here
+            elif need > here:  # --nvme-free wins (as in plan), but this folder could not hold the swap files
+                warnings.append(f"{nvme_path} has {gib(here)} free here and offload needs {gib(need)}: fine if"
+                                f" --nvme-free {gib(free)} describes the machine you train on, else pass --nvme-path")
             if need > free:
                 raise BadInput(f"--nvme-path {nvme_path}: {gib(free)} free, offload needs {gib(need)}"
                                f" ({gib(need - free)} missing)")

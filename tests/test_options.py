@@ -898,3 +898,14 @@ def test_inspect_model_nothing_fits_shows_the_plan_and_exits_1():
     assert data["plan"]["recommendation"]["strategy"] is None and data["recommendation"]["strategy"] is None
     # the nearest is the one missing the least GPU memory: an offload strategy, not the single GPU
     assert "fits no strategy on 1 x 24.0 GiB: the nearest, zero3_offload" in r.stderr
+
+
+def test_auto_with_nvme_free_warns_when_the_folder_here_is_too_small(tmp_path):
+    """--nvme-free wins, as in plan; but the config writes to a folder here that could not hold the swap."""
+    args = ["--model", "llama-2-70b", "--gpus", "8", "--gpu-model", "H100", "--link", "NV18", "--grad-checkpointing",
+            "--batch-size", "1", "--cpu-mem", "256GB", "--nvme-free", "1PB", "--nvme-path", str(tmp_path)]
+    auto = json.loads(run("deepspeed-config", "--auto", "--json", *args).stdout)
+    assert auto["config"]["zero_optimization"]["offload_param"]["device"] == "nvme"
+    st = os.statvfs(tmp_path)
+    if st.f_bavail * st.f_frsize < 1.1 * 2 ** 40:  # the 70B swap (1.1 TiB) does not fit this disk
+        assert any(w.startswith(f"{tmp_path} has ") and "else pass --nvme-path" in w for w in auto["warnings"])
