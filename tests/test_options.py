@@ -448,7 +448,7 @@ def _walk(tmp):
     w.update({
         ("inspect", "from_file"): differs("inspect", INSPECT, ["-f", pasted, "--json"], lambda d: d["inputs"]),
         ("inspect", "example"): differs("inspect", INSPECT, ["--example", "h100x8", "--json"], lambda d: d["inputs"]),
-        ("inspect", "gpus"): differs("inspect", INSPECT, INSPECT + ["--gpus", "0,1"], lambda d: d["selected"]),
+        ("inspect", "gpu_ids"): differs("inspect", INSPECT, INSPECT + ["--gpu-ids", "0,1"], lambda d: d["selected"]),
         ("inspect", "best"): differs("inspect", INSPECT, INSPECT + ["--best", "2"], lambda d: d["best"]),
         ("inspect", "gpu_model"): differs("inspect", ["-f", pasted, "--json"],
                                           ["-f", pasted, "--gpu-model", "RTX 4090", "--json"],
@@ -891,7 +891,7 @@ def test_inspect_plan_options_need_a_model(args):
 
 
 def test_inspect_model_nothing_fits_shows_the_plan_and_exits_1():
-    r = run("inspect", "--example", "rtx4090x8-pcie", "--model", "llama-2-70b", "--gpus", "0", "--cpu-mem", "16GB",
+    r = run("inspect", "--example", "rtx4090x8-pcie", "--model", "llama-2-70b", "--gpu-ids", "0", "--cpu-mem", "16GB",
             "--nvme-free", "10GB", "--json")
     assert r.exit_code == 1
     data = json.loads(r.stdout)
