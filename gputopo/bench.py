@@ -3,6 +3,7 @@ sweep; children in their own process group, streamed, timed out, and never left 
 from __future__ import annotations
 
 import collections
+import importlib.util
 import json
 import os
 import random
@@ -11,13 +12,16 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from .errors import BenchmarkFailed
+from .errors import BadInput, BenchmarkFailed, TooFewGpus
+from .worker import OFFLINE, RESULT, WIKITEXT
 
 SCHEMA_VERSION = 1
-RESULT = "GPUTOPO_RESULT "
 ARMS = (("p2p", None), ("no_p2p", "1"))
 # The reference experiment (seed 003): 2x TITAN RTX with NV2, gpt2 on wikitext-2, 200 steps, batch 4 per GPU.
 REFERENCE = {"hardware": "2x TITAN RTX, NV2", "model": "gpt2", "dataset": "wikitext-2", "steps": 200,
@@ -47,11 +51,62 @@ class Options:
     rdzv_endpoint: str | None = None
     visible_devices: str | None = None      # --gpus 0,1 -> CUDA_VISIBLE_DEVICES
     python: str = sys.executable
+    log_dir: str | None = None              # this run's logs; a new folder in the temp dir when None
+    notes: list[str] = field(default_factory=list)
 
 
-def torchrun_command(o: Options, rdzv_id: str) -> list[str]:
-    """torchrun: standalone on one node, c10d rendezvous across several."""
+def new_log_dir() -> str:
+    """A folder for this run's logs: torchrun's per-rank stdout/stderr and each child's whole output."""
+    return tempfile.mkdtemp(prefix=time.strftime("gputopo-bench-%Y%m%d-%H%M%S-"))
+
+
+def resolve_dataset(name: str, python: str = sys.executable) -> tuple[str, str | None]:
+    """What the workers will read, decided once for every arm, and a note when `auto` fell back.
+    Refuses (BadInput) a dataset that cannot be read here, before any run."""
+    if name == "synthetic":
+        return name, None
+    if name == "auto" or name.startswith("wikitext"):
+        wanted = WIKITEXT if name == "auto" else name
+        reason = wikitext_problem(wanted, python)
+        if reason is None:
+            return wanted, None
+        if name != "auto":
+            raise BadInput(f"--dataset {name}: {reason}; use --dataset synthetic or a local .txt file")
+        return "synthetic", (f"--dataset auto: {wanted} unavailable here ({reason}), so synthetic data (random"
+                             " token ids) instead; step times do not depend on the token values")
+    if not Path(name).is_file():
+        raise BadInput(f"--dataset {name}: no such file (or synthetic, auto, {WIKITEXT})")
+    return name, None
+
+
+def wikitext_problem(name: str, python: str) -> str | None:
+    """Why the workers could not read this wikitext config offline, or None. The cheap answers first (no
+    `datasets` package; nothing named wikitext in the HF caches); else the worker's own loader tries, in a
+    child with the hub offline (an in-process import could already be online, and would retry the network)."""
+    try:
+        installed = importlib.util.find_spec("datasets") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["datasets"] is None, i.e. import blocked
+        installed = False
+    if not installed:
+        return "the `datasets` package is not installed (pip install datasets)"
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    caches = [Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")), Path(os.environ.get("HF_HUB_CACHE", home / "hub"))]
+    if not any(next(c.glob("*wikitext*"), None) for c in caches if c.is_dir()):
+        return "not in the local datasets cache, and nothing is downloaded"
+    code = "import sys; from gputopo.worker import wikitext_lines; wikitext_lines(sys.argv[1])"
+    proc = subprocess.run([python, "-c", code, name], capture_output=True, text=True, env={**os.environ, **OFFLINE})
+    if proc.returncode == 0:
+        return None
+    last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+    return last.split(": ", 2)[-1] if last.startswith("error: ") else last
+
+
+def torchrun_command(o: Options, rdzv_id: str, log_dir: str | None = None) -> list[str]:
+    """torchrun: standalone on one node, c10d rendezvous across several. With log_dir, every rank's stdout and
+    stderr are also kept in files there (--tee 3), and a failing rank's error in its error.json."""
     cmd = [o.python, "-m", "torch.distributed.run", "--nproc_per_node", str(o.nproc)]
+    if log_dir:
+        cmd += ["--log-dir", log_dir, "--tee", "3"]
     if o.nnodes == 1 and not o.rdzv_endpoint:
         cmd += ["--standalone"]
     else:
@@ -81,6 +136,8 @@ def child_env(o: Options, p2p_disable: str | None) -> dict:
         env["CUDA_VISIBLE_DEVICES"] = o.visible_devices
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, o.nproc))))
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(OFFLINE)
+    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"  # how --tee labels each rank's lines
     return env
 
 
@@ -98,25 +155,29 @@ def kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress) -> dict:
-    """Run one torchrun, stream its output behind a progress line, return the worker's result dict."""
-    tail: collections.deque[str] = collections.deque(maxlen=12)
-    causes: list[str] = []  # the worker's own error line, or the exception that ended it
+RANK_PREFIX = re.compile(r"^\[rank\d+\]:")  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE in child_env
+ERROR_LINE = re.compile(r"^(error: |Fatal Python error|[\w.]*(Error|Exception)(: |$))")
+
+
+def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, log_dir: Path | None = None) -> dict:
+    """Run one torchrun, stream its output behind a progress line, return the worker's result dict. With
+    log_dir, the child's whole output goes to log_dir/output.log beside torchrun's per-rank logs."""
+    tail: collections.deque[str] = collections.deque(maxlen=200)
     found: list[dict] = []
+    log = open(log_dir / "output.log", "w") if log_dir else None
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, bufsize=1)
 
     def read():
         for line in proc.stdout:
+            if log:
+                log.write(line)
             line = line.rstrip("\n")
-            if line.startswith(RESULT):
-                found.append(json.loads(line[len(RESULT):]))
+            text = RANK_PREFIX.sub("", line)
+            if text.startswith(RESULT):
+                found.append(json.loads(text[len(RESULT):]))
                 continue
-            if re.match(r"^(error: |[\w.]*(Error|Exception): )", line) and "ChildFailedError" not in line \
-                    and line not in causes:
-                causes.append(line)
-            if not line.startswith(("W1", "E1", "I1")) or "elastic" not in line:  # torchrun's own log noise
-                tail.append(line)
+            tail.append(line)
             progress(label, line)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -126,22 +187,58 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress) -
         kill_group(proc)
         reader.join(5)
         raise BenchmarkFailed(f"{label}: no result after {timeout:g} s (--timeout); stopped it and its workers."
-                              "\nLast lines of the child:\n  " + "\n  ".join(tail))
+                              + _where(log_dir) + "\nLast lines of the child:\n  " + "\n  ".join(list(tail)[-12:]))
     except BaseException:  # Ctrl-C included: leave nothing behind
         kill_group(proc)
         raise
     finally:
         if proc.poll() is None:
             kill_group(proc)
-    reader.join(10)
+        reader.join(10)
+        if log:
+            log.close()
     if proc.returncode != 0 or not found:
         if found and proc.returncode < 0:
             return found[0]  # a worker killed at exit after reporting (the DeepSpeed/HF exit flake)
-        cause = f": {causes[0]}" if causes else ""
-        raise BenchmarkFailed(f"{label}: torchrun exited with {proc.returncode}"
-                              + ("" if found else " before reporting a result") + cause
-                              + "\nLast lines of the child:\n  " + "\n  ".join(tail))
+        raise BenchmarkFailed(failure_report(label, proc.returncode, bool(found), list(tail), log_dir))
     return found[0]
+
+
+def _where(log_dir: Path | None) -> str:
+    return f" Logs: {log_dir}" if log_dir else ""
+
+
+def first_failed_rank(log_dir: Path | None, lines: list[str]) -> Path | None:
+    """The folder of the local rank that failed first: the oldest error.json a worker wrote (worker.record_error),
+    else the rank torchrun names as the root cause (a rank killed by a signal writes nothing)."""
+    if log_dir is None:
+        return None
+    errors = sorted(log_dir.glob("*/attempt_*/*/error.json"), key=lambda f: f.stat().st_mtime_ns)
+    if errors:
+        return errors[0].parent
+    text = "\n".join(lines)
+    m = re.search(r"Root Cause.*?local_rank: (\d+)\)", text, re.S)
+    dirs = sorted(log_dir.glob(f"*/attempt_*/{m.group(1)}")) if m else []
+    return dirs[-1] if dirs else None
+
+
+def failure_report(label: str, returncode: int, reported: bool, lines: list[str], log_dir: Path | None) -> str:
+    """What the user needs from a failed child: the failing rank's own error and last stderr lines (not only
+    torchrun's ChildFailedError), and where the whole logs are."""
+    head = f"{label}: torchrun exited with {returncode}" + ("" if reported else " before reporting a result")
+    rank_dir = first_failed_rank(log_dir, lines)
+    stderr = rank_dir / "stderr.log" if rank_dir else None
+    if stderr and stderr.exists():
+        last = [l.rstrip() for l in stderr.read_text(errors="replace").splitlines() if l.strip()][-15:]
+        cause = next((l for l in reversed(last) if ERROR_LINE.match(l)), last[-1] if last else "no output")
+        return (f"{head}; local rank {rank_dir.name} failed first: {cause}\n"
+                f"Last lines of its stderr ({stderr}):\n  " + "\n  ".join(last) + "\n" + _where(log_dir).strip())
+    # torchrun itself failed (arguments, rendezvous) or no rank log exists: the child's own last lines
+    own = [l for l in lines if not (l.startswith(("W1", "E1", "I1")) and "elastic" in l)]
+    cause = next((l for l in reversed(own) if ERROR_LINE.match(RANK_PREFIX.sub("", l))
+                  and "ChildFailedError" not in l), None)
+    return (head + (f": {RANK_PREFIX.sub('', cause)}" if cause else "") + _where(log_dir)
+            + "\nLast lines of the child:\n  " + "\n  ".join(own[-12:]))
 
 
 def bootstrap_ratio(a: list[float], b: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
@@ -156,7 +253,7 @@ def bootstrap_ratio(a: list[float], b: list[float], n: int = 2000, seed: int = 0
 
 
 def merge_runs(label: str, env_value: str | None, results: list[dict]) -> dict:
-    """One arm from its repeats: step times pooled, runtimes averaged."""
+    """One arm from its repeats: step times pooled, runtimes averaged, each run's median kept for the verdict."""
     times = [t for r in results for t in r["step_times_s"]]
     qs = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
     first = results[0]
@@ -166,46 +263,103 @@ def merge_runs(label: str, env_value: str | None, results: list[dict]) -> dict:
             "timed_runtime_s": statistics.mean(r["timed_runtime_s"] for r in results),
             "samples_per_second": statistics.mean(r["samples_per_second"] for r in results),
             "step_time_s": {"median": statistics.median(times), "p10": qs[0], "p90": qs[-1]},
+            "run_medians_s": [r["step_time_s"]["median"] for r in results],
             "step_times_s": times, "losses_finite": all(r["loss_finite"] for r in results)}
 
 
+def compare(device: str, p2p: dict, no_p2p: dict) -> dict:
+    """The A/B and what it can mean. On CPU the arms are one program (gloo never reads NCCL_P2P_DISABLE);
+    on GPUs a difference counts only when every run of one arm beats every run of the other (--repeat)."""
+    ratio = no_p2p["step_time_s"]["median"] / p2p["step_time_s"]["median"]
+    lo, hi = bootstrap_ratio(p2p["step_times_s"], no_p2p["step_times_s"])
+    a, b = p2p["run_medians_s"], no_p2p["run_medians_s"]
+    pct = f"{abs(ratio - 1):.1%}"
+    spread = (f"median step P2P {a[0]:.4f} s, no P2P {b[0]:.4f} s, one run per arm" if len(a) < 2 or len(b) < 2 else
+              f"run medians: P2P {min(a):.4f}-{max(a):.4f} s, no P2P {min(b):.4f}-{max(b):.4f} s, {len(a)} runs per arm")
+    if device != "cuda":
+        verdict, message = "identical_arms", (
+            f"no claim: on CPU both arms are the same program (gloo ignores NCCL_P2P_DISABLE), so the {pct}"
+            f" difference is run-to-run noise ({spread})")
+    elif min(len(a), len(b)) < 2:
+        verdict, message = "cannot_tell", (
+            f"cannot tell: one run per arm cannot separate a {pct} difference from run-to-run noise;"
+            " use --repeat 3 or more")
+    elif min(b) > max(a):
+        verdict, message = "p2p_faster", f"P2P speed-up {ratio:.3f}x, beyond the spread of the runs ({spread})"
+    elif max(b) < min(a):
+        verdict, message = "p2p_slower", f"P2P is slower by {pct}, beyond the spread of the runs ({spread})"
+    else:
+        verdict, message = "within_noise", f"no claim: the {pct} difference is within the spread of the runs ({spread})"
+    return {"ratio": ratio, "ci95_steps": [lo, hi], "run_medians_s": {"p2p": a, "no_p2p": b},
+            "definition": "median step time without P2P / with P2P (>1: P2P is faster)",
+            "verdict": verdict, "message": message}
+
+
+def need_two_gpus(selected: list[str], nproc: int | None, model: str) -> None:
+    """An A/B of NCCL peer-to-peer needs two GPUs in one node: refuse (exit 4) and say what works instead."""
+    if len(selected) >= 2 and (nproc is None or nproc >= 2):
+        return
+    why = f"--nproc {nproc} uses one GPU" if len(selected) >= 2 else f"only one GPU ({', '.join(selected)}) is available to it"
+    raise TooFewGpus(f"bench-nvlink compares P2P on and off between 2 or more GPUs of a node, and {why}; for one"
+                     f" GPU's step time run `torchrun --nproc_per_node 1 -m gputopo.worker --model {model}`,"
+                     " for what fits on it `gputopo plan --gpus 1`")
+
+
+def slug(label: str) -> str:
+    return re.sub(r"[^\w.-]+", "-", label).strip("-")
+
+
 def run(o: Options, link: dict | None, save, progress) -> dict:
-    """The whole bench. `save(results)` is called after every finished arm, so Ctrl-C keeps what finished."""
+    """The whole bench. `save(results)` is called after every finished arm, so a late failure or Ctrl-C keeps
+    what finished."""
+    log_root = Path(o.log_dir or new_log_dir())
     out = {"schema_version": SCHEMA_VERSION, "device": o.device, "backend": "nccl" if o.device == "cuda" else "gloo",
            "nproc": o.nproc, "nnodes": o.nnodes, "model": None, "dataset": None, "link": link,
            "settings": {"steps": o.steps, "warmup_steps": o.warmup_steps, "batch_size": o.batch_size,
-                        "seq_len": o.seq_len, "precision": o.precision, "repeat": o.repeat},
-           "runs": [], "speedup": None, "allreduce": [], "reference": REFERENCE, "notes": [], "complete": False}
+                        "seq_len": o.seq_len, "precision": o.precision, "repeat": o.repeat, "dataset": o.dataset},
+           "runs": [], "comparison": None, "speedup": None, "allreduce": [], "reference": REFERENCE,
+           "log_dir": str(log_root), "notes": list(o.notes), "complete": False, "error": None}
     if o.device == "cpu":
-        out["notes"].append("no GPU: CPU processes with gloo; NCCL_P2P_DISABLE changes nothing there, both arms"
-                            " still run so the whole path is exercised")
+        out["notes"].append("no GPU: CPU processes with gloo, which ignores NCCL_P2P_DISABLE; both arms still run"
+                            " so the whole path is exercised, and their difference is noise")
     stamp = "gputopo"  # rendezvous ids must be the same on every node
+
+    def child(label: str, rdzv: str, train: bool, sizes: list[int], value: str | None) -> dict:
+        arm_dir = log_root / slug(label)
+        arm_dir.mkdir(parents=True, exist_ok=True)
+        return run_child(label, torchrun_command(o, f"gputopo-{stamp}-{rdzv}", str(arm_dir))
+                         + worker_args(o, train, sizes), child_env(o, value), o.timeout, progress, arm_dir)
+    try:
+        _arms(o, out, child, link, save)
+    except BenchmarkFailed as e:
+        out["error"] = str(e).splitlines()[0]
+        save(out)
+        raise
+    out["complete"] = True
+    save(out)
+    return out
+
+
+def _arms(o: Options, out: dict, child, link: dict | None, save) -> None:
     if o.train:
         per_arm: dict[str, list[dict]] = {label: [] for label, _ in ARMS}
         for rep in range(o.repeat):  # interleaved, so drift hits both arms alike
             for label, value in ARMS:
-                res = run_child(f"{label} {rep + 1}/{o.repeat}" if o.repeat > 1 else label,
-                                torchrun_command(o, f"gputopo-{stamp}-{label}-{rep}") + worker_args(o, True, []),
-                                child_env(o, value), o.timeout, progress)
+                res = child(f"{label} {rep + 1}/{o.repeat}" if o.repeat > 1 else label, f"{label}-{rep}", True, [], value)
                 per_arm[label].append(res)
                 out["model"], out["dataset"] = res["model"], res["dataset"]
                 out["runs"] = [merge_runs(lbl, v, per_arm[lbl]) for lbl, v in ARMS if per_arm[lbl]]
                 save(out)
-        if all(per_arm.values()):
-            a, b = (out["runs"][0]["step_time_s"]["median"], out["runs"][1]["step_time_s"]["median"])
-            lo, hi = bootstrap_ratio(out["runs"][0]["step_times_s"], out["runs"][1]["step_times_s"])
-            out["speedup"] = {"value": b / a, "ci95": [lo, hi],
-                              "definition": "median step time without P2P / with P2P (>1: P2P is faster)"}
+        out["comparison"] = compare(o.device, *out["runs"])
+        if out["comparison"]["verdict"] in ("p2p_faster", "p2p_slower"):
+            out["speedup"] = {"value": out["comparison"]["ratio"], "ci95": out["comparison"]["ci95_steps"],
+                              "definition": out["comparison"]["definition"]}
     if o.allreduce:
         sizes = o.allreduce_sizes or (GPU_SIZES if o.device == "cuda" else CPU_SIZES)
         for label, value in ARMS:
-            res = run_child(f"all-reduce {label}", torchrun_command(o, f"gputopo-{stamp}-ar-{label}")
-                            + worker_args(o, False, sizes), child_env(o, value), o.timeout, progress)
+            res = child(f"all-reduce {label}", f"ar-{label}", False, sizes, value)
             theo = (link or {}).get("bandwidth_gbps")
             for r in res.get("allreduce", []):
                 out["allreduce"].append({**r, "p2p": value is None,
                                          "busbw_fraction_of_theoretical": r["busbw_gbps"] / theo if theo else None})
             save(out)
-    out["complete"] = True
-    save(out)
-    return out

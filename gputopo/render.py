@@ -1,6 +1,7 @@
 """Report dicts -> readable text tables, or JSON. Text is drawn from the same dict as JSON."""
 from __future__ import annotations
 
+import io
 import json
 
 from .report import ranked_types
@@ -192,11 +193,12 @@ def bench(data: dict) -> str:
                  f"{r['samples_per_second']:.2f}", f"{r['step_time_s']['median']:.4f} s",
                  f"{r['step_time_s']['p10']:.4f}-{r['step_time_s']['p90']:.4f} s"] for r in data["runs"]]
         out += ["", table(rows, ["P2P/NVLink", "time (timed steps)", "samples/s", "median step", "p10-p90"])]
-    sp = data.get("speedup")
-    if sp:
-        out.append(f"P2P speed-up: {sp['value']:.3f}x (95 % CI {sp['ci95'][0]:.3f}-{sp['ci95'][1]:.3f});"
-                   f" reference {data['reference']['hardware']}: {data['reference']['no_p2p_s'] / data['reference']['p2p_s']:.2f}x"
-                   f" ({data['reference']['p2p_s']:.1f} s vs {data['reference']['no_p2p_s']:.1f} s)")
+    cmp_ = data.get("comparison")
+    if cmp_:
+        ref = data["reference"]
+        out.append(f"no-P2P / P2P median step: {cmp_['ratio']:.3f}x. Verdict: {cmp_['message']}")
+        out.append(f"(reference {ref['hardware']}, {ref['model']} on {ref['dataset']}, {ref['steps']} steps:"
+                   f" {ref['p2p_s']:.1f} s with P2P vs {ref['no_p2p_s']:.1f} s without, {ref['no_p2p_s'] / ref['p2p_s']:.2f}x)")
     if data["allreduce"]:
         by = {}
         for r in data["allreduce"]:
@@ -213,6 +215,8 @@ def bench(data: dict) -> str:
         out += ["", "all_reduce (GB/s; busbw = algbw x 2(n-1)/n as nccl-tests):",
                 table(rows, ["size", "P2P algbw", "P2P busbw", "no-P2P algbw", "no-P2P busbw", "busbw/theoretical"])]
     out += [f"Note: {n}" for n in data["notes"]]
+    if data.get("log_dir"):
+        out.append(f"Logs (every rank's stdout/stderr): {data['log_dir']}")
     return "\n".join(out)
 
 
@@ -220,8 +224,8 @@ def size_text(n: int) -> str:
     return size(n).replace(".0 ", " ")
 
 
-def bench_plot(data: dict, path: str) -> None:
-    """Step times per arm and bus bandwidth per size, as one PNG."""
+def bench_plot(data: dict) -> bytes:
+    """Step times per arm and bus bandwidth per size, as one PNG (the caller writes it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -237,8 +241,10 @@ def bench_plot(data: dict, path: str) -> None:
     ax2.set(title="all_reduce bus bandwidth", xlabel="MiB", ylabel="GB/s", xscale="log")
     ax2.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=100, format="png")
     plt.close(fig)
+    return buf.getvalue()
 
 
 DOCTOR_MARK = {"fail": "FAIL", "warn": "WARN", "unknown": "????", "info": "info", "ok": "ok"}

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 RESULT = "GPUTOPO_RESULT "
+WIKITEXT = "wikitext-2-raw-v1"  # the reference experiment's data
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # no model hub: nothing is downloaded at run time
 
 
 def parse_args(argv=None):
@@ -57,6 +59,38 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
+class StepTimer:
+    """Step boundaries without stalling the loop: CUDA events on the GPU's stream (read once, after the last
+    step), perf_counter on CPU. A host sync per step (torch.cuda.synchronize, loss.item()) would stop the CPU
+    from queueing the next step while the GPU finishes this one, and the bench would time its own stalls."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.marks: list = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            import torch
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def intervals(self) -> list[float]:
+        """Seconds between consecutive marks."""
+        if self.cuda:
+            self.marks[-1].synchronize()
+            return [a.elapsed_time(b) / 1000 for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+
+def loss_values(losses: list) -> list[float]:
+    """Detached loss tensors -> floats, with one host transfer at the end instead of one per step."""
+    import torch
+    return [float(x) for x in torch.stack([x.float() for x in losses]).cpu()] if losses else []
+
+
 def build_model(name: str):
     """Local weights when present (a folder, or the HF cache offline), else the architecture with random
     weights from its configuration. Returns (model, description)."""
@@ -94,21 +128,14 @@ def load_tokens(dataset: str, vocab: int, seq: int, samples: int, seed: int, mod
     g = torch.Generator().manual_seed(seed)
     if dataset == "auto":  # wikitext-2 as in the reference when it is in the local cache, else synthetic
         try:
-            return load_tokens("wikitext-2-raw-v1", vocab, seq, samples, seed, model_dir)
-        except SystemExit:
+            return load_tokens(WIKITEXT, vocab, seq, samples, seed, model_dir)
+        except SystemExit as e:
             tokens, what = load_tokens("synthetic", vocab, seq, samples, seed, model_dir)
-            return tokens, what + "; wikitext-2-raw-v1 is not in the local cache"
+            return tokens, f"{what}; {WIKITEXT} unavailable: {str(e.code).split(': ', 2)[-1]}"
     if dataset == "synthetic":
         return torch.randint(0, vocab, (samples, seq), generator=g), "synthetic (random token ids)"
     if dataset.startswith("wikitext"):
-        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-        import datasets
-        try:
-            ds = datasets.load_dataset("wikitext", dataset, split="train")
-        except Exception as e:
-            raise SystemExit(f"error: --dataset {dataset}: not in the local datasets cache ({type(e).__name__});"
-                             " use --dataset synthetic or a local .txt file")
-        text, what = "\n".join(t for t in ds["text"] if t.strip()), f"{dataset} (local datasets cache)"
+        text, what = "\n".join(wikitext_lines(dataset)), f"{dataset} (local datasets cache)"
     else:
         if not Path(dataset).is_file():
             raise SystemExit(f"error: --dataset {dataset}: no such file (or synthetic / wikitext-2-raw-v1)")
@@ -120,6 +147,22 @@ def load_tokens(dataset: str, vocab: int, seq: int, samples: int, seed: int, mod
     reps = -(-need // len(ids))
     flat = torch.tensor((ids * reps)[:need], dtype=torch.long)
     return flat.view(samples, seq), what
+
+
+def wikitext_lines(name: str) -> list[str]:
+    """The non-empty lines of a wikitext config from the local `datasets` cache. Never downloads: SystemExit
+    with the reason when the package or the cached copy is missing."""
+    os.environ.update(OFFLINE)  # read when datasets / huggingface_hub are first imported
+    try:
+        import datasets
+    except ImportError:
+        raise SystemExit(f"error: --dataset {name}: the `datasets` package is not installed (pip install datasets)")
+    try:
+        ds = datasets.load_dataset("wikitext", name, split="train")
+    except Exception as e:
+        raise SystemExit(f"error: --dataset {name}: not in the local datasets cache, and nothing is downloaded"
+                         f" ({type(e).__name__})")
+    return [t for t in ds["text"] if t.strip()]
 
 
 def _tokenize(text: str, vocab: int, model_dir: str | None) -> list[int]:
@@ -178,38 +221,38 @@ def train_plain(args, model, data, device, backend, world, rank):
     opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16" and device.type == "cuda")
-    times, losses = [], []
-    for step in range(args.steps):
-        batch = data[(step * world + rank) % len(data)].to(device)
-        synchronize(device)
-        t0 = time.perf_counter()
+    data = data.to(device)  # once: a per-step copy from pageable memory would block the host on CUDA
+    timer, losses = StepTimer(device), []
+    synchronize(device)
+    timer.mark()
+    for step in range(args.steps):  # each step runs from one mark to the next: nothing in the loop goes untimed
+        batch = data[(step * world + rank) % len(data)]
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = ddp(batch, labels=batch).loss
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.detach()))
-    return times, losses, {"engine": "ddp", "optimizer": type(opt).__name__, "zero_stage": None}
+        losses.append(loss.detach())
+        timer.mark()
+    return timer.intervals(), loss_values(losses), {"engine": "ddp", "optimizer": type(opt).__name__, "zero_stage": None}
 
 
 def train_deepspeed(args, model, data, device, world, rank):
     import deepspeed
     engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=args.deepspeed)
-    dev = engine.device
-    times, losses = [], []
+    data = data.to(engine.device)
+    timer, losses = StepTimer(device), []
+    synchronize(device)
+    timer.mark()
     for step in range(args.steps):
-        batch = data[(step * world + rank) % len(data)].to(dev)
-        synchronize(device)
-        t0 = time.perf_counter()
+        batch = data[(step * world + rank) % len(data)]
         loss = engine(batch, labels=batch).loss
         engine.backward(loss)
         engine.step()
-        synchronize(device)
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.detach().float()))
+        losses.append(loss.detach())
+        timer.mark()
+    times, losses = timer.intervals(), loss_values(losses)
     inner = getattr(engine.optimizer, "optimizer", None)
     zc = engine.zero_optimization() and engine._config.zero_config
     info = {"engine": "deepspeed", "zero_stage": engine.zero_optimization_stage(),
@@ -239,16 +282,16 @@ def train_hf(args, model, data, device):
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     class Steps(TrainerCallback):
+        """Marks at step begin and end: the Trainer's logging between steps stays out of the step time."""
+
         def __init__(self):
-            self.times, self.t0 = [], None
+            self.timer = StepTimer(device)
 
         def on_step_begin(self, *a, **k):
-            synchronize(device)
-            self.t0 = time.perf_counter()
+            self.timer.mark()
 
         def on_step_end(self, *a, **k):
-            synchronize(device)
-            self.times.append(time.perf_counter() - self.t0)
+            self.timer.mark()
 
     class Tokens(torch.utils.data.Dataset):
         def __len__(self):
@@ -272,11 +315,12 @@ def train_hf(args, model, data, device):
             eng = trainer.model_wrapped
             info.update({"zero_stage": eng.zero_optimization_stage(),
                          "basic_optimizer": type(getattr(eng.optimizer, "optimizer", eng.optimizer)).__name__})
-    return cb.times, losses, info
+    return cb.timer.intervals()[::2], losses, info
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    os.environ.update(OFFLINE)  # before transformers imports huggingface_hub, which reads it once
     import torch
     import torch.distributed as dist
     torch.manual_seed(args.seed)
@@ -322,6 +366,14 @@ def main(argv=None) -> int:
     return 0
 
 
+def record_error(e: BaseException) -> None:
+    """Write the error where torchrun looks for it (TORCHELASTIC_ERROR_FILE): torchrun's report then names it,
+    and the bench finds the first failing rank by the file's time."""
+    if os.environ.get("TORCHELASTIC_ERROR_FILE") and "torch" in sys.modules:
+        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+        ErrorHandler().record_exception(e)
+
+
 if __name__ == "__main__":
     code = 1
     try:
@@ -329,10 +381,12 @@ if __name__ == "__main__":
     except SystemExit as e:  # our own one-line errors
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
+            record_error(e)
         code = e.code if isinstance(e.code, int) else 2
-    except BaseException:
+    except BaseException as e:
         import traceback
         traceback.print_exc()
+        record_error(e)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

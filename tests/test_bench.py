@@ -5,12 +5,14 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
-from conftest import bin_path
+from conftest import bin_path, make_model_dir
 from gputopo import bench
 
 pytestmark = pytest.mark.skipif(__import__("importlib").util.find_spec("torch") is None, reason="torch not installed")
@@ -55,18 +57,27 @@ def test_full_bench_on_cpu(tmp_path, tiny_model):
         assert run["steps"] == 5 and run["warmup_steps"] == 1 and len(run["step_times_s"]) == 4
         assert run["world_size"] == 2 and run["samples_per_second"] > 0 and run["losses_finite"]
         assert run["step_time_s"]["p10"] <= run["step_time_s"]["median"] <= run["step_time_s"]["p90"]
-    sp = data["speedup"]
-    assert sp["ci95"][0] <= sp["value"] <= sp["ci95"][1]
+    # gloo ignores NCCL_P2P_DISABLE: the arms are one program, so no speed-up is claimed, whatever the figures.
+    cmp_ = data["comparison"]
+    assert data["speedup"] is None and cmp_["verdict"] == "identical_arms" and "noise" in cmp_["message"]
+    assert cmp_["ratio"] == pytest.approx(no_p2p["step_time_s"]["median"] / p2p["step_time_s"]["median"])
+    assert cmp_["ci95_steps"][0] <= cmp_["ratio"] <= cmp_["ci95_steps"][1]
+    # Every rank's stdout and stderr are kept per arm; rank 0's stdout holds its result line.
+    logs = Path(data["log_dir"])
+    assert {f.parent.name for f in logs.glob("p2p/*/attempt_0/*/stderr.log")} == {"0", "1"}
+    assert "GPUTOPO_RESULT" in next(logs.glob("p2p/*/attempt_0/0/stdout.log")).read_text()
     assert [(a["bytes"], a["p2p"]) for a in data["allreduce"]] == [(2 ** 20, True), (4 * 2 ** 20, True),
                                                                    (2 ** 20, False), (4 * 2 ** 20, False)]
     assert all(a["busbw_gbps"] == pytest.approx(a["algbw_gbps"]) for a in data["allreduce"])  # 2(n-1)/n = 1 at n=2
     assert "synthetic" in data["dataset"] and "random weights" in data["model"]["name"]
-    assert any("NCCL_P2P_DISABLE changes nothing" in n for n in data["notes"])
+    assert any("gloo, which ignores NCCL_P2P_DISABLE" in n for n in data["notes"])
+    assert data["settings"]["dataset"] == "synthetic" and any("--dataset auto" in n for n in data["notes"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = gputopo("bench-nvlink", "--model", str(tiny_model), "--steps", "3", "--train-only", "--dataset",
                    str(tmp_path / "r.json"), cwd=tmp_path)
     assert text.returncode == 0, text.stderr[-2000:]
-    assert "P2P/NVLink" in text.stdout and "\nY " in text.stdout and "\nN " in text.stdout and "local text" in text.stdout
+    assert "P2P/NVLink" in text.stdout and "Verdict: no claim: on CPU both arms are the same program" in text.stdout
+    assert "\nY " in text.stdout and "\nN " in text.stdout and "local text" in text.stdout
     assert "all_reduce" not in text.stdout
 
 
@@ -86,19 +97,30 @@ def test_two_nodes_on_loopback(tmp_path, tiny_model):
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     node0, node1 = (json.loads(o[0]) for o in outs)
     # One combined run: both nodes report the same result of the 2-process world.
-    assert node0["nnodes"] == 2 and all(r["world_size"] == 2 for r in node0["runs"]) and node0["speedup"]
+    assert node0["nnodes"] == 2 and all(r["world_size"] == 2 for r in node0["runs"])
+    assert node0["comparison"]["verdict"] == "identical_arms" and node0["comparison"] == node1["comparison"]
     assert node0["runs"] == node1["runs"] and node0["allreduce"] == node1["allreduce"] and len(node0["allreduce"]) == 2
 
 
 @pytest.mark.slow
-def test_child_crash_is_reported(tmp_path, tiny_model):
-    r = gputopo("bench-nvlink", "--model", str(tiny_model), "--steps", "3", "--dataset", "/nonexistent/text.txt",
-                cwd=tmp_path)
-    assert r.returncode == 5
+def test_child_crash_shows_the_failing_ranks_own_traceback(tmp_path):
+    # n_head must divide n_embd: transformers raises inside every worker, after torchrun started them.
+    bad = make_model_dir(tmp_path / "bad-gpt2", n_head=3)
+    out = tmp_path / "r.json"
+    r = gputopo("bench-nvlink", "--model", str(bad), "--steps", "3", "--output", str(out), cwd=tmp_path)
+    assert r.returncode == 5, r.stderr[-3000:]
     first = next(l for l in r.stderr.splitlines() if l.startswith("Error: "))
-    assert first.startswith("Error: p2p: torchrun exited with") and "no such file" in first
-    assert "Last lines of the child:" in r.stderr
-    assert not leftovers(str(tiny_model))
+    assert first.startswith("Error: p2p: torchrun exited with 1 before reporting a result; local rank ")
+    assert first.endswith("ValueError: `embed_dim` must be divisible by num_heads (got `embed_dim`: 64 and `num_heads`: 3).")
+    # the rank's own traceback, from its stderr file, whose path is printed and which holds the whole of it
+    assert "Traceback" in r.stderr or "File " in r.stderr
+    log = Path(r.stderr.split("Last lines of its stderr (", 1)[1].split("):", 1)[0])
+    assert log.name == "stderr.log" and "Traceback (most recent call last)" in log.read_text()
+    assert "ChildFailedError" not in first
+    data = json.loads(out.read_text())
+    assert data["runs"] == [] and not data["complete"] and "ValueError" in data["error"]
+    assert "No arm finished" in r.stderr
+    assert not leftovers(str(bad))
 
 
 @pytest.mark.slow
@@ -139,6 +161,9 @@ def test_bad_input(tmp_path, tiny_model, fake_nvml):
     fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
     (tmp_path / "r.json").write_text("{}")
     for args, msg in ((["--output", str(tmp_path / "r.json")], "exists; pass --force"),
+                      (["--output", str(tmp_path / "missing" / "ab.json")], "missing does not exist"),
+                      (["--plot", str(tmp_path / "missing" / "ab.png")], "missing does not exist"),
+                      (["--dataset", str(tmp_path / "none.txt")], "none.txt: no such file"),
                       (["--train-only", "--allreduce-only"], "exclude each other"),
                       (["--nnodes", "2"], "needs --rdzv-endpoint"),
                       (["--gpus", "0,1"], "no NVIDIA GPU visible"),
@@ -170,3 +195,175 @@ def test_bootstrap_interval_contains_the_ratio():
     b = [1.3, 1.28, 1.31, 1.29, 1.32] * 4
     lo, hi = bench.bootstrap_ratio(a, b)
     assert lo <= 1.3 / 1.0 <= hi and hi - lo < 0.1
+
+
+@pytest.fixture
+def no_children(monkeypatch):
+    """Fail the test if the bench would start a child."""
+    def refuse(*a, **k):
+        raise AssertionError("a child was started")
+    monkeypatch.setattr(bench, "run_child", refuse)
+
+
+def invoke(*args):
+    from click.testing import CliRunner
+
+    from gputopo.cli import cli
+    return CliRunner().invoke(cli, ["bench-nvlink", *args])
+
+
+@pytest.mark.parametrize("scenario,args,why", [
+    ("one", [], "only one GPU (GPU0) is available to it"),
+    ("one", ["--allreduce-only"], "only one GPU (GPU0) is available to it"),
+    ("two", ["--nproc", "1"], "--nproc 1 uses one GPU"),
+    ("two", ["--gpus", "1"], "only one GPU (GPU1) is available to it"),
+])
+def test_one_gpu_is_refused_with_exit_4(fake_nvml, no_children, tmp_path, scenario, args, why):
+    import fake_nvml as fm
+    fake_nvml(fm.h100_nvswitch(1) if scenario == "one" else fm.rtx3090_pair())
+    r = invoke("--model", "gpt2", "--output", str(tmp_path / "ab.json"), *args)
+    assert r.exit_code == 4 and r.output.count("\n") == 1, r.output
+    assert r.output.startswith("Error: bench-nvlink compares P2P on and off between 2 or more GPUs") and why in r.output
+    assert "torchrun --nproc_per_node 1 -m gputopo.worker --model gpt2" in r.output
+    assert not (tmp_path / "ab.json").exists()
+
+
+def test_two_gpus_pass_the_gate(fake_nvml, monkeypatch, tmp_path):
+    """With two GPUs the bench goes on: NCCL, both GPUs, the link from NVML (the gate is not a blanket refusal)."""
+    import fake_nvml as fm
+    fake_nvml(fm.rtx3090_pair())
+    seen = []
+    monkeypatch.setattr(bench, "run", lambda o, link, save, progress: seen.append((o, link)) or {})
+    monkeypatch.setattr("gputopo.cli.emit", lambda *a, **k: None)
+    # doctor's pre-flight rightly blocks fake GPUs with a CPU build of torch; the gate before it is what is tested
+    monkeypatch.setattr("gputopo.cli._preflight", lambda *a, **k: {"counts": {"warn": 0}})
+    r = invoke("--model", "gpt2", "--dataset", "synthetic")
+    assert r.exit_code == 0, r.output
+    o, link = seen[0]
+    assert (o.device, o.nproc, o.precision, o.steps) == ("cuda", 2, "bf16", 200) and link["type"] == "NV4"
+
+
+def test_output_in_a_missing_folder_is_refused_before_any_run(fake_nvml, no_children, tmp_path, monkeypatch):
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    monkeypatch.chdir(tmp_path)
+    r = invoke("--model", "gpt2", "--output", "missing/ab.json")
+    assert r.exit_code == 2 and r.output == "Error: --output missing/ab.json: folder missing does not exist\n"
+    assert not (tmp_path / "missing").exists()
+
+
+def fake_result(label_time: float) -> dict:
+    """What a worker reports (worker.summarize's shape), for tests of what the bench does with it."""
+    from gputopo import worker
+    times = [label_time * (1 + 0.01 * i) for i in range(4)]
+    return {"device": "cpu", "backend": "gloo", "world_size": 2, "env": {}, "model": {"name": "tiny", "params": 1},
+            "dataset": "synthetic (random token ids)", "loss_finite": True, **worker.summarize(times, 1, 4)}
+
+
+def test_a_failing_second_arm_keeps_the_first_in_output(fake_nvml, monkeypatch, tmp_path):
+    import fake_nvml as fm
+    from gputopo.errors import BenchmarkFailed
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    calls = []
+
+    def child(label, cmd, env, timeout, progress, log_dir=None):
+        calls.append((label, env.get("NCCL_P2P_DISABLE")))
+        if len(calls) == 2:
+            raise BenchmarkFailed(f"{label}: torchrun exited with 1; local rank 1 failed first: RuntimeError: boom")
+        return fake_result(0.5)
+    monkeypatch.setattr(bench, "run_child", child)
+    out = tmp_path / "ab.json"
+    r = invoke("--model", "gpt2", "--dataset", "synthetic", "--output", str(out))
+    assert r.exit_code == 5 and calls == [("p2p", None), ("no_p2p", "1")]
+    assert "Error: no_p2p: torchrun exited with 1; local rank 1 failed first: RuntimeError: boom" in r.output
+    assert f"Finished arms are kept in {out}" in r.output
+    data = json.loads(out.read_text())
+    assert [run["label"] for run in data["runs"]] == ["p2p"] and data["runs"][0]["step_time_s"]["median"] > 0
+    assert not data["complete"] and data["error"].startswith("no_p2p: torchrun exited with 1")
+    assert [p.name for p in tmp_path.iterdir()] == ["ab.json"]  # no temporary file left beside it
+
+
+def test_dataset_without_the_datasets_package(monkeypatch, fake_nvml, no_children):
+    """`datasets` not importable: auto falls back to synthetic and says so; asking for wikitext is refused."""
+    import fake_nvml as fm
+    from gputopo.errors import BadInput
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` now raises ModuleNotFoundError
+    name, note = bench.resolve_dataset("auto")
+    assert name == "synthetic" and "the `datasets` package is not installed" in note and "synthetic data" in note
+    with pytest.raises(BadInput, match="the `datasets` package is not installed"):
+        bench.resolve_dataset("wikitext-2-raw-v1")
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    r = invoke("--model", "gpt2", "--dataset", "wikitext-2-raw-v1")
+    assert r.exit_code == 2 and r.output.count("\n") == 1
+    assert r.output.startswith("Error: --dataset wikitext-2-raw-v1: the `datasets` package is not installed")
+
+
+def test_worker_auto_dataset_without_datasets(monkeypatch):
+    """The worker run directly (no bench in front) falls back the same way and says why in its description."""
+    pytest.importorskip("torch")
+    from gputopo import worker
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    for key in worker.OFFLINE:  # the worker sets them for its process; restore them after the test
+        monkeypatch.setenv(key, "1")
+    tokens, what = worker.load_tokens("auto", 100, 8, 4, 0, None)
+    assert tuple(tokens.shape) == (4, 8) and int(tokens.max()) < 100
+    assert what.startswith("synthetic (random token ids)") and "`datasets` package is not installed" in what
+
+
+def arm(device_runs: list[float]) -> dict:
+    times = [t for m in device_runs for t in (m * 0.99, m, m * 1.01)]
+    return {"step_time_s": {"median": sorted(times)[len(times) // 2]}, "step_times_s": times,
+            "run_medians_s": device_runs}
+
+
+@pytest.mark.parametrize("device,p2p,no_p2p,verdict", [
+    ("cpu", [0.50], [0.64], "identical_arms"),            # even a large gap is noise on the CPU twin
+    ("cpu", [0.50, 0.52], [0.64, 0.66], "identical_arms"),
+    ("cuda", [0.50], [0.64], "cannot_tell"),               # one run per arm
+    ("cuda", [0.50, 0.51, 0.52], [0.64, 0.65, 0.66], "p2p_faster"),
+    ("cuda", [0.64, 0.65, 0.66], [0.50, 0.51, 0.52], "p2p_slower"),
+    ("cuda", [0.50, 0.60, 0.52], [0.55, 0.53, 0.58], "within_noise"),  # the spreads overlap
+])
+def test_verdict_claims_only_what_the_runs_show(device, p2p, no_p2p, verdict):
+    c = bench.compare(device, arm(p2p), arm(no_p2p))
+    assert c["verdict"] == verdict
+    assert ("speed-up" in c["message"]) == (verdict == "p2p_faster")
+    assert c["ratio"] == pytest.approx(arm(no_p2p)["step_time_s"]["median"] / arm(p2p)["step_time_s"]["median"])
+
+
+def test_failure_report_picks_the_first_failing_rank(tmp_path):
+    """Rank 1 raised first; rank 0 failed later on the broken connection: the report shows rank 1's error."""
+    attempt = tmp_path / "run_x" / "attempt_0"
+    for rank, err in ((1, "ValueError: the real cause"), (0, "RuntimeError: Connection closed by peer")):
+        d = attempt / str(rank)
+        d.mkdir(parents=True)
+        (d / "stderr.log").write_text(f"Traceback (most recent call last):\n  File \"x.py\", line 1\n{err}\n")
+        (d / "error.json").write_text("{}")
+        time.sleep(0.02)
+    msg = bench.failure_report("p2p", 1, False, ["ChildFailedError:"], tmp_path)
+    first = msg.splitlines()[0]
+    assert first == "p2p: torchrun exited with 1 before reporting a result; local rank 1 failed first: ValueError: the real cause"
+    assert str(attempt / "1" / "stderr.log") in msg and "Connection closed" not in msg
+    # a rank killed by a signal writes no error.json: torchrun's root cause names it
+    for f in attempt.glob("*/error.json"):
+        f.unlink()
+    lines = ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)", "  exitcode  : -9"]
+    assert "local rank 0 failed first: RuntimeError: Connection closed by peer" in bench.failure_report("p2p", 1, False, lines, tmp_path)
+    # torchrun itself failed: its own last lines
+    msg = bench.failure_report("p2p", 1, False, ["usage: torchrun ...", "error: argument --nproc_per_node"], tmp_path / "none")
+    assert msg.startswith("p2p: torchrun exited with 1 before reporting a result: error: argument --nproc_per_node")
+
+
+def test_auto_dataset_not_in_the_cache(monkeypatch, tmp_path):
+    """`datasets` installed but no wikitext cached (this machine, CI): auto says so; wikitext is refused.
+    A cache folder that only looks like wikitext is tried by the worker's own loader, offline, in a child."""
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for key in ("HF_DATASETS_CACHE", "HF_HUB_CACHE"):
+        monkeypatch.delenv(key, raising=False)
+    name, note = bench.resolve_dataset("auto")
+    assert name == "synthetic" and "not in the local datasets cache" in note
+    (tmp_path / "hf" / "hub" / "datasets--wikitext").mkdir(parents=True)  # an empty leftover: not a copy
+    from gputopo.errors import BadInput
+    with pytest.raises(BadInput, match="^--dataset wikitext-2-raw-v1: not in the local datasets cache"):
+        bench.resolve_dataset("wikitext-2-raw-v1")

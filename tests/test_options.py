@@ -458,7 +458,7 @@ def _walk(tmp):
     w.update({
         ("inspect", "from_file"): differs("inspect", INSPECT, ["-f", pasted, "--json"], lambda d: d["inputs"]),
         ("inspect", "example"): differs("inspect", INSPECT, ["--example", "h100x8", "--json"], lambda d: d["inputs"]),
-        ("inspect", "gpus"): differs("inspect", INSPECT, INSPECT + ["--gpus", "0,1"], lambda d: d["selected"]),
+        ("inspect", "gpu_ids"): differs("inspect", INSPECT, INSPECT + ["--gpu-ids", "0,1"], lambda d: d["selected"]),
         ("inspect", "best"): differs("inspect", INSPECT, INSPECT + ["--best", "2"], lambda d: d["best"]),
         ("inspect", "gpu_model"): differs("inspect", ["-f", pasted, "--json"],
                                           ["-f", pasted, "--gpu-model", "RTX 4090", "--json"],
@@ -503,7 +503,7 @@ def _inspect_force(tmp):
 # bench-nvlink: the runs are faked at the process boundary (bench.run_child), so the walk shows each option
 # reaching the torchrun command, its environment or the report, in milliseconds.
 def _fake_child(calls):
-    def run_child(label, cmd, env, timeout, progress):
+    def run_child(label, cmd, env, timeout, progress, log_dir=None):
         calls.append({"label": label, "cmd": cmd, "env": env, "timeout": timeout, "progress": progress})
         progress(label, "step 1")
         args = cmd[cmd.index("gputopo.worker") + 1:]
@@ -512,7 +512,8 @@ def _fake_child(calls):
         sizes = [int(x) for x in args[args.index("--allreduce-sizes") + 1].split(",")] if "--allreduce-sizes" in args else []
         t = [0.1] * (steps - warm)
         return {"world_size": 2, "steps": steps, "warmup_steps": warm, "train_runtime_s": 1.0, "timed_runtime_s": 0.5,
-                "samples_per_second": 10.0, "step_times_s": t, "loss_finite": True, "model": {"name": "gpt2"},
+                "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
+                "loss_finite": True, "model": {"name": "gpt2"},
                 "dataset": "synthetic",
                 "allreduce": [{"bytes": s, "algbw_gbps": 1.0, "busbw_gbps": 1.0} for s in sizes]}
     return run_child
@@ -548,7 +549,8 @@ BENCH = {
     "batch_size": (["--batch-size", "3"], lambda r, c: _worker_arg(c, "--batch-size")),
     "seq_len": (["--seq-len", "64"], lambda r, c: _worker_arg(c, "--seq-len")),
     "precision": (["--precision", "bf16"], lambda r, c: _worker_arg(c, "--precision")),
-    "dataset": (["--dataset", "synthetic"], lambda r, c: _worker_arg(c, "--dataset")),
+    # auto resolves before any run (here: synthetic, with a note); a local text file reaches the workers
+    "dataset": (["--dataset", __file__], lambda r, c: _worker_arg(c, "--dataset")),
     "repeat": (["--repeat", "2"], lambda r, c: len(c)),
     "timeout": (["--timeout", "30"], lambda r, c: c[0]["timeout"]),
     "train_only": (["--train-only"], lambda r, c: [x["label"] for x in c]),
@@ -896,3 +898,24 @@ def test_inspect_plan_options_need_a_model(args):
     """Without --model, inspect has no plan to feed: the option would be dropped, so it is refused."""
     one_line_usage_error(run("inspect", "--example", "dgx-a100", *args),
                          f"{args[0]} feeds the memory plan: add --model (or --params)")
+
+
+def test_inspect_model_nothing_fits_shows_the_plan_and_exits_1():
+    r = run("inspect", "--example", "rtx4090x8-pcie", "--model", "llama-2-70b", "--gpu-ids", "0", "--cpu-mem", "16GB",
+            "--nvme-free", "10GB", "--json")
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert data["plan"]["recommendation"]["strategy"] is None and data["recommendation"]["strategy"] is None
+    # the nearest is the one missing the least GPU memory: an offload strategy, not the single GPU
+    assert "fits no strategy on 1 x 24.0 GiB: the nearest, zero3_offload" in r.stderr
+
+
+def test_auto_with_nvme_free_warns_when_the_folder_here_is_too_small(tmp_path):
+    """--nvme-free wins, as in plan; but the config writes to a folder here that could not hold the swap."""
+    args = ["--model", "llama-2-70b", "--gpus", "8", "--gpu-model", "H100", "--link", "NV18", "--grad-checkpointing",
+            "--batch-size", "1", "--cpu-mem", "256GB", "--nvme-free", "1PB", "--nvme-path", str(tmp_path)]
+    auto = json.loads(run("deepspeed-config", "--auto", "--json", *args).stdout)
+    assert auto["config"]["zero_optimization"]["offload_param"]["device"] == "nvme"
+    st = os.statvfs(tmp_path)
+    if st.f_bavail * st.f_frsize < 1.1 * 2 ** 40:  # the 70B swap (1.1 TiB) does not fit this disk
+        assert any(w.startswith(f"{tmp_path} has ") and "else pass --nvme-path" in w for w in auto["warnings"])
