@@ -94,7 +94,11 @@ def wikitext_problem(name: str, python: str) -> str | None:
     if not any(next(c.glob("*wikitext*"), None) for c in caches if c.is_dir()):
         return "not in the local datasets cache, and nothing is downloaded"
     code = "import sys; from gputopo.worker import wikitext_lines; wikitext_lines(sys.argv[1])"
-    proc = subprocess.run([python, "-c", code, name], capture_output=True, text=True, env={**os.environ, **OFFLINE})
+    try:
+        proc = subprocess.run([python, "-c", code, name], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, **OFFLINE})
+    except subprocess.TimeoutExpired:
+        return "reading it from the local datasets cache took more than 300 s"
     if proc.returncode == 0:
         return None
     last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
