@@ -7,7 +7,7 @@ CPU the step's memory is the high-water mark of the process over the second step
 glibc mmapping every block >= 64 KiB), on CUDA torch.cuda.max_memory_allocated(). "step" is the peak above
 weights and optimizer states: the gradients, activations and temporaries alive at the worst moment, which
 is what gputopo.memory predicts. fp32 with dropout 0 on CPU (a CPU step then allocates what a CUDA step
-does); on a CUDA machine every configuration also runs under bf16 autocast. Targets: within 10 % (eager
+does); on a CUDA machine (or with --bf16) every configuration also runs under bf16 autocast. Targets: within 10 % (eager
 attention) and 15 % (sdpa). Models are small (weights of a few MB to ~30 MB) so the run fits a shared 2-core
 machine in a few minutes; the step memory of each is 50-400 MB.
 """
@@ -67,6 +67,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", help="run only these configurations (names from --list)")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--bf16", action="store_true", help="also bf16 autocast on CPU (always on a CUDA machine)")
     ap.add_argument("--save", metavar="JSON", help="also write the raw measurements here")
     ap.add_argument("--load", metavar="JSON", help="compare with measurements saved by --save (no training)")
     args = ap.parse_args()
@@ -74,10 +75,10 @@ def main():
         print("\n".join(f"{c} {a} ckpt={k}" for c, a, k in CASES))
         return
     cases = [c for c in CASES if not args.only or c[0] in args.only]
-    precisions = ["fp32"]
+    precisions = ["fp32"] + (["bf16"] if args.bf16 else [])
     try:
         import torch
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and "bf16" not in precisions:
             precisions.append("bf16")
     except ImportError:
         pass
@@ -103,7 +104,8 @@ def main():
         with open(args.save, "w") as f:
             json.dump(results, f, indent=1)
     device = results[0]["device"]
-    print(f"{len(results)} steps measured on {device} in {time.perf_counter() - t0:.0f} s (torch {results[0]['torch']},"
+    how = f"loaded from {args.load}" if args.load else f"in {time.perf_counter() - t0:.0f} s"
+    print(f"{len(results)} steps measured on {device} {how} (torch {results[0]['torch']},"
           f" transformers {results[0]['transformers']}); error = predicted / measured - 1")
     print(f"{'configuration':30} {'prec':5} {'attn':5} {'ckpt':5} {'params':>7} {'predicted':>10} {'measured':>10}"
           f" {'error':>7}  peak phase (predicted)")

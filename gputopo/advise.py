@@ -81,7 +81,9 @@ def is_ampere_or_newer(gpu_model: str | None) -> bool | None:
 
 def nothing_fits(model, layout, strategies) -> Advice:
     """No strategy fits: say by how much the leanest misses, so the table that follows can be read."""
-    lean = min(strategies, key=lambda s: (not s.short_bytes, sum(s.short_bytes.values())))
+    # Nearest: the least GPU memory missing (the hardest to add), then the least host RAM and NVMe missing.
+    lean = min(strategies, key=lambda s: (not s.short_bytes, s.short_bytes.get("gpu", 0),
+                                          s.short_bytes.get("cpu", 0) + s.short_bytes.get("nvme", 0)))
     short = " and ".join(f"{size(v)} {'per GPU' if k == 'gpu' else 'of CPU RAM' if k == 'cpu' else 'on NVMe'}"
                          for k, v in lean.short_bytes.items()) or lean.why_not[0]
     return Advice(None, "none" if layout.gpus == 1 else "unknown", "unknown", (

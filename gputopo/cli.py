@@ -140,7 +140,22 @@ class LinkType(click.ParamType):
         return text
 
 
+class GpuIds(click.ParamType):
+    """Which GPUs, by index as nvidia-smi numbers them: 0,1,3 (accelerate's --gpu_ids). --gpus is a count."""
+    name = "0,1,.."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        parts = [p.strip() for p in str(value).split(",")]
+        bad = [p for p in parts if not p.isdigit()]
+        if bad:
+            self.fail(f"{value}: GPU indices like 0,1,3 (--gpus is a count); not {bad[0]!r}", param, ctx)
+        return tuple(dict.fromkeys(int(p) for p in parts))
+
+
 SIZE, SIZES, COUNT, BANDWIDTH, GPU_MODEL, LINK = Size(), SizeList(), Count(), Bandwidth(), GpuModelType(), LinkType()
+GPU_IDS = GpuIds()
 
 
 def _options(*opts):
@@ -337,7 +352,7 @@ def _exit_if_nothing_fits(planned: dict | None) -> None:
 @click.option("--from-file", "-f", multiple=True, metavar="PATH",
               help="Saved `nvidia-smi topo -m`, `topo -p2p`, `nvlink -s` or `-L` text ('-' for stdin); repeatable.")
 @click.option("--example", metavar="NAME", help="Show a bundled real machine; `--example list` lists them.")
-@click.option("--gpus", metavar="0,1,..", help="Look at these GPUs only (indices as nvidia-smi prints them).")
+@click.option("--gpu-ids", type=GPU_IDS, help="Look at these GPUs only (indices as nvidia-smi prints them).")
 @click.option("--best", type=COUNT, metavar="K", help="Pick the K GPUs with the best interconnect.")
 @click.option("--gpu-model", type=GPU_MODEL, help="GPU model when the paste does not name it (bandwidth, memory, bf16).")
 @click.option("--gpu-mem", type=SIZE, help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
@@ -351,7 +366,7 @@ def _exit_if_nothing_fits(planned: dict | None) -> None:
 @host_options
 @json_option
 @click.pass_context
-def inspect(ctx, from_file, example, gpus, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
+def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **kw):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
     from . import files, probe, render, report, request
     request.exclusive(example=example, from_file=from_file)
@@ -388,9 +403,9 @@ def inspect(ctx, from_file, example, gpus, best, gpu_model, gpu_mem, markdown, p
                               f" ({status}); give --from-file or --example")
     planned = None
     if topo is not None and (kw.get("model") or kw.get("params")):
-        names = report.select(topo, gpus)
+        names = report.select(topo, gpu_ids)
         planned = _plan(_request(kw, gpu_mem=gpu_mem, gpu_model=gpu_model, topology=topo, selected=names))
-    data = report.inspect(topo, gpus=gpus, best=best, env=probe.environment(), host=probe.host(),
+    data = report.inspect(topo, gpu_ids=gpu_ids, best=best, env=probe.environment(), host=probe.host(),
                           status=status, sources=sources, planned=planned)
     if not sources:  # this machine, not a paste: its blocking host problems, briefly (`gputopo doctor` for all)
         data["host_checks"] = [c for c in _doctor(topo=topo, status=status or "")["checks"] if c["blocking"]]
@@ -406,15 +421,20 @@ def inspect(ctx, from_file, example, gpus, best, gpu_model, gpu_mem, markdown, p
     _exit_if_nothing_fits(planned)
 
 
-# Options of inspect that only matter with --model (they feed the memory plan).
-PLAN_INPUTS = ("gpu_mem", "hidden_size", "layers", "vocab_size", "precision", "optimizer", "batch_size", "seq_len",
-               "grad_checkpointing", "grad_accum", "global_batch", "flash_attention", "offload_params", "cpu_mem",
-               "nvme_path", "nvme_free", "nodes", "inter_node_gbps")
+def _names(decorator) -> tuple[str, ...]:
+    return tuple(p.name for p in decorator(lambda: None).__click_params__)
+
+
+# Options of inspect that only matter with --model (they feed the memory plan): every shared model, training
+# and host option, so one added to those decorators is covered too.
+PLAN_INPUTS = ("gpu_mem",) + tuple(n for n in _names(model_options) + _names(training_options) + _names(host_options)
+                                   if n not in ("model", "params"))
 
 
 # Options of deepspeed-config that only feed the memory plan: without --auto (or --model and a layout to check
 # the chosen stage against) they would change nothing, so they are refused.
-PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps", "grad_checkpointing")
+PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
+             "grad_checkpointing")
 
 
 @cli.command("deepspeed-config")
@@ -492,10 +512,14 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
             from .plan import nvme_bytes
             from .units import gib
             need = nvme_bytes(model, t, req.nodes)
+            import shutil
+            here = shutil.disk_usage(nvme_path).free
             free = kw.get("nvme_free")
             if free is None:
-                import shutil
-                free = shutil.disk_usage(nvme_path).free
+                free = here
+            elif need > here:  # --nvme-free wins (as in plan), but this folder could not hold the swap files
+                warnings.append(f"{nvme_path} has {gib(here)} free here and offload needs {gib(need)}: fine if"
+                                f" --nvme-free {gib(free)} describes the machine you train on, else pass --nvme-path")
             if need > free:
                 raise BadInput(f"--nvme-path {nvme_path}: {gib(free)} free, offload needs {gib(need)}"
                                f" ({gib(need - free)} missing)")

@@ -101,10 +101,12 @@ def compare(model, training, result: dict) -> dict:
         method = ("the process's VmHWM over the second step after `echo 5 > /proc/self/clear_refs`, glibc mmapping"
                   " every block >= 64 KiB")
         if model.attn_dropout or model.hidden_dropout or model.embd_dropout:
-            notes.append("dropout > 0: on CPU PyTorch keeps dropout masks in the value dtype (CUDA: 1 byte); the"
-                         " prediction above is the CPU one")
+            notes.append("dropout > 0: on CPU PyTorch keeps dropout masks in the value dtype (CUDA: 1 byte) and SDPA"
+                         " runs dropout through its math kernel, which keeps the scores (CUDA: fused); the prediction"
+                         " above is the CPU one")
         if training.precision != "fp32":
-            notes.append("autocast on CPU casts a different set of ops than on CUDA: the step's figure is a guide")
+            notes.append("autocast on CPU casts a different set of ops than on CUDA (e.g. HF's Python GeLU stays 16-bit"
+                         " on CPU, fp32 on CUDA); the prediction above is the CPU one")
     if result["attention"] != training.attention:
         notes.append(f"transformers ran {result['attention']} attention where the plan assumed {training.attention}")
     out = [{"component": c, "predicted": int(a), "measured": b, "error": (a / b - 1) if b else None}

@@ -270,7 +270,7 @@ def figure(report: dict):
     handles = [Line2D([], [], **{k: v for k, v in zip(("color", "lw", "ls"), style(t).values())}, label=t) for t in shown]
     if any(n.selected for n in nodes.values()):
         from matplotlib.patches import Patch
-        handles.append(Patch(fc="#fff2cc", ec="#d62728", lw=2, label="selected (--gpus/--best)"))
+        handles.append(Patch(fc="#fff2cc", ec="#d62728", lw=2, label="selected (--gpu-ids/--best)"))
     if handles:
         fig.legend(handles=handles, loc="lower left", ncol=min(len(handles), 8), fontsize=7, frameon=False,
                    bbox_to_anchor=(0.01, 0.55 / fig_h))

@@ -8,23 +8,19 @@ from .topology import Topology, kind_of, rank
 SCHEMA_VERSION = 1
 
 
-def select(topo: Topology, gpus: str | None) -> list[str]:
-    """`--gpus 0,2,3` -> ["GPU0", "GPU2", "GPU3"]; all GPUs when not given."""
-    if not gpus:
+def select(topo: Topology, gpu_ids) -> list[str]:
+    """`--gpu-ids 0,2,3` (indices, already parsed) -> ["GPU0", "GPU2", "GPU3"]; all GPUs when not given."""
+    if not gpu_ids:
         return [g.name for g in topo.gpus]
-    names = []
-    for part in gpus.split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise BadInput(f"--gpus takes GPU indices like 0,1,3; got {part!r}")
-        if f"GPU{part}" not in {g.name for g in topo.gpus}:
+    have = {g.name for g in topo.gpus}
+    for i in gpu_ids:
+        if f"GPU{i}" not in have:
             known = ",".join(str(g.index) for g in topo.gpus)
-            raise BadInput(f"--gpus: no GPU {part} in this topology (GPUs: {known})")
-        names.append(f"GPU{part}")
-    return list(dict.fromkeys(names))
+            raise BadInput(f"--gpu-ids: no GPU {i} in this topology (GPUs: {known})")
+    return list(dict.fromkeys(f"GPU{i}" for i in gpu_ids))
 
 
-def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None = None,
+def inspect(topo: Topology | None, *, gpu_ids: tuple | None = None, best: int | None = None,
             env: dict | None = None, host: dict | None = None, status: str | None = None,
             sources: list[str] | None = None, planned: dict | None = None) -> dict:
     """The whole inspect report. `topo` is None when no GPU is visible; `status` then says why."""
@@ -34,7 +30,7 @@ def inspect(topo: Topology | None, *, gpus: str | None = None, best: int | None 
            "best": None, "findings": [], "recommendation": None, "plan": None, "links_note": None, "notes": []}
     if topo is None:
         return out
-    names = select(topo, gpus)
+    names = select(topo, gpu_ids)
     out["driver"] = topo.driver
     out["gpus"] = [g.to_dict() for g in topo.gpus]
     out["nics"] = [n.to_dict() for n in topo.nics]

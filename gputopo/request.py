@@ -121,8 +121,8 @@ def _nvme_free(nvme_free: int | None, nvme_path: str | None, notes: dict) -> int
         if nvme_path:
             measured = shutil.disk_usage(nvme_path).free
             if abs(measured - nvme_free) > DISAGREE * nvme_free:
-                notes["nvme_disagrees"] = (f"--nvme-free {gib(nvme_free)} is used; {nvme_path} has {gib(measured)} free on this"
-                                           " machine (plan for the machine you train on)")
+                notes["nvme_disagrees"] = (f"--nvme-free {gib(nvme_free)} is used; {nvme_path} has {gib(measured)}"
+                                           " free on this machine (plan for the machine you train on)")
         return nvme_free
     free = shutil.disk_usage(folder).free
     notes["nvme_free"] = (f"NVMe free: {gib(free)} measured at {folder}"

@@ -68,7 +68,7 @@ def test_best_and_gpus_subset():
     assert best["command"].startswith("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=")
     text = run("inspect", "-f", path, "--best", "2").output
     assert "CUDA_VISIBLE_DEVICES=0,3" in text
-    sub = json.loads(run("inspect", "--json", "-f", path, "--gpus", "0,5").output)
+    sub = json.loads(run("inspect", "--json", "-f", path, "--gpu-ids", "0,5").output)
     assert sub["selected"] == ["GPU0", "GPU5"] and sub["weakest_link"]["type"] == "SYS"
     assert sub["recommendation"]["zero_traffic_cost"] == "high"
 
@@ -94,8 +94,8 @@ def test_examples():
     (["inspect", "-f", str(TOPO)], "is a directory", 2),
     (["inspect", "-f", sys.executable], "binary file", 2),
     (["inspect", "-f", "-"], "Error: stdin: empty", 2),
-    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpus", "0,7"], "Error: --gpus: no GPU 7 in this topology (GPUs: 0,1)\n", 2),
-    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpus", "a"], "--gpus takes GPU indices", 2),
+    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpu-ids", "0,7"], "Error: --gpu-ids: no GPU 7 in this topology (GPUs: 0,1)\n", 2),
+    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpu-ids", "a"], "GPU indices like 0,1,3", 2),
     (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--best", "3"], "--best 3: this machine has 2 GPU(s)", 4),
     (["inspect", "--example", "nope"], "--example nope: unknown", 2),
 ])

@@ -76,7 +76,7 @@ def test_several_texts_and_selection_round_trip(tmp_path):
     assert "Best 4 GPU(s): GPU0, GPU1, GPU2, GPU3 (highlighted)" in out or "GPU4, GPU5, GPU6, GPU7 (highlighted)" in out
     sel = re.search(r"class (\S+) sel", out).group(1).split(",")
     assert len(sel) == 4
-    out = round_trip(tmp_path, ["--example", "pcie8-dual-socket", "--gpus", "0,5"])
+    out = round_trip(tmp_path, ["--example", "pcie8-dual-socket", "--gpu-ids", "0,5"])
     assert "Selected: GPU0, GPU5 (highlighted)" in out and "class n_GPU0,n_GPU5 sel" in out
 
 
@@ -200,3 +200,13 @@ def test_report_does_not_depend_on_hash_order():
     outs = {subprocess.run([sys.executable, "-m", "gputopo", "inspect", "-f", path, "--markdown"], capture_output=True,
                            text=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
     assert len(outs) == 1 and "```mermaid" in outs.pop()
+
+
+def test_readme_mermaid_block_is_todays_output():
+    """README.md shows the Mermaid block of a bundled example exactly as gputopo prints it today."""
+    from pathlib import Path
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    out = run("inspect", "--example", "pcie8-dual-socket", "--gpu-ids", "0,1", "--markdown").output
+    block = out[out.index("```mermaid"):out.index("```", out.index("```mermaid") + 3) + 3]
+    assert "`gputopo inspect --example pcie8-dual-socket --gpu-ids 0,1\n--markdown` draws:" in readme
+    assert block in readme

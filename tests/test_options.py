@@ -448,7 +448,7 @@ def _walk(tmp):
     w.update({
         ("inspect", "from_file"): differs("inspect", INSPECT, ["-f", pasted, "--json"], lambda d: d["inputs"]),
         ("inspect", "example"): differs("inspect", INSPECT, ["--example", "h100x8", "--json"], lambda d: d["inputs"]),
-        ("inspect", "gpus"): differs("inspect", INSPECT, INSPECT + ["--gpus", "0,1"], lambda d: d["selected"]),
+        ("inspect", "gpu_ids"): differs("inspect", INSPECT, INSPECT + ["--gpu-ids", "0,1"], lambda d: d["selected"]),
         ("inspect", "best"): differs("inspect", INSPECT, INSPECT + ["--best", "2"], lambda d: d["best"]),
         ("inspect", "gpu_model"): differs("inspect", ["-f", pasted, "--json"],
                                           ["-f", pasted, "--gpu-model", "RTX 4090", "--json"],
@@ -888,3 +888,24 @@ def test_inspect_plan_options_need_a_model(args):
     """Without --model, inspect has no plan to feed: the option would be dropped, so it is refused."""
     one_line_usage_error(run("inspect", "--example", "dgx-a100", *args),
                          f"{args[0]} feeds the memory plan: add --model (or --params)")
+
+
+def test_inspect_model_nothing_fits_shows_the_plan_and_exits_1():
+    r = run("inspect", "--example", "rtx4090x8-pcie", "--model", "llama-2-70b", "--gpu-ids", "0", "--cpu-mem", "16GB",
+            "--nvme-free", "10GB", "--json")
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert data["plan"]["recommendation"]["strategy"] is None and data["recommendation"]["strategy"] is None
+    # the nearest is the one missing the least GPU memory: an offload strategy, not the single GPU
+    assert "fits no strategy on 1 x 24.0 GiB: the nearest, zero3_offload" in r.stderr
+
+
+def test_auto_with_nvme_free_warns_when_the_folder_here_is_too_small(tmp_path):
+    """--nvme-free wins, as in plan; but the config writes to a folder here that could not hold the swap."""
+    args = ["--model", "llama-2-70b", "--gpus", "8", "--gpu-model", "H100", "--link", "NV18", "--grad-checkpointing",
+            "--batch-size", "1", "--cpu-mem", "256GB", "--nvme-free", "1PB", "--nvme-path", str(tmp_path)]
+    auto = json.loads(run("deepspeed-config", "--auto", "--json", *args).stdout)
+    assert auto["config"]["zero_optimization"]["offload_param"]["device"] == "nvme"
+    st = os.statvfs(tmp_path)
+    if st.f_bavail * st.f_frsize < 1.1 * 2 ** 40:  # the 70B swap (1.1 TiB) does not fit this disk
+        assert any(w.startswith(f"{tmp_path} has ") and "else pass --nvme-path" in w for w in auto["warnings"])

@@ -39,7 +39,7 @@ def test_many_nics_and_selection_without_overlaps():
     from conftest import FIXTURES
     from gputopo import plot
     for args in (["-f", str(FIXTURES / "topo" / "h200x8_nv18_10nic.txt"), "--best", "4"],
-                 ["--example", "dgx-a100", "--gpus", "0,3"],
+                 ["--example", "dgx-a100", "--gpu-ids", "0,3"],
                  ["-f", str(FIXTURES / "topo" / "gpu5_mixed_sys_phb_node_dual_numa.txt")]):
         assert overlaps(plot.figure(report(*args))) == []
 

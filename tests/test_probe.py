@@ -198,7 +198,7 @@ def test_one_gpu_live_inspect_says_one_sentence_not_an_empty_table(fake_nvml, mo
 
 def test_one_selected_gpu_of_several(fake_nvml):
     fake_nvml(h100_nvswitch(4))
-    data = report.inspect(probe.topology(), gpus="2", env={})
+    data = report.inspect(probe.topology(), gpu_ids=(2,), env={})
     assert data["links_note"].startswith("One GPU (GPU2, NVIDIA H100 80GB HBM3, of this machine's 4)")
     assert report.inspect(probe.topology(), env={})["links_note"] is None
 
