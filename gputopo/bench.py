@@ -49,7 +49,7 @@ class Options:
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str | None = None
-    visible_devices: str | None = None      # --gpus 0,1 -> CUDA_VISIBLE_DEVICES
+    visible_devices: str | None = None      # --gpu-ids 0,1 -> CUDA_VISIBLE_DEVICES
     python: str = sys.executable
     log_dir: str | None = None              # this run's logs; a new folder in the temp dir when None
     notes: list[str] = field(default_factory=list)
@@ -94,7 +94,11 @@ def wikitext_problem(name: str, python: str) -> str | None:
     if not any(next(c.glob("*wikitext*"), None) for c in caches if c.is_dir()):
         return "not in the local datasets cache, and nothing is downloaded"
     code = "import sys; from gputopo.worker import wikitext_lines; wikitext_lines(sys.argv[1])"
-    proc = subprocess.run([python, "-c", code, name], capture_output=True, text=True, env={**os.environ, **OFFLINE})
+    try:
+        proc = subprocess.run([python, "-c", code, name], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, **OFFLINE})
+    except subprocess.TimeoutExpired:
+        return "reading it from the local datasets cache took more than 300 s"
     if proc.returncode == 0:
         return None
     last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
@@ -132,7 +136,7 @@ def child_env(o: Options, p2p_disable: str | None) -> dict:
     if p2p_disable:
         env["NCCL_P2P_DISABLE"] = p2p_disable
     if o.visible_devices is not None:
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # so --gpus means nvidia-smi's numbering
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # so --gpu-ids means nvidia-smi's numbering
         env["CUDA_VISIBLE_DEVICES"] = o.visible_devices
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, o.nproc))))
     env["PYTHONUNBUFFERED"] = "1"

@@ -686,7 +686,7 @@ def doctor(ctx, config_path, nvme_path, as_json):
 @cli.command("bench-nvlink")
 @click.option("--model", default="gpt2", show_default=True, help="Causal LM: catalog name, HF cache name or a folder.")
 @click.option("--nproc", type=COUNT, help="Processes per node [default: all visible GPUs; 2 on CPU].")
-@click.option("--gpus", metavar="0,1", help="Use these GPUs (nvidia-smi numbering).")
+@click.option("--gpu-ids", type=GPU_IDS, help="Use these GPUs (indices as nvidia-smi prints them).")
 @click.option("--steps", type=COUNT, help="Steps per arm [default: 200 on GPU as in the reference; 4 on CPU].")
 @click.option("--warmup-steps", type=Count(0), help="Steps left out of the timing [default: 10 on GPU, 1 on CPU].")
 @click.option("--batch-size", type=COUNT, help="Per process [default: 4 on GPU as in the reference, 2 on CPU].")
@@ -709,7 +709,8 @@ def doctor(ctx, config_path, nvme_path, as_json):
 @click.option("--plot", type=click.Path(dir_okay=False), help="A PNG of step times and the all-reduce sweep (matplotlib).")
 @click.option("--verbose", is_flag=True, help="Stream every line of the children.")
 @json_option
-def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, precision, dataset, repeat, timeout,
+@click.pass_context
+def bench_nvlink(ctx, model, nproc, gpu_ids, steps, warmup_steps, batch_size, seq_len, precision, dataset, repeat, timeout,
                  train_only, allreduce_only, allreduce_sizes, nnodes, node_rank, rdzv_endpoint, output, force, plot,
                  verbose, as_json):
     """Train the same DDP run with and without NCCL_P2P_DISABLE=1 through torchrun, and sweep all-reduce."""
@@ -723,6 +724,15 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
         raise BadInput("--output and --plot name the same file")
     if train_only and allreduce_only:
         raise BadInput("--train-only and --allreduce-only exclude each other")
+    # An option the chosen half never reads is refused, not dropped (the sweep is fp32, once per arm).
+    ignored = {"--allreduce-only": (allreduce_only, ("model", "steps", "warmup_steps", "batch_size", "seq_len",
+                                                     "precision", "dataset", "repeat")),
+               "--train-only": (train_only, ("allreduce_sizes",))}
+    for flag, (on, names) in ignored.items():
+        given = [p.opts[0] for p in ctx.command.params if on and p.name in names
+                 and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise BadInput(f"{flag} ignores {', '.join(given)}: leave {'it' if len(given) == 1 else 'them'} out")
     if plot and importlib.util.find_spec("matplotlib") is None:
         raise BadInput("--plot needs matplotlib: pip install matplotlib")
     if nnodes > 1 and not rdzv_endpoint:
@@ -735,7 +745,7 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
         topo = None
     link = None
     if topo is not None:
-        names = report.select(topo, gpus)
+        names = report.select(topo, gpu_ids)
         if nproc and nproc > len(names):
             raise TooFewGpus(f"--nproc {nproc}: only {len(names)} GPU(s) selected")
         bench.need_two_gpus(names, nproc, model)
@@ -748,10 +758,10 @@ def bench_nvlink(model, nproc, gpus, steps, warmup_steps, batch_size, seq_len, p
         o = bench.Options(device="cuda", nproc=len(names), steps=steps or 200, warmup_steps=warmup_steps if warmup_steps is not None else 10,
                           batch_size=batch_size or 4,
                           precision=request.precision(precision, model_name)[0],
-                          visible_devices=",".join(str(topo.gpu(n).index) for n in names) if gpus else None)
+                          visible_devices=",".join(str(topo.gpu(n).index) for n in names) if gpu_ids else None)
     else:
-        if gpus:
-            raise BadInput("--gpus: no NVIDIA GPU visible here")
+        if gpu_ids:
+            raise BadInput("--gpu-ids: no NVIDIA GPU visible here")
         o = bench.Options(device="cpu", nproc=nproc or 2, steps=steps or 4, warmup_steps=warmup_steps if warmup_steps is not None else 1,
                           batch_size=batch_size or 2, precision=request.precision(precision, None, "cpu")[0])
     if o.warmup_steps >= o.steps:

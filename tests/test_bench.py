@@ -165,8 +165,10 @@ def test_bad_input(tmp_path, tiny_model, fake_nvml):
                       (["--plot", str(tmp_path / "missing" / "ab.png")], "missing does not exist"),
                       (["--dataset", str(tmp_path / "none.txt")], "none.txt: no such file"),
                       (["--train-only", "--allreduce-only"], "exclude each other"),
+                      (["--allreduce-only"], "--allreduce-only ignores --model: leave it out"),
+                      (["--train-only", "--allreduce-sizes", "1MB"], "--train-only ignores --allreduce-sizes"),
                       (["--nnodes", "2"], "needs --rdzv-endpoint"),
-                      (["--gpus", "0,1"], "no NVIDIA GPU visible"),
+                      (["--gpu-ids", "0,1"], "no NVIDIA GPU visible"),
                       (["--steps", "0"], "--steps must be 1 or more"),
                       (["--steps", "2", "--warmup-steps", "2"], "leaves no timed step")):
         r = CliRunner().invoke(cli, ["bench-nvlink", "--model", str(tiny_model), *args])
@@ -216,12 +218,13 @@ def invoke(*args):
     ("one", [], "only one GPU (GPU0) is available to it"),
     ("one", ["--allreduce-only"], "only one GPU (GPU0) is available to it"),
     ("two", ["--nproc", "1"], "--nproc 1 uses one GPU"),
-    ("two", ["--gpus", "1"], "only one GPU (GPU1) is available to it"),
+    ("two", ["--gpu-ids", "1"], "only one GPU (GPU1) is available to it"),
 ])
 def test_one_gpu_is_refused_with_exit_4(fake_nvml, no_children, tmp_path, scenario, args, why):
     import fake_nvml as fm
     fake_nvml(fm.h100_nvswitch(1) if scenario == "one" else fm.rtx3090_pair())
-    r = invoke("--model", "gpt2", "--output", str(tmp_path / "ab.json"), *args)
+    model = [] if "--allreduce-only" in args else ["--model", "gpt2"]  # the sweep trains no model
+    r = invoke(*model, "--output", str(tmp_path / "ab.json"), *args)
     assert r.exit_code == 4 and r.output.count("\n") == 1, r.output
     assert r.output.startswith("Error: bench-nvlink compares P2P on and off between 2 or more GPUs") and why in r.output
     assert "torchrun --nproc_per_node 1 -m gputopo.worker --model gpt2" in r.output
