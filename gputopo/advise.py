@@ -1,9 +1,10 @@
 """Topology (+ later a model's memory plan) -> Advice: which distributed strategy to start from. Pure."""
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
+from .gpus import supports_bf16
+from .plan import HEADROOM, comm_bytes
 from .topology import Topology, explain
 from .units import gib, size
 
@@ -47,12 +48,6 @@ def interconnect(topo: Topology, names: list[str]) -> Advice:
         " and, if memory is short, ZeRO-1/2 or CPU offload before ZeRO-3."))
 
 
-def recommend(topo: Topology, names: list[str]) -> Advice:
-    """The recommendation for `names`. The memory-based plan (gputopo plan) refines this seam."""
-    return interconnect(topo, names)
-
-
-PRE_AMPERE = r"V100|P100|P40|P4\b|T4\b|K80|M60|TITAN (RTX|V|Xp|X)|GTX|RTX 20\d\d|Quadro|Tesla [KMP]"
 ORDER = {
     "one": ("single", "zero2_offload_cpu", "zero3_offload_cpu", "zero3_offload_nvme"),
     # With NVLink everywhere ZeRO-3's traffic is cheap, so it comes before offloading to the host.
@@ -68,15 +63,6 @@ WHAT = {
     "zero3_offload_cpu": "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to CPU",
     "zero3_offload_nvme": "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to NVMe",
 }
-
-
-def is_ampere_or_newer(gpu_model: str | None) -> bool | None:
-    """bf16 support: from the GPU catalog, else pre-Ampere names by pattern (a name NVML reports may be new)."""
-    if not gpu_model:
-        return None
-    from .gpus import ampere_or_newer
-    known = ampere_or_newer(str(gpu_model))
-    return known if known is not None else not re.search(PRE_AMPERE, str(gpu_model), re.I)
 
 
 def nothing_fits(model, layout, strategies) -> Advice:
@@ -97,7 +83,6 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> 
     """What the chosen strategy sends and what it costs, from the same figures as the table."""
     from dataclasses import replace
 
-    from .plan import traffic
     link = (f"the weakest link, {layout.link_type} ({layout.link_gbps:g} GB/s per direction, {layout.link_basis})"
             if layout.link_gbps else None)
     if layout.nodes > 1:
@@ -123,8 +108,8 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> 
     # Accumulation helps only where the sync happens once per optimizer step (DDP's no_sync, ZeRO-1): compare
     # the traffic per sample with twice the accumulation, from the same arithmetic as the table.
     more = replace(training, grad_accum=2 * training.grad_accum)
-    now = traffic(chosen.name, model, layout, training) / training.grad_accum
-    then = traffic(chosen.name, model, layout, more) / more.grad_accum
+    now = comm_bytes(chosen.name, model, layout, training) / training.grad_accum
+    then = comm_bytes(chosen.name, model, layout, more) / more.grad_accum
     if now and then <= 0.6 * now and (t is None or t > 0.01):
         out.append(f"Gradient accumulation cuts it: {chosen.name} syncs once per optimizer step, so"
                    f" --grad-accum {more.grad_accum} sends {then / now:.0%} as much per sample.")
@@ -159,7 +144,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     ddp = by_name.get("ddp") or by_name.get("single")
     if ddp is not None and not ddp.fits and chosen.name != ddp.name and training.optimizer == "adamw":
         slim = ddp.per_gpu_bytes["total"] - ddp.per_gpu_bytes["optimizer"] + 2 * model.params
-        if slim <= 0.9 * layout.gpu_mem_bytes:
+        if slim <= HEADROOM * layout.gpu_mem_bytes:
             reasons.append(f"Optimizer states are what does not fit: with 8-bit Adam (--optimizer adamw-8bit, 2 B/param)"
                            f" or Adafactor, {ddp.name} would need {gib(slim)} per GPU.")
     if not training.grad_checkpointing and chosen.per_gpu_bytes["activations"] > chosen.per_gpu_bytes["total"] / 3:
@@ -168,7 +153,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
         reasons.append(f"Batch size {training.batch_size} is not a multiple of 8: Tensor Cores prefer multiples of 8.")
     elif training.precision == "fp16" and layout.gpu_model and "A100" in layout.gpu_model and training.batch_size % 64:
         reasons.append("fp16 on A100: multiples of 64 suit its Tensor Cores best.")
-    amp = is_ampere_or_newer(layout.gpu_model)
+    amp = supports_bf16(layout.gpu_model)
     if training.precision == "fp16" and amp:
         reasons.append("bf16 is available on this GPU: same memory as fp16, no loss scaling, no overflow.")
     if training.precision == "fp32" and amp:

@@ -23,7 +23,7 @@ from .worker import OFFLINE, RESULT, WIKITEXT
 
 SCHEMA_VERSION = 1
 ARMS = (("p2p", None), ("no_p2p", "1"))
-# The reference experiment (seed 003): 2x TITAN RTX with NV2, gpt2 on wikitext-2, 200 steps, batch 4 per GPU.
+# The reference experiment (docs/sources.md#benchmark): 2x TITAN RTX with NV2, gpt2 on wikitext-2, 200 steps, batch 4 per GPU.
 REFERENCE = {"hardware": "2x TITAN RTX, NV2", "model": "gpt2", "dataset": "wikitext-2", "steps": 200,
              "p2p_s": 101.9003, "no_p2p_s": 131.4367}
 GPU_SIZES = [2 ** 20 * 2 ** k for k in range(11)]   # 1 MiB .. 1 GiB
@@ -42,7 +42,7 @@ class Options:
     precision: str = "fp32"
     dataset: str = "auto"
     repeat: int = 1
-    timeout: float = 1800.0
+    timeout: float = 3600.0                 # seconds one torchrun may take (200 gpt2 steps on a slow GPU fit)
     train: bool = True
     allreduce: bool = True
     allreduce_sizes: list[int] = field(default_factory=list)
@@ -53,6 +53,114 @@ class Options:
     python: str = sys.executable
     log_dir: str | None = None              # this run's logs; a new folder in the temp dir when None
     notes: list[str] = field(default_factory=list)
+
+
+# Defaults per device: on GPU the reference experiment's; on CPU the twin that shows the path in minutes.
+DEFAULTS = {"cuda": {"steps": 200, "warmup_steps": 10, "batch_size": 4},
+            "cpu": {"steps": 4, "warmup_steps": 1, "batch_size": 2}}
+TRAIN_ONLY_OPTIONS = ("model", "steps", "warmup_steps", "batch_size", "seq_len", "precision", "dataset", "repeat")
+
+
+@dataclass
+class Ask:
+    """bench-nvlink's options as given (None: the default for the device found)."""
+    model: str = "gpt2"
+    nproc: int | None = None
+    gpu_ids: tuple | None = None
+    steps: int | None = None
+    warmup_steps: int | None = None
+    batch_size: int | None = None
+    seq_len: int = 128
+    precision: str | None = None
+    dataset: str = "auto"
+    repeat: int = 1
+    timeout: float | None = None
+    train_only: bool = False
+    allreduce_only: bool = False
+    allreduce_sizes: list = field(default_factory=list)
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    given: frozenset = frozenset()   # the click names typed on the command line
+
+
+@dataclass
+class Prepared:
+    """What bench-nvlink will run: the options, the weakest link tested, the topology (None on CPU), notes."""
+    options: Options
+    link: dict | None
+    topology: object
+    notes: list = field(default_factory=list)
+
+
+def check_ask(a: Ask) -> None:
+    """Refuse options that exclude each other or that the chosen half never reads."""
+    if a.train_only and a.allreduce_only:
+        raise BadInput("--train-only and --allreduce-only exclude each other")
+    ignored = {"--allreduce-only": (a.allreduce_only, TRAIN_ONLY_OPTIONS),  # the sweep is fp32, once per arm
+               "--train-only": (a.train_only, ("allreduce_sizes",))}
+    for flag, (on, names) in ignored.items():
+        given = [f"--{n.replace('_', '-')}" for n in names if on and n in a.given]
+        if given:
+            raise BadInput(f"{flag} ignores {', '.join(given)}: leave {'it' if len(given) == 1 else 'them'} out")
+    if a.nnodes > 1 and not a.rdzv_endpoint:
+        raise BadInput("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
+    if not 0 <= a.node_rank < a.nnodes:
+        raise BadInput(f"--node-rank {a.node_rank}: must be between 0 and {a.nnodes - 1}")
+
+
+def _gpus(a: Ask, topo) -> tuple[Options, dict | None]:
+    """Options for the GPUs selected on this machine, and the weakest link among them."""
+    from .report import select
+    from .request import precision
+    names = select(topo, a.gpu_ids)
+    if a.nproc and a.nproc > len(names):
+        raise TooFewGpus(f"--nproc {a.nproc}: only {len(names)} GPU(s) selected")
+    need_two_gpus(names, a.nproc, a.model)
+    names = names[: a.nproc or None]
+    link = None
+    w = topo.weakest(names)
+    if w is not None:
+        bw, basis = topo.bandwidth_gbps(w)
+        link = {"a": w.a, "b": w.b, "type": w.type, "bandwidth_gbps": bw, "bandwidth_basis": basis}
+    model_name = next((topo.gpu(n).model for n in names if topo.gpu(n).model), None)
+    o = Options(device="cuda", nproc=len(names), precision=precision(a.precision, model_name)[0],
+                visible_devices=",".join(str(topo.gpu(n).index) for n in names) if a.gpu_ids else None)
+    return o, link
+
+
+def prepare(a: Ask) -> Prepared:
+    """Probe, pick the device, fill every default and check the dataset: all before any process starts."""
+    from . import probe
+    from .errors import NvmlUnavailable
+    from .request import precision
+    check_ask(a)
+    try:
+        topo = probe.topology()
+    except NvmlUnavailable:
+        topo = None
+    if topo is not None:
+        o, link = _gpus(a, topo)
+    elif a.gpu_ids:
+        raise BadInput("--gpu-ids: no NVIDIA GPU visible here")
+    else:
+        o, link = Options(device="cpu", nproc=a.nproc or 2, precision=precision(a.precision, None, "cpu")[0]), None
+    for k, v in DEFAULTS[o.device].items():
+        setattr(o, k, v if getattr(a, k) is None else getattr(a, k))
+    if o.warmup_steps >= o.steps:
+        raise BadInput(f"--warmup-steps {o.warmup_steps} leaves no timed step of {o.steps}")
+    o.model, o.seq_len, o.repeat = a.model, a.seq_len, a.repeat
+    o.timeout = a.timeout or o.timeout
+    o.train, o.allreduce, o.allreduce_sizes = not a.allreduce_only, not a.train_only, a.allreduce_sizes or []
+    o.nnodes, o.node_rank, o.rdzv_endpoint = a.nnodes, a.node_rank, a.rdzv_endpoint
+    notes = []
+    if o.train:
+        o.dataset, note = resolve_dataset(a.dataset)
+        o.notes += [note] if note else []
+    if o.train and o.device == "cpu" and a.steps is None:
+        notes.append(f"CPU: {o.steps} steps per arm, batch {o.batch_size} x {o.seq_len} (about two minutes for gpt2"
+                     " on 2 cores); --steps to change")
+    return Prepared(o, link, topo, notes)
 
 
 def new_log_dir() -> str:

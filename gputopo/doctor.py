@@ -11,7 +11,8 @@ import re
 import time
 from dataclasses import asdict, dataclass
 
-from . import dsops, health, system
+from . import dsops, health, nvme, system
+from .errors import GputopoError
 from .topology import Topology
 from .units import gib, size
 
@@ -84,9 +85,10 @@ def check_tmp(host, disks: list, tmp: str) -> Check:
 def check_nvme_path(host, disks: list, path: str, need: int | None = None) -> Check:
     why = "DeepSpeed swaps ZeRO-3 parameters/optimizer states to files here through libaio (O_DIRECT)"
     d = system.disk_of(path, disks)
-    if host.live and not host.writable(path):
-        return Check("nvme_path", "fail", path, "not writable (nor its nearest existing parent)", why,
-                     "pick a writable folder on a local NVMe disk: --nvme-path DIR")
+    unusable = nvme.problem(path) if host.live else None  # the words plan and deepspeed-config refuse it with
+    if unusable:
+        return Check("nvme_path", "fail", path, unusable, why, "pick a writable folder on a local NVMe disk:"
+                                                               " --nvme-path DIR")
     if d is None:
         return Check("nvme_path", "unknown", path, "no mount found for it", why)
     found = f"on {d.mountpoint} ({_kind(d)}), {size(d.free_bytes)} free"
@@ -429,6 +431,42 @@ def _tmpdir(host) -> str:
         import tempfile
         return tempfile.gettempdir()
     return host.env.get("TMPDIR") or "/tmp"
+
+
+def read_config(path: str) -> dict:
+    """A DeepSpeed config file as a dict; a bad file gets one line."""
+    import json
+
+    from .errors import BadInput
+    from .sources import read_text
+    try:
+        cfg = json.loads(read_text(path))
+    except ValueError as e:
+        raise BadInput(f"{path}: not JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise BadInput(f"{path}: a DeepSpeed config is a JSON object")
+    return cfg
+
+
+def known_topology(topo, status: str | None):
+    """A topo_fn for run() that reuses a topology already probed, or says again why none is visible."""
+    from .errors import NvmlUnavailable
+
+    def topo_fn():
+        if topo is None:
+            raise NvmlUnavailable(status)
+        return topo
+    return topo_fn
+
+
+def preflight(what: str, cfg=None, topo=None, status=None, nvme_need=None) -> dict:
+    """`gputopo doctor` before launching or writing: its report, or GputopoError naming each blocking check."""
+    data = run(cfg, topo_fn=known_topology(topo, status) if (topo or status) else None, nvme_need=nvme_need)
+    stop = blocking(data)
+    if stop:
+        lines = [f"doctor: {c['subject']}: {c['found']}" + (f" - fix: {c['fix']}" if c["fix"] else "") for c in stop]
+        raise GputopoError(f"{what}: {len(stop)} blocking problem(s) found by `gputopo doctor` (listed above)", lines)
+    return data
 
 
 def blocking(report: dict) -> list[dict]:

@@ -10,7 +10,10 @@ What it gets right that hand-written configs often do not (issues users hit):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .errors import BadInput
+from .plan import DS_SUB_GROUP, NVME_SUB_GROUP, OFFLOAD_OPTIMIZERS, PARAM_BUFFER, zero3_buckets
 
 OFFLOADS = ("none", "cpu", "nvme")
 # HF TrainingArguments defaults, used for --no-hf configs (plain deepspeed.initialize).
@@ -21,7 +24,6 @@ AIO = {"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1, "sing
 DS_DEFAULT_BUCKET = 500_000_000
 DS_DEFAULT_PREFETCH = 50_000_000
 DS_DEFAULT_PERSISTENCE = 100_000
-NVME_SUB_GROUP = 100_000_000  # as gputopo.plan assumes: DeepSpeed's 1e9 needs 16 GB of pinned host memory per rank
 # --optimizer -> the HF Trainer's `optim` for optimizers DeepSpeed does not build from its config.
 HF_OPTIM = {"adamw-8bit": "adamw_bnb_8bit", "adafactor": "adafactor", "sgd": "sgd"}
 STRATEGY_TO_CONFIG = {  # gputopo plan strategy -> (stage, offload)
@@ -51,105 +53,150 @@ def check(stage: int, offload: str, offload_params: bool | None, nvme_path: str 
         raise BadInput(f"--precision {precision}: one of fp32, fp16, bf16")
 
 
-def build(stage: int, offload: str = "none", *, hf: bool = True, offload_params: bool | None = None,
-          nvme_path: str | None = None, precision: str | None = None, hidden_size: int | None = None,
-          largest_layer: int | None = None, batch_size: int | None = None, grad_accum: int = 1,
-          gpus: int | None = None, optimizer: str = "adamw", torch_adam: bool = False, accelerate: bool = False,
-          ds_optimizer: bool = False) -> dict:
-    """A DeepSpeed config. hf=True: "auto" where the HF Trainer fills it; hf=False: concrete values.
+@dataclass(frozen=True)
+class Shape:
+    """What sizes and shapes a config besides its stage and offload.
 
+    hf: "auto" where the HF Trainer fills it, else concrete values (plain deepspeed.initialize).
     optimizer: "adamw" is DeepSpeed's own (its fused or CPU Adam); any other is the client's (the Trainer's
     `optim`, or what the script passes to deepspeed.initialize), so the config has no optimizer block.
     torch_adam: AdamW through torch.optim (DeepSpeed's `torch_adam` param) instead of FusedAdam/DeepSpeedCPUAdam,
     so nothing has to be compiled (where nvcc, CUDA_HOME or a compiler is missing), at the cost of a slower step.
     accelerate: the shape `accelerator.prepare` accepts (see accelerate_shape): the script's own optimizer unless
     ds_optimizer (DummyOptim); with offload, zero_force_ds_cpu_optimizer says who steps it on the host."""
-    if offload_params is None:
-        offload_params = stage == 3 and offload != "none"
-    check(stage, offload, offload_params, nvme_path, precision)
-    from .plan import OFFLOAD_OPTIMIZERS
-    if ds_optimizer and not accelerate:
+    hf: bool = True
+    offload_params: bool | None = None   # None: yes at stage 3 with offload
+    nvme_path: str | None = None
+    precision: str | None = None
+    hidden_size: int | None = None
+    largest_layer: int | None = None
+    batch_size: int | None = None
+    grad_accum: int = 1
+    gpus: int | None = None
+    optimizer: str = "adamw"
+    torch_adam: bool = False
+    accelerate: bool = False
+    ds_optimizer: bool = False
+
+
+def _check_optimizer(offload: str, s: Shape) -> None:
+    """Refuse optimizer options that contradict each other or the offload."""
+    if s.ds_optimizer and not s.accelerate:
         raise BadInput("--ds-optimizer is for --launcher accelerate: the other configs always carry DeepSpeed's optimizer")
-    if ds_optimizer and optimizer != "adamw":
-        raise BadInput(f"--ds-optimizer writes DeepSpeed's AdamW: it cannot be --optimizer {optimizer}")
-    if torch_adam and optimizer != "adamw":
-        raise BadInput(f"--no-compile-ops switches DeepSpeed's own Adam to torch's; with --optimizer {optimizer}"
+    if s.ds_optimizer and s.optimizer != "adamw":
+        raise BadInput(f"--ds-optimizer writes DeepSpeed's AdamW: it cannot be --optimizer {s.optimizer}")
+    if s.torch_adam and s.optimizer != "adamw":
+        raise BadInput(f"--no-compile-ops switches DeepSpeed's own Adam to torch's; with --optimizer {s.optimizer}"
                        " the optimizer is yours and compiles nothing of DeepSpeed's")
-    if accelerate and torch_adam and offload == "none" and not ds_optimizer:
+    if s.accelerate and s.torch_adam and offload == "none" and not s.ds_optimizer:
         raise BadInput("--no-compile-ops: with --launcher accelerate and no offload the script's own optimizer runs;"
                        " nothing of DeepSpeed's Adam is compiled")
-    # accelerate can keep a client optimizer on the host (zero_force_ds_cpu_optimizer false, below).
-    if optimizer not in OFFLOAD_OPTIMIZERS and offload != "none" and not accelerate:
-        raise BadInput(f"--optimizer {optimizer} with --offload {offload}: ZeRO-Offload steps the optimizer on the"
+    # accelerate can keep a client optimizer on the host (zero_force_ds_cpu_optimizer false, in build).
+    if s.optimizer not in OFFLOAD_OPTIMIZERS and offload != "none" and not s.accelerate:
+        raise BadInput(f"--optimizer {s.optimizer} with --offload {offload}: ZeRO-Offload steps the optimizer on the"
                        " host with DeepSpeed's CPU Adam; use --optimizer adamw, or no offload")
+
+
+def _hf_top() -> dict:
+    """Batch, clipping, optimizer, scheduler and precision as "auto": the HF Trainer fills each."""
     auto = "auto"
-    h2 = hidden_size * hidden_size if hidden_size else None
-    cfg: dict = {}
-    if accelerate:
-        cfg.update(accelerate_shape(hf=hf, precision=precision, batch_size=batch_size, grad_accum=grad_accum,
-                                    gpus=gpus, ds_optimizer=ds_optimizer))
-        hf = False  # below, "auto" stays out of the ZeRO block: accelerate fills only what it knows
-    elif hf:
-        cfg.update({"train_batch_size": auto, "train_micro_batch_size_per_gpu": auto,
-                    "gradient_accumulation_steps": auto, "gradient_clipping": auto})
-        cfg["optimizer"] = {"type": "AdamW", "params": {"lr": auto, "betas": auto, "eps": auto, "weight_decay": auto}}
-        cfg["scheduler"] = {"type": "WarmupDecayLR", "params": {"warmup_min_lr": auto, "warmup_max_lr": auto,
-                                                                "warmup_num_steps": auto, "total_num_steps": auto}}
-        cfg["fp16"] = {"enabled": auto, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
-                       "hysteresis": 2, "min_loss_scale": 1}
-        cfg["bf16"] = {"enabled": auto}
+    return {"train_batch_size": auto, "train_micro_batch_size_per_gpu": auto, "gradient_accumulation_steps": auto,
+            "gradient_clipping": auto,
+            "optimizer": {"type": "AdamW", "params": {"lr": auto, "betas": auto, "eps": auto, "weight_decay": auto}},
+            "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": auto, "warmup_max_lr": auto,
+                                                              "warmup_num_steps": auto, "total_num_steps": auto}},
+            "fp16": {"enabled": auto, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                     "hysteresis": 2, "min_loss_scale": 1},
+            "bf16": {"enabled": auto}}
+
+
+def _plain_top(s: Shape) -> dict:
+    """Concrete values for deepspeed.initialize: HF TrainingArguments' defaults where nothing else decides."""
+    micro = s.batch_size or 1
+    cfg = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": s.grad_accum}
+    if s.gpus:
+        cfg["train_batch_size"] = micro * s.grad_accum * s.gpus
+    cfg["gradient_clipping"] = HF_DEFAULTS["gradient_clipping"]
+    cfg["optimizer"] = {"type": "AdamW", "params": {k: HF_DEFAULTS[k] for k in ("lr", "betas", "eps", "weight_decay")}}
+    cfg["fp16"] = {"enabled": s.precision == "fp16", "loss_scale": 0, "initial_scale_power": 16}
+    cfg["bf16"] = {"enabled": s.precision == "bf16"}
+    return cfg
+
+
+def _top(s: Shape) -> dict:
+    """Everything above zero_optimization."""
+    if s.accelerate:
+        cfg = accelerate_shape(hf=s.hf, precision=s.precision, batch_size=s.batch_size, grad_accum=s.grad_accum,
+                               gpus=s.gpus, ds_optimizer=s.ds_optimizer)
     else:
-        micro = batch_size or 1
-        cfg["train_micro_batch_size_per_gpu"] = micro
-        cfg["gradient_accumulation_steps"] = grad_accum
-        if gpus:
-            cfg["train_batch_size"] = micro * grad_accum * gpus
-        cfg["gradient_clipping"] = HF_DEFAULTS["gradient_clipping"]
-        cfg["optimizer"] = {"type": "AdamW", "params": {k: HF_DEFAULTS[k] for k in ("lr", "betas", "eps", "weight_decay")}}
-        cfg["fp16"] = {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16}
-        cfg["bf16"] = {"enabled": precision == "bf16"}
-    if torch_adam and "optimizer" in cfg:
+        cfg = _hf_top() if s.hf else _plain_top(s)
+    if s.torch_adam and "optimizer" in cfg:
         cfg["optimizer"]["params"]["torch_adam"] = True
-    if hf and precision:  # a precision the user chose is written out; "auto" would follow the Trainer's flags
-        cfg["fp16"]["enabled"] = precision == "fp16"
-        cfg["bf16"]["enabled"] = precision == "bf16"
-    if optimizer != "adamw" and not accelerate:  # accelerate marks a client optimizer itself
+    if s.hf and s.precision and not s.accelerate:  # chosen: written out; "auto" would follow the Trainer's flags
+        cfg["fp16"]["enabled"] = s.precision == "fp16"
+        cfg["bf16"]["enabled"] = s.precision == "bf16"
+    if s.optimizer != "adamw" and not s.accelerate:  # accelerate marks a client optimizer itself
         del cfg["optimizer"]
         cfg["zero_allow_untested_optimizer"] = True  # a client optimizer DeepSpeed has not tested with ZeRO
+    return cfg
+
+
+def _zero(stage: int, offload: str, s: Shape) -> dict:
+    """zero_optimization without its offload blocks; buckets sized from the hidden size when it is known."""
+    hf = s.hf and not s.accelerate  # accelerate fills only what it knows: no "auto" in the ZeRO block
+    auto, h = "auto", s.hidden_size
+    h2 = h * h if h else None
     zero: dict = {"stage": stage}
     if stage >= 1:
-        bucket = h2 if h2 else (auto if hf else DS_DEFAULT_BUCKET)
-        zero.update({"overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": bucket})
+        zero.update({"overlap_comm": True, "contiguous_gradients": True,
+                     "reduce_bucket_size": h2 if h2 else (auto if hf else DS_DEFAULT_BUCKET)})
     if stage in (1, 2):
         zero.update({"allgather_partitions": True, "allgather_bucket_size": h2 or DS_DEFAULT_BUCKET,
                      "reduce_scatter": True})
     if stage == 3:
         zero.update({
-            "stage3_prefetch_bucket_size": int(0.9 * h2) if h2 else (auto if hf else DS_DEFAULT_PREFETCH),
-            "stage3_param_persistence_threshold": 10 * hidden_size if hidden_size else (auto if hf else DS_DEFAULT_PERSISTENCE),
-            "sub_group_size": NVME_SUB_GROUP if offload == "nvme" else 1_000_000_000,
+            "stage3_prefetch_bucket_size": zero3_buckets(h)[0] if h else (auto if hf else DS_DEFAULT_PREFETCH),
+            "stage3_param_persistence_threshold": 10 * h if h else (auto if hf else DS_DEFAULT_PERSISTENCE),
+            "sub_group_size": NVME_SUB_GROUP if offload == "nvme" else DS_SUB_GROUP,
             "stage3_max_live_parameters": 1_000_000_000, "stage3_max_reuse_distance": 1_000_000_000,
             "stage3_gather_16bit_weights_on_model_save": True})
-    if accelerate and offload != "none":
+    return zero
+
+
+def _offload(zero: dict, offload: str, params: bool, s: Shape) -> dict:
+    """The offload blocks (and the top-level aio block for NVMe) to add to the config."""
+    if offload == "cpu":
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if params:
+            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+        return {}
+    if offload != "nvme":
+        return {}
+    # Buffers must hold the largest parameter: at least DeepSpeed's 1e8 elements.
+    buffer = max(PARAM_BUFFER, s.largest_layer or 0)
+    zero["offload_optimizer"] = {"device": "nvme", "nvme_path": s.nvme_path, "pin_memory": True, "buffer_count": 4,
+                                 "fast_init": False}
+    if params:
+        zero["offload_param"] = {"device": "nvme", "nvme_path": s.nvme_path, "pin_memory": True, "buffer_count": 5,
+                                 "buffer_size": buffer, "max_in_cpu": 1_000_000_000}
+    return {"aio": dict(AIO)}
+
+
+def build(stage: int, offload: str = "none", shape: Shape | None = None, **kw) -> dict:
+    """A DeepSpeed config for this stage, offload and Shape (given, or as keywords: build(3, "cpu", hidden_size=64))."""
+    s = shape or Shape(**kw)
+    params = s.offload_params if s.offload_params is not None else (stage == 3 and offload != "none")
+    check(stage, offload, params, s.nvme_path, s.precision)
+    _check_optimizer(offload, s)
+    cfg = _top(s)
+    zero = _zero(stage, offload, s)
+    if s.accelerate and offload != "none":
         # True: accelerate swaps the script's torch Adam/AdamW/Adagrad for DeepSpeed's vectorised CPU version
         # (same update, "5X-7X faster than the standard PyTorch implementation": deepspeed.ai/tutorials/zero-offload).
         # False: the script's own optimizer runs on the CPU as written (needed for SGD, Adafactor, 8-bit:
-        # accelerate would silently turn those into Adam).
-        # --no-compile-ops keeps torch's AdamW too: DeepSpeedCPUAdam is a compiled op.
-        cfg["zero_force_ds_cpu_optimizer"] = ds_optimizer or (optimizer == "adamw" and not torch_adam)
-    if offload == "cpu":
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-        if offload_params:
-            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    elif offload == "nvme":
-        # Buffers must hold the largest parameter: at least DeepSpeed's 1e8 elements.
-        buffer = max(100_000_000, largest_layer or 0)
-        zero["offload_optimizer"] = {"device": "nvme", "nvme_path": nvme_path, "pin_memory": True, "buffer_count": 4,
-                                     "fast_init": False}
-        if offload_params:
-            zero["offload_param"] = {"device": "nvme", "nvme_path": nvme_path, "pin_memory": True, "buffer_count": 5,
-                                     "buffer_size": buffer, "max_in_cpu": 1_000_000_000}
-        cfg["aio"] = dict(AIO)
+        # accelerate would silently turn those into Adam). --no-compile-ops keeps torch's AdamW too.
+        cfg["zero_force_ds_cpu_optimizer"] = s.ds_optimizer or (s.optimizer == "adamw" and not s.torch_adam)
+    cfg.update(_offload(zero, offload, params, s))
     cfg["zero_optimization"] = zero
     cfg["steps_per_print"] = 2000
     cfg["wall_clock_breakdown"] = False

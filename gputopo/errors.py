@@ -2,8 +2,13 @@
 
 
 class GputopoError(Exception):
-    """Anything gputopo reports as `Error: <message>` without a traceback."""
+    """Anything gputopo reports as `Error: <message>` without a traceback; `details` are printed before it,
+    one per line (each blocking doctor check before "N blocking problems")."""
     exit_code = 1
+
+    def __init__(self, message: str = "", details: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.details = tuple(details)
 
 
 class BadInput(GputopoError):

@@ -47,3 +47,15 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def check_picture(path: str | None, force: bool, what: str = "--plot", suffixes=(".png", ".svg")) -> None:
+    """An output picture: a file name with a suffix matplotlib writes, checked like any output, and matplotlib."""
+    import importlib.util
+    if not path:
+        return
+    if path == "-" or not path.lower().endswith(suffixes):
+        raise BadInput(f"{what} {path}: give a {' or '.join(suffixes)} file name")
+    check_output(path, force, what)
+    if importlib.util.find_spec("matplotlib") is None:
+        raise BadInput(f"{what} needs matplotlib: pip install matplotlib")

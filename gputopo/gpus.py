@@ -115,7 +115,13 @@ def known(name: str) -> GpuModel:
     return found
 
 
-def ampere_or_newer(name: str | None) -> bool | None:
-    """bf16 support from a GPU name; None when the name is missing or not in the catalog."""
-    found = lookup(name)
-    return found.bf16 if found else None
+# Pre-Ampere names NVML may report that the catalog does not list (bf16 needs compute capability 8.0).
+PRE_AMPERE = r"V100|P100|P40|P4\b|T4\b|K80|M60|TITAN (RTX|V|Xp|X)|GTX|RTX 20\d\d|Quadro|Tesla [KMP]"
+
+
+def supports_bf16(name: str | None) -> bool | None:
+    """bf16 support (Ampere or newer): the catalog's entry, else pre-Ampere names by pattern; None when unnamed."""
+    if not name:
+        return None
+    found = lookup(str(name))
+    return found.bf16 if found else not re.search(PRE_AMPERE, str(name), re.I)

@@ -10,9 +10,25 @@ from __future__ import annotations
 import os
 import shlex
 
+from .errors import BadInput
+
 LAUNCHERS = ("torchrun", "deepspeed", "accelerate", "slurm")
 PORT = 29500
 FILES = {"accelerate": "accelerate_config.yaml", "deepspeed": "hostfile", "slurm": "train.sbatch"}
+
+
+def check_options(launcher: str | None, nodes: int, ds_optimizer: bool, master_addr: str | None, port: int) -> None:
+    """Refuse launch options that would change nothing for this launcher and layout."""
+    if ds_optimizer and launcher != "accelerate":
+        raise BadInput("--ds-optimizer is for --launcher accelerate: the other configs always carry DeepSpeed's optimizer")
+    if master_addr is not None:
+        if launcher is None or launcher == "slurm" or nodes < 2:
+            raise BadInput("--master-addr is for --launcher torchrun|deepspeed|accelerate with --nodes 2 or more"
+                           " (Slurm finds its head node itself)")
+        if not master_addr.strip() or any(c.isspace() or c in "$`'\"" for c in master_addr):
+            raise BadInput(f"--master-addr {master_addr!r}: a host name or IP address")
+    if port != PORT and (launcher is None or (launcher == "torchrun" and nodes == 1)):
+        raise BadInput("--master-port is for --launcher (one-node torchrun --standalone picks a free port itself)")
 
 
 def file_names(launcher: str | None, nodes: int) -> list[str]:
@@ -62,7 +78,8 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
             notes.append(f"edit {path['hostfile']}: one line per node, its ssh-reachable name and its GPU count"
                          + ("" if master else " (node1 is the head node)"))
     elif launcher == "accelerate":
-        files[path["accelerate_config.yaml"]] = accelerate_yaml(config, gpus=gpus, nodes=nodes, master=master,
+        # Absolute: accelerate reads the path relative to where it is launched, not to the YAML.
+        files[path["accelerate_config.yaml"]] = accelerate_yaml(os.path.abspath(config), gpus=gpus, nodes=nodes, master=master,
                                                                 port=port, stage=stage)
         cmd = f"accelerate launch --config_file {q(path['accelerate_config.yaml'])}"
         if nodes == 1:

@@ -31,6 +31,14 @@ HEADROOM = 0.9                       # fit within 90 %: the allocator fragments,
 BUFFER_FACTOR = 1.5                  # DeepSpeed's additional_buffer_factor for CPU memory
 NVME_SUB_GROUP = 10 ** 8             # the sub_group_size gputopo writes for NVMe offload (DeepSpeed's 1e9 OOMs CPUs)
 DS_SUB_GROUP = 10 ** 9               # DeepSpeed's default sub_group_size
+PARAM_BUFFER = 10 ** 8              # DeepSpeed's smallest NVMe parameter buffer (elements): max(1e8, largest layer)
+
+
+def zero3_buckets(hidden_size: int) -> tuple[int, int]:
+    """(prefetch, reduce) bucket elements at ZeRO-3: 0.9 h^2 and h^2, what the HF Trainer fills for "auto"
+    (transformers/integrations/deepspeed.py) and what gputopo writes; the plan counts them in 16-bit."""
+    h2 = hidden_size * hidden_size
+    return int(0.9 * h2), h2
 # Per-direction bandwidth assumed when the link's generation is unknown (GB/s).
 ASSUMED_GBPS = {"NV": 25.0, "PCIE": 15.75}
 
@@ -98,8 +106,7 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
     """(weights, gradients, optimizer) bytes per GPU, CPU bytes per node, NVMe bytes per node."""
     P, N, L = m.params, lay.gpus, m.largest_layer_params or 0
     K = OPTIMIZER_BYTES[t.optimizer]
-    mixed = t.precision != "fp32"
-    p16 = 2 if mixed else 4            # DeepSpeed's model copy: 16-bit in mixed precision
+    p16 = t.value_bytes                # DeepSpeed's model copy: 16-bit in mixed precision
     load_cpu = 4 * P * lay.gpus_per_node * BUFFER_FACTOR  # every rank loads fp32 weights on the host first
     if name in ("single", "ddp"):
         # Plain PyTorch AMP: fp32 weights and gradients (4 B each); autocast's 16-bit weight copies (seed 001's
@@ -131,18 +138,17 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
         # Swapped to NVMe: 16-bit params, fp32 master + moments, fp32 grads. The host keeps pinned swap buffers:
         # 5 parameter buffers of max(1e8, largest layer) and two optimizer sub-groups in flight, per rank.
         nvme = nvme_bytes(m, t, lay.nodes)
-        buffers = 5 * max(10 ** 8, L) * p16 + 2 * NVME_SUB_GROUP * (4 + K + 4)
+        buffers = 5 * max(PARAM_BUFFER, L) * p16 + 2 * NVME_SUB_GROUP * (4 + K + 4)
         return {"weights": gathered, "gradients": 0, "optimizer": 0}, int(buffers * lay.gpus_per_node), nvme
     raise BadInput(f"unknown strategy {name}")
 
 
 def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
     """NVMe space per node for ZeRO-3 NVMe offload: 16-bit params, fp32 master, moments and fp32 grads."""
-    p16 = 2 if t.precision != "fp32" else 4
-    return (p16 + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * m.params // nodes
+    return (t.value_bytes + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * m.params // nodes
 
 
-def _overhead(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
+def _overhead(name: str, m: ModelSpec) -> int:
     """CUDA context plus communication buffers."""
     h2 = m.hidden_size ** 2
     if name == "single":
@@ -152,11 +158,11 @@ def _overhead(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
         return CUDA_CONTEXT_BYTES + 4 * m.params
     if name.startswith("zero3"):
         # prefetch bucket 0.9 h^2 and reduce bucket h^2, 16-bit (the sizes the HF Trainer and gputopo write)
-        return CUDA_CONTEXT_BYTES + int(2 * (0.9 * h2 + h2))
+        return CUDA_CONTEXT_BYTES + 2 * sum(zero3_buckets(m.hidden_size))
     return CUDA_CONTEXT_BYTES + 2 * 2 * h2  # reduce and all-gather buckets of h^2, 16-bit
 
 
-def _comm(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
+def comm_bytes(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
     """Bytes each GPU sends per optimizer step (ring collectives: (n-1)/n of the buffer per pass).
 
     A reduce-scatter plus an all-gather move what one all-reduce moves: ZeRO-1/2 send DDP's volume in elements,
@@ -181,11 +187,6 @@ def _comm(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
     return int(3 * ring * p16 * P * t.grad_accum)
 
 
-def traffic(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
-    """Bytes each GPU sends per optimizer step with strategy `name` (see _comm)."""
-    return _comm(name, m, lay, t)
-
-
 def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
     """Every strategy for this model, layout and setup, with its memory, traffic and whether it fits."""
     if lay.gpus < 1:
@@ -200,10 +201,10 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         states, cpu, nvme = _model_states(name, m, lay, t)
         pk = memory.peak(m, t, t.attention, states["gradients"], plain_torch=name in ("single", "ddp"))
         per = {**states, "activations": pk["activations"], "temporaries": pk["temporaries"],
-               "overhead": _overhead(name, m, lay, t)}
+               "overhead": _overhead(name, m)}
         # The gradients are all alive only from the end of backward; the peak phase holds pk["gradients"].
         per["total"] = states["weights"] + states["optimizer"] + per["overhead"] + pk["bytes"]
-        comm = _comm(name, m, lay, t)
+        comm = comm_bytes(name, m, lay, t)
         st = Strategy(name, per, int(cpu), int(nvme), comm, round(comm / (gbps * 1e9), 4) if gbps and comm else
                       (0.0 if comm == 0 else None), peak=pk, nvidia_smi_bytes=per["total"] + ALLOCATOR_RESERVE_BYTES)
         if per["total"] > HEADROOM * lay.gpu_mem_bytes:
@@ -238,3 +239,21 @@ def link_bandwidth(link_type: str | None, gpu_model: str | None) -> tuple[float 
             return per * n, f"theoretical, {n} x {per:g} GB/s NVLink"
         return ASSUMED_GBPS["NV"] * n, f"assumed {ASSUMED_GBPS['NV']:g} GB/s per NVLink (GPU model unknown)"
     return ASSUMED_GBPS["PCIE"], "assumed PCIe gen3 x16 (generation unknown)"
+
+
+def layout_from_topology(topo, names: list[str], gpu_mem: int | None, **rest) -> Layout:
+    """The layout of the selected GPUs of a (live or pasted) topology; --gpu-mem fills what a paste lacks."""
+    gpus = [topo.gpu(n) for n in names]
+    mems = [g.memory_total_bytes for g in gpus if g.memory_total_bytes]
+    mem = gpu_mem or (min(mems) if mems else None)
+    if mem is None:
+        raise BadInput("GPU memory unknown from this topology: give --gpu-mem (e.g. 24GiB)")
+    weakest = topo.weakest(names)
+    model = next((g.model for g in gpus if g.model), None)
+    gbps, basis = (None, "unknown")
+    if weakest is not None:
+        gbps, basis = topo.bandwidth_gbps(weakest)
+        if gbps is None:
+            gbps, basis = link_bandwidth(weakest.type, model)
+    return Layout(gpus_per_node=len(names), gpu_mem_bytes=mem, gpu_model=model,
+                  link_type=weakest.type if weakest else None, link_gbps=gbps, link_basis=basis, **rest)

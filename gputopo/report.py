@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import advise, health, plan as planning
-from .errors import BadInput, TooFewGpus
+from .errors import BadInput, NvmlUnavailable, TooFewGpus
 from .topology import Topology, kind_of, rank
 
 SCHEMA_VERSION = 1
@@ -59,7 +59,7 @@ def inspect(topo: Topology | None, *, gpu_ids: tuple | None = None, best: int | 
                        "command": "CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="
                                   + ",".join(str(topo.gpu(n).index) for n in chosen)}
     out["findings"] = [f.to_dict() for f in health.check(topo, names, env or {})]
-    out["recommendation"] = planned["recommendation"] if planned else advise.recommend(topo, names).to_dict()
+    out["recommendation"] = planned["recommendation"] if planned else advise.interconnect(topo, names).to_dict()
     out["plan"] = planned
     if len(names) < 2:
         out["links_note"] = _one_gpu(topo, names[0], out["recommendation"], planned is not None)
@@ -90,24 +90,6 @@ def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
     return sorted(((t, pairs, l) for t, (pairs, l) in groups.items()), key=lambda x: rank(x[2]["type"]))
 
 
-def layout_from_topology(topo: Topology, names: list[str], gpu_mem: int | None, **rest) -> planning.Layout:
-    """The layout of the selected GPUs of a (live or pasted) topology; --gpu-mem fills what a paste lacks."""
-    gpus = [topo.gpu(n) for n in names]
-    mems = [g.memory_total_bytes for g in gpus if g.memory_total_bytes]
-    mem = gpu_mem or (min(mems) if mems else None)
-    if mem is None:
-        raise BadInput("GPU memory unknown from this topology: give --gpu-mem (e.g. 24GiB)")
-    weakest = topo.weakest(names)
-    model = next((g.model for g in gpus if g.model), None)
-    gbps, basis = (None, "unknown")
-    if weakest is not None:
-        gbps, basis = topo.bandwidth_gbps(weakest)
-        if gbps is None:
-            gbps, basis = planning.link_bandwidth(weakest.type, model)
-    return planning.Layout(gpus_per_node=len(names), gpu_mem_bytes=mem, gpu_model=model,
-                           link_type=weakest.type if weakest else None, link_gbps=gbps, link_basis=basis, **rest)
-
-
 def plan(model, layout: planning.Layout, training: planning.Training, global_batch: int | None = None,
          notes: tuple[str, ...] = ()) -> dict:
     """The `plan` report: every strategy's memory and traffic, and the recommendation.
@@ -119,3 +101,29 @@ def plan(model, layout: planning.Layout, training: planning.Training, global_bat
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
             "training": training.to_dict(), "strategies": [s.to_dict() for s in strategies],
             "recommendation": advice.to_dict(), "notes": list(notes)}
+
+
+def plan_for(req) -> dict:
+    """The `plan` report for a resolved gputopo.request.Request."""
+    return plan(req.model, req.layout, req.training, req.global_batch, req.notes)
+
+
+def inspect_report(inputs, *, gpu_ids=None, best=None, options: dict | None = None, gpu_mem=None, gpu_model=None,
+                   need_topology: str | None = None) -> dict:
+    """inspect's whole answer for gputopo.sources.Inputs: the report, the plan with --model, and on this machine
+    (not a paste) its blocking host problems. need_topology names the option that cannot do without one."""
+    from . import doctor, probe, request
+    topo, options = inputs.topology, options or {}
+    if topo is None and need_topology:
+        raise NvmlUnavailable(f"{need_topology} needs a topology and no GPU is visible ({inputs.status}); give"
+                              " --from-file or --example")
+    planned = None
+    if topo is not None and (options.get("model") or options.get("params")):
+        req = request.from_options({**options, "gpu_mem": gpu_mem, "gpu_model": gpu_model}, topology=topo,
+                                   selected=select(topo, gpu_ids))
+        planned = plan_for(req)
+    data = inspect(topo, gpu_ids=gpu_ids, best=best, env=probe.environment(), host=probe.host(),
+                   status=inputs.status, sources=inputs.sources, planned=planned)
+    if not inputs.sources:  # this machine: its blocking host problems, briefly (`gputopo doctor` for all)
+        data["host_checks"] = doctor.blocking(doctor.run(topo_fn=doctor.known_topology(topo, inputs.status or "")))
+    return data

@@ -7,25 +7,73 @@ checked here is how they relate:
 - bf16 needs an Ampere or newer GPU;
 - --global-batch = micro-batch x accumulation x GPUs per node x nodes, exactly;
 - --example and --from-file exclude each other;
-- an explicit --cpu-mem / --nvme-free wins over what is measured on this machine (with a note when the
-  --nvme-path folder measured here disagrees).
+- an explicit --cpu-mem / --nvme-free wins over what is measured on this machine (gputopo.nvme owns the folder);
+- --seq-len fits the model's positions; --gpu-mem agrees with --gpu-model, or gets a note.
+Options arrive in three groups (what model, how it trains, on what hardware), as the CLI's option groups.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from . import gpus as catalog
+from . import nvme
 from .errors import BadInput, NvmlUnavailable
 from .models import ModelSpec
-from .plan import Layout, Training, link_bandwidth
-from .topology import rank
+from .plan import Layout, Training, layout_from_topology, link_bandwidth
+from .topology import link_type
 from .units import gib
 
 DEFAULT_SEQ_CAP = 1024      # --seq-len default: the model's context, at most this
-DISAGREE = 0.10             # a measured folder "disagrees" with --nvme-free beyond 10 %
+MEM_AGREES = 0.10           # --gpu-mem within 10 % of the catalog's size for --gpu-model agrees with it
+
+
+@dataclass(frozen=True)
+class ModelAsk:
+    """Which model: --model NAME|PATH, or --params with its shape."""
+    model: str | None = None
+    params: str | None = None
+    hidden_size: int | None = None
+    layers: int | None = None
+    vocab_size: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainingAsk:
+    """How it trains, as the options give it (None: the default)."""
+    precision: str | None = None
+    optimizer: str = "adamw"
+    batch_size: int = 4
+    seq_len: int | None = None
+    grad_accum: int | None = None
+    global_batch: int | None = None
+    grad_checkpointing: bool = False
+    attention: str | None = None
+    flash_attention: bool = False
+    offload_params: bool | None = None
+
+
+@dataclass(frozen=True)
+class HardwareAsk:
+    """On what: the GPUs per node (or this machine's) and each node's host."""
+    gpus: int | None = None
+    gpu_mem: int | None = None
+    gpu_model: object = None  # a gpus.GpuModel or a name
+    link: str | None = None
+    nodes: int = 1
+    inter_node_gbps: float = 12.5
+    cpu_mem: int | None = None
+    nvme_path: str | None = None
+    nvme_free: int | None = None
+
+
+def split(options: dict) -> tuple[ModelAsk, TrainingAsk, HardwareAsk]:
+    """The CLI's options (by click name) as the three groups; an option no group knows is a programming error."""
+    groups = (ModelAsk, TrainingAsk, HardwareAsk)
+    known = {f.name: g for g in groups for f in fields(g)}
+    unknown = set(options) - set(known)
+    if unknown:
+        raise TypeError(f"options no request group knows: {', '.join(sorted(unknown))}")
+    return tuple(g(**{k: v for k, v in options.items() if known[k] is g and v is not None}) for g in groups)
 
 
 @dataclass(frozen=True)
@@ -65,8 +113,7 @@ def precision(chosen: str | None, gpu_model: str | None, device: str = "cuda") -
     """(precision, note): the user's choice checked against the GPU, else the default for it.
 
     bf16 needs Ampere or newer (compute capability 8.0); older GPUs train in fp16, the CPU twin in fp32."""
-    from .advise import is_ampere_or_newer
-    amp = is_ampere_or_newer(str(gpu_model)) if gpu_model else None
+    amp = catalog.supports_bf16(str(gpu_model)) if gpu_model else None
     if chosen == "bf16" and amp is False:
         raise BadInput(f"--precision bf16 needs an Ampere or newer GPU; {gpu_model} is older: use --precision fp16")
     if chosen:
@@ -104,32 +151,6 @@ def exclusive(**given) -> None:
         raise BadInput(f"{' and '.join(names)} exclude each other: give one")
 
 
-def default_nvme_dir() -> str:
-    """Where NVMe offload goes without --nvme-path: the folder deepspeed-config would write into (the NVMe mount
-    with the most free space, see gputopo.system.pick_offload_dir), else the temp dir."""
-    from . import system
-    picked = system.default_offload_dir()
-    return picked[0] if picked else tempfile.gettempdir()
-
-
-def _nvme_free(nvme_free: int | None, nvme_path: str | None, notes: dict) -> int:
-    """--nvme-free wins; else the free space measured at --nvme-path (default: default_nvme_dir())."""
-    folder = nvme_path or (default_nvme_dir() if nvme_free is None else None)
-    if nvme_path and not os.path.isdir(nvme_path):
-        raise BadInput(f"--nvme-path {nvme_path}: not an existing directory")
-    if nvme_free is not None:
-        if nvme_path:
-            measured = shutil.disk_usage(nvme_path).free
-            if abs(measured - nvme_free) > DISAGREE * nvme_free:
-                notes["nvme_disagrees"] = (f"--nvme-free {gib(nvme_free)} is used; {nvme_path} has {gib(measured)}"
-                                           " free on this machine (plan for the machine you train on)")
-        return nvme_free
-    free = shutil.disk_usage(folder).free
-    notes["nvme_free"] = (f"NVMe free: {gib(free)} measured at {folder}"
-                          + ("" if nvme_path else " (--nvme-path/--nvme-free to change)"))
-    return free
-
-
 def _live(gpus: int | None):
     """This machine's topology and the first --gpus of its GPUs, or (None, reason)."""
     from . import probe
@@ -151,35 +172,66 @@ def _catalog_mem(gpu_model: catalog.GpuModel | None, notes: dict, why: str) -> i
     return gpu_model.memory_bytes
 
 
-def _layout(gpus, gpu_mem, gpu_model, link, nodes, inter_node_gbps, host: dict, topology, selected,
-            notes: dict) -> Layout:
+def _mem_note(gpu_mem: int, gpu_model: catalog.GpuModel, notes: dict) -> None:
+    """--gpu-mem that matches no size --gpu-model is sold in: used as given, with a note (a MIG slice, a typo)."""
+    sizes = [gpu_model.memory_bytes] if gpu_model.memory_bytes else [v * 2 ** 30 for v in gpu_model.variants]
+    if all(abs(gpu_mem - s) > MEM_AGREES * s for s in sizes):
+        sold = " or ".join(f"{v}GB" for v in gpu_model.variants)
+        notes["gpu_mem_model"] = (f"--gpu-mem {gib(gpu_mem)} is used, but {gpu_model.key} is sold as {sold}:"
+                                  " check --gpu-model (a MIG slice or a smaller card?)")
+
+
+def _given_gpus(hw: HardwareAsk, gm: catalog.GpuModel | None, host_facts: dict, notes: dict) -> Layout:
+    """--gpus with --gpu-mem and/or --gpu-model: GPUs described, not probed."""
+    mem = hw.gpu_mem if hw.gpu_mem is not None else _catalog_mem(gm, notes, "--gpu-model")
+    if mem is None:
+        raise BadInput(f"--gpu-model {gm}: {gm.key} is sold as {' or '.join(f'{s}GB' for s in gm.variants)}: name one"
+                       f" (e.g. --gpu-model {gm.key}-{gm.variants[-1]}GB) or give --gpu-mem")
+    if gm is not None and hw.gpu_mem is not None:
+        _mem_note(hw.gpu_mem, gm, notes)
+    name = str(gm) if gm else None
+    link = _link(hw.link)
+    gbps, basis = link_bandwidth(link, name) if link else (None, "unknown")
+    return Layout(gpus_per_node=hw.gpus, gpu_mem_bytes=mem, gpu_model=name, link_type=link, link_gbps=gbps,
+                  link_basis=basis, **host_facts)
+
+
+def _link(text: str | None) -> str | None:
+    try:
+        return link_type(text) if text else None
+    except ValueError as e:
+        raise BadInput(f"--link {e}") from None
+
+
+def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) -> Layout:
     """The GPUs planned for: a given topology, else --gpus with --gpu-mem/--gpu-model, else this machine."""
-    from .report import layout_from_topology
-    if link and rank(link) == (-1, 0):
-        raise BadInput(f"--link {link}: not a link type of nvidia-smi (NV#, PIX, PXB, PHB, NODE, SYS)")
-    host_facts = dict(nodes=nodes, inter_node_gbps=inter_node_gbps, **host)
-    if topology is None and gpus is not None and (gpu_mem is not None or gpu_model is not None):
-        mem = gpu_mem if gpu_mem is not None else _catalog_mem(gpu_model, notes, "--gpu-model")
-        if mem is None:
-            raise BadInput(f"--gpu-model {gpu_model}: {gpu_model.key} is sold as"
-                           f" {' or '.join(f'{s}GB' for s in gpu_model.variants)}: name one"
-                           f" (e.g. --gpu-model {gpu_model.key}-{gpu_model.variants[-1]}GB) or give --gpu-mem")
-        name = str(gpu_model) if gpu_model else None
-        gbps, basis = link_bandwidth(link, name) if link else (None, "unknown")
-        return Layout(gpus_per_node=gpus, gpu_mem_bytes=mem, gpu_model=name, link_type=link, link_gbps=gbps,
-                      link_basis=basis, **host_facts)
+    host_facts = dict(nodes=hw.nodes, inter_node_gbps=hw.inter_node_gbps, **host)
+    if topology is None and hw.gpus is not None and (hw.gpu_mem is not None or gm is not None):
+        return _given_gpus(hw, gm, host_facts, notes)
     if topology is None:
-        topology, selected, reason = _live(gpus)
+        topology, selected, reason = _live(hw.gpus)
         if topology is None:
             raise BadInput(f"no GPU visible here ({reason}): give --gpus N and --gpu-mem SIZE (or --gpu-model)")
-    if link:
+    if hw.link:
         raise BadInput("--link describes GPUs given by --gpus and --gpu-mem; this topology has its own links")
-    mem = gpu_mem
+    mem = hw.gpu_mem
     if mem is None and not any(topology.gpu(n).memory_total_bytes for n in selected):
         # A paste rarely says how much memory: the GPU model (the paste's, else --gpu-model) does.
         named = next((topology.gpu(n).model for n in selected if topology.gpu(n).model), None)
-        mem = _catalog_mem(catalog.lookup(named) if named else gpu_model, notes, "the GPU model")
+        mem = _catalog_mem(catalog.lookup(named) if named else gm, notes, "the GPU model")
     return layout_from_topology(topology, selected, mem, **host_facts)
+
+
+def _host(hw: HardwareAsk, notes: dict) -> dict:
+    """Each node's CPU RAM and NVMe free space: given, else measured here (gputopo.nvme owns the folder)."""
+    from . import probe
+    cpu = hw.cpu_mem
+    if cpu is None:
+        cpu = probe.host()["ram_total_bytes"]
+        notes["cpu_mem"] = f"CPU RAM: {gib(cpu)} per node, this machine's (--cpu-mem to change)"
+    free, nvme_notes = nvme.free_space(hw.nvme_path, hw.nvme_free)
+    notes.update(nvme_notes)
+    return {"cpu_mem_bytes": cpu, "nvme_free_bytes": free}
 
 
 def _attention(spec: ModelSpec | None, attention: str | None, flash: bool, notes: dict) -> str:
@@ -202,69 +254,78 @@ def _attention(spec: ModelSpec | None, attention: str | None, flash: bool, notes
     return attention
 
 
-def resolve(*, model=None, params=None, hidden_size=None, layers=None, vocab_size=None, gpus=None, gpu_mem=None,
-            gpu_model=None, link=None, nodes=1, inter_node_gbps=12.5, precision_=None, optimizer="adamw",
-            batch_size=4, seq_len=None, grad_accum=None, global_batch=None, grad_checkpointing=False,
-            attention=None, flash_attention=False, offload_params=None, cpu_mem=None, nvme_path=None, nvme_free=None,
-            need_model=True, need_layout=True, topology=None, selected=None, **unknown) -> Request:
-    """Every shared option (by its click name) -> a Request with every default filled and every rule checked.
+def _seq_len(spec: ModelSpec | None, seq_len: int | None, notes: dict) -> int:
+    """--seq-len, else the model's context capped at DEFAULT_SEQ_CAP; beyond a learned position table refused."""
+    if spec is None:
+        return seq_len or DEFAULT_SEQ_CAP
+    if seq_len is None:
+        seq = min(spec.max_positions or 512, DEFAULT_SEQ_CAP)  # 512: T5's relative positions were trained on it
+        notes["seq_len"] = f"sequence length {seq}: the model's context, at most {DEFAULT_SEQ_CAP} (--seq-len to change)"
+        return seq
+    if not spec.max_positions or seq_len <= spec.max_positions:
+        return seq_len
+    if not spec.rotary:
+        raise BadInput(f"--seq-len {seq_len}: {spec.name} has {spec.max_positions} learned positions; a longer"
+                       " sequence has no position embedding (index error in training)")
+    notes["seq_len_rotary"] = (f"--seq-len {seq_len} is beyond {spec.name}'s {spec.max_positions} trained"
+                               " positions: rotary positions run, but quality needs RoPE scaling or fine-tuning")
+    return seq_len
+
+
+def _per_node(hw: HardwareAsk, topology, selected, global_batch, notes: dict) -> tuple[int, bool, object, list]:
+    """GPUs per node without a layout (deepspeed-config): --gpus, else this machine's, else 1 (assumed)."""
+    if hw.gpus is not None:
+        return hw.gpus, False, topology, selected
+    if topology is None:
+        topology, selected, _ = _live(None)
+    if topology is None:
+        if global_batch is not None:
+            raise BadInput(f"--global-batch {global_batch} needs --gpus N (no GPU visible here to count)")
+        return 1, True, None, []
+    notes["gpus"] = f"GPUs per node: {len(selected)} (this machine's; --gpus to change)"
+    return len(selected), False, topology, selected
+
+
+def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
+            hardware: HardwareAsk = HardwareAsk(), *, need_model: bool = True, need_layout: bool = True,
+            topology=None, selected=None) -> Request:
+    """The three option groups -> a Request with every default filled and every rule checked.
 
     topology/selected: a pasted or bundled topology to plan on (inspect); else --gpus/--gpu-mem/--gpu-model
     describe the GPUs, else this machine's are probed. need_layout=False (deepspeed-config without --auto)
-    needs only the number of GPUs."""
-    if unknown:
-        raise TypeError(f"resolve() got options it does not know: {', '.join(unknown)}")
-    from . import models, probe
-    exclusive(model=model, params=params)
-    if model and (hidden_size or layers or vocab_size):
+    needs only the number of GPUs; its notes then leave out what only the plan reads."""
+    from . import models
+    m, t, hw = model, training, hardware
+    exclusive(model=m.model, params=m.params)
+    if m.model and (m.hidden_size or m.layers or m.vocab_size):
         raise BadInput("--hidden-size, --layers and --vocab-size describe a --params model; --model brings its own")
     notes: dict = {}
-    spec = None
-    if need_model or model or params:
-        spec = models.resolve(model, params, hidden_size, layers, vocab_size)
-    gm = gpu_model_of(gpu_model)
-    micro = batch_size or 4
-    layout = None
-    assumed = False
-    if need_layout:
-        cpu = cpu_mem
-        if cpu is None:
-            cpu = probe.host()["ram_total_bytes"]
-            notes["cpu_mem"] = f"CPU RAM: {gib(cpu)} per node, this machine's (--cpu-mem to change)"
-        nvme = _nvme_free(nvme_free, nvme_path, notes)
-        layout = _layout(gpus, gpu_mem, gm, link, nodes, inter_node_gbps,
-                         {"cpu_mem_bytes": cpu, "nvme_free_bytes": nvme}, topology, selected, notes)
-        per_node = layout.gpus_per_node
-        model_name = layout.gpu_model
+    gm = gpu_model_of(hw.gpu_model)
+    layout, assumed = None, False
+    if need_layout:  # before the model: a missing --gpus/--gpu-mem is refused before transformers loads
+        layout = _layout(hw, gm, _host(hw, notes), topology, selected, notes)
+        per_node, gpu_name = layout.gpus_per_node, layout.gpu_model
     else:
-        per_node = gpus
-        if per_node is None:
-            if topology is None:
-                topology, selected, _ = _live(None)
-            per_node = len(selected) if topology is not None else 1
-            assumed = topology is None
-            if assumed and global_batch is not None:
-                raise BadInput(f"--global-batch {global_batch} needs --gpus N (no GPU visible here to count)")
-            if not assumed:
-                notes["gpus"] = f"GPUs per node: {per_node} (this machine's; --gpus to change)"
-        model_name = str(gm) if gm else None
-        if model_name is None and topology is not None:
-            model_name = next((topology.gpu(n).model for n in selected if topology.gpu(n).model), None)
-    chosen, note = precision(precision_, model_name)
+        per_node, assumed, topology, selected = _per_node(hw, topology, selected, t.global_batch, notes)
+        gpu_name = str(gm) if gm else next((topology.gpu(n).model for n in selected if topology.gpu(n).model), None) \
+            if topology is not None else None
+    spec = models.resolve(m.model, m.params, m.hidden_size, m.layers, m.vocab_size) \
+        if need_model or m.model or m.params else None
+    chosen, note = precision(t.precision, gpu_name)
     if note:
         notes["precision"] = note
-    if spec is not None and seq_len is None:
-        seq = min(spec.max_positions or 512, DEFAULT_SEQ_CAP)
-        if need_layout:  # the sequence length matters only to the memory plan
-            notes["seq_len"] = (f"sequence length {seq}: the model's context, at most {DEFAULT_SEQ_CAP}"
-                                " (--seq-len to change)")
-    else:
-        seq = seq_len or DEFAULT_SEQ_CAP
-    accum = accumulation(micro, grad_accum, global_batch, per_node * nodes)
-    training = Training(precision=chosen, optimizer=optimizer, batch_size=micro, seq_len=seq,
-                        grad_checkpointing=grad_checkpointing, grad_accum=accum,
-                        attention=_attention(spec, attention, flash_attention, notes),
-                        offload_params=offload_params is not False)
-    remarks = tuple(notes.pop(k) for k in [k for k in notes if k == "nvme_disagrees"])
-    return Request(spec, layout, training, per_node, nodes, global_batch, notes, remarks,
-                   gpus_assumed=need_layout is False and gpus is None and assumed)
+    plan_notes: dict = {}  # what only the memory plan reads: said only when a plan is made
+    training_ = Training(precision=chosen, optimizer=t.optimizer, batch_size=t.batch_size,
+                         seq_len=_seq_len(spec, t.seq_len, plan_notes), grad_checkpointing=t.grad_checkpointing,
+                         grad_accum=accumulation(t.batch_size, t.grad_accum, t.global_batch, per_node * hw.nodes),
+                         attention=_attention(spec, t.attention, t.flash_attention, plan_notes),
+                         offload_params=t.offload_params is not False)
+    notes.update(plan_notes if need_layout else {})
+    remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
+                                                                     "seq_len_rotary")])
+    return Request(spec, layout, training_, per_node, hw.nodes, t.global_batch, notes, remarks, gpus_assumed=assumed)
+
+
+def from_options(options: dict, **how) -> Request:
+    """resolve() for the CLI's options by click name (see split)."""
+    return resolve(*split(options), **how)

@@ -55,6 +55,21 @@ def rank(link_type: str) -> tuple[int, int]:
     return (PCIE_KINDS.index(kind), 0) if kind in PCIE_KINDS else (-1, 0)
 
 
+# No GPU has more than 18 NVLinks (H100 and B200 SXM: https://www.nvidia.com/en-us/data-center/nvlink/).
+MAX_NVLINKS = 18
+
+
+def link_type(text: str) -> str:
+    """A link type as a user writes it ('nv12', 'SOC') -> as nvidia-smi prints it; ValueError if no GPU has it."""
+    t = ALIASES.get(str(text).strip().upper(), str(text).strip().upper())
+    n = nvlink_count(t)
+    if n is not None and not 1 <= n <= MAX_NVLINKS:
+        raise ValueError(f"{text}: no GPU has {n} NVLinks (NV1 to NV{MAX_NVLINKS})")
+    if rank(t) == (-1, 0):
+        raise ValueError(f"{text}: not a link type of nvidia-smi (NV#, PIX, PXB, PHB, NODE, SYS)")
+    return t
+
+
 def explain(link_type: str | None) -> str:
     if link_type is None:
         return "unknown: no `nvidia-smi topo -m` was given"

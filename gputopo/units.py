@@ -19,6 +19,8 @@ def parse_size(text: str) -> int:
     m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(?:([KMGTP])(?:i?B)?|(B))?\s*", str(text), re.I)
     if not m:
         raise ValueError(f"{text}: expected a positive size like 24GB, 80GiB or 16000MiB ({UNIT_RULE})")
+    if re.search(r"[0-9A-Za-z]b\s*$", str(text)):  # 200Gb/s is bits everywhere in gputopo; a size is bytes
+        raise ValueError(f"{text}: a lowercase b is bits; sizes are bytes: {m.group(1)}{(m.group(2) or '').upper()}B")
     value = float(m.group(1))
     unit = (m.group(2) or m.group(3) or "").upper()
     if value <= 0:

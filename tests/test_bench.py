@@ -237,9 +237,9 @@ def test_two_gpus_pass_the_gate(fake_nvml, monkeypatch, tmp_path):
     fake_nvml(fm.rtx3090_pair())
     seen = []
     monkeypatch.setattr(bench, "run", lambda o, link, save, progress: seen.append((o, link)) or {})
-    monkeypatch.setattr("gputopo.cli.emit", lambda *a, **k: None)
+    monkeypatch.setattr("gputopo.commands.bench_nvlink.emit", lambda *a, **k: None)
     # doctor's pre-flight rightly blocks fake GPUs with a CPU build of torch; the gate before it is what is tested
-    monkeypatch.setattr("gputopo.cli._preflight", lambda *a, **k: {"counts": {"warn": 0}})
+    monkeypatch.setattr("gputopo.doctor.preflight", lambda *a, **k: {"counts": {"warn": 0}})
     r = invoke("--model", "gpt2", "--dataset", "synthetic")
     assert r.exit_code == 0, r.output
     o, link = seen[0]

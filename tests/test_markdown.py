@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from conftest import FIXTURES
 from gputopo import markdown, parse
-from gputopo.cli import _examples, cli
+from gputopo.cli import cli
+from gputopo.sources import examples as _examples
 
 TOPO = FIXTURES / "topo"
 EXAMPLES = sorted(k for k in _examples() if not k.startswith("_"))

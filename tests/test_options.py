@@ -36,11 +36,20 @@ def one_line_usage_error(r, text):
 # --- sizes: binary units as GPUs are sold and printed -----------------------------------------------------------
 
 @pytest.mark.parametrize("text,expected", [
-    ("80GB", 80 * GIB), ("80G", 80 * GIB), ("80GiB", 80 * GIB), ("80 gb", 80 * GIB), ("16000MiB", 16000 * MIB),
+    ("80GB", 80 * GIB), ("80G", 80 * GIB), ("80GiB", 80 * GIB), ("80 GB", 80 * GIB), ("16000MiB", 16000 * MIB),
     ("16000MB", 16000 * MIB), ("1.5TB", int(1.5 * 2 ** 40)), ("512K", 512 * 1024), ("4096B", 4096),
 ])
 def test_sizes_are_binary(text, expected):
     assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["24Gb", "80 gb", "16000Mib", "100b"])
+def test_a_lowercase_b_is_bits_so_a_size_refuses_it(text):
+    """Issue 18: `--gpu-mem 24Gb` was 24 GiB while `200Gb/s` is bits; a lowercase b now means bits everywhere."""
+    with pytest.raises(ValueError, match="a lowercase b is bits; sizes are bytes"):
+        parse_size(text)
+    r = run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", text)
+    assert r.exit_code == 2 and r.stderr.startswith(f"Error: --gpu-mem {text}: a lowercase b is bits")
 
 
 @pytest.mark.parametrize("text,msg", [("24", "give a unit, e.g. 24GB"), ("-3GB", "positive"), ("0GB", "positive"),

@@ -234,5 +234,5 @@ def test_parse_bytes():
 
 
 def test_cli_optimizer_choices_match_the_arithmetic():
-    from gputopo import cli
-    assert set(cli.OPTIMIZERS) == set(plan.OPTIMIZER_BYTES)
+    from gputopo import options
+    assert set(options.OPTIMIZERS) == set(plan.OPTIMIZER_BYTES)

@@ -5,7 +5,8 @@ import itertools
 import pytest
 from click.testing import CliRunner
 
-from gputopo.cli import _examples, cli
+from gputopo.cli import cli
+from gputopo.sources import examples as _examples
 
 EXAMPLES = sorted(k for k in _examples() if not k.startswith("_"))
 pytest.importorskip("matplotlib", reason="--plot needs matplotlib")

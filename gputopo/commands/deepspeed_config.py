@@ -1,0 +1,83 @@
+"""`gputopo deepspeed-config`: a DeepSpeed config DeepSpeed accepts, and its launch."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..options import gpu_options, host_options, json_option, model_options, training_options, typed
+from .common import notes
+
+
+def _show(result, output: str | None) -> None:
+    """Text output: the config on stdout (or "wrote"), notes on stderr, then the launch."""
+    if output:
+        click.echo(f"wrote {', '.join(result.files)}", err=True)
+    else:
+        click.echo(result.text, nl=False)
+    notes(result.warnings)
+    if not result.launch:
+        return
+    out = sys.stdout if output else sys.stderr  # stdout holds the config when it is printed
+    if not output:
+        for name, content in result.launch["files"].items():
+            click.echo(f"--- {name}\n{content}", file=out, nl=not content.endswith("\n"))
+    for r in result.launch["run"]:
+        click.echo(f"# on {r['where']}:\n{r['command']}", file=out)
+    for n in result.launch["notes"]:
+        click.echo(f"# {n}", file=out)
+    click.echo("# the training script needs:", file=out)
+    for line in result.launch["script_needs"]:
+        click.echo(f"#   {line}", file=out)
+
+
+@click.command("deepspeed-config")
+@click.option("--stage", type=int, help="ZeRO stage 0-3 (or --auto).")
+@click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True,
+              help="Where ZeRO keeps optimizer states (and at stage 3 parameters) off the GPU.")
+@click.option("--auto", "auto_", is_flag=True, help="Take stage and offload from `gputopo plan` for --model.")
+@click.option("--hf/--no-hf", default=True, show_default=True,
+              help="'auto' where the HF Trainer fills values (--hf), or concrete values for deepspeed.initialize.")
+@click.option("-o", "--output", metavar="PATH", help="Write the config here ('-' or none: stdout).")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option("--launcher", type=click.Choice(["torchrun", "deepspeed", "accelerate", "slurm"]),
+              help="Also print the matching launch command and files.")
+@click.option("--script", default="train.py", show_default=True, help="Training script for --launcher.")
+@click.option("--ds-optimizer", is_flag=True,
+              help="With --launcher accelerate: DeepSpeed's AdamW and WarmupDecayLR in the config (the script uses"
+                   " accelerate's DummyOptim/DummyScheduler) instead of the script's own.")
+@click.option("--master-addr", metavar="HOST", help="Head node's address for --nodes > 1, written into the launch"
+              " files [default: the printed commands read $MASTER_ADDR].")
+@click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True,
+              help="Rendezvous port on the head node for --launcher.")
+@click.option("--check", is_flag=True,
+              help="Run `gputopo doctor` on this config before writing it: refuse (exit 1) if its ops cannot build here.")
+@click.option("--no-compile-ops", is_flag=True,
+              help='Adam/AdamW through torch ("torch_adam": true): no FusedAdam/CPUAdam to compile (slower step).')
+@model_options
+@training_options
+@gpu_options
+@host_options
+@json_option
+@click.pass_context
+def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, ds_optimizer, master_addr,
+                     master_port, check, no_compile_ops, as_json, **options):
+    """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
+    from .. import configure, files, launch, render, request
+    output = None if output == "-" else output  # -o -: stdout, as with no -o
+    files.check_output(output, force)
+    for name in launch.file_names(launcher, options["nodes"]) if output else []:
+        files.check_output(os.path.join(os.path.dirname(output), name), force, what="launcher file")
+    ask = configure.Ask(stage=stage, offload=offload, auto=auto_, hf=hf, output=output, launcher=launcher,
+                        script=script, ds_optimizer=ds_optimizer, master_addr=master_addr, master_port=master_port,
+                        check=check, torch_adam=no_compile_ops, nvme_path=options.get("nvme_path"),
+                        nvme_free=options.get("nvme_free"), given=typed(ctx))
+    configure.check_options(ask, options["nodes"], bool(options.get("model") or options.get("params")))
+    result = configure.generate(ask, request.from_options(options, need_model=auto_, need_layout=auto_))
+    for path, content in result.files.items():
+        files.write_atomic(path, content)
+    if as_json:
+        click.echo(render.to_json(result.to_dict()))
+    else:
+        _show(result, output)

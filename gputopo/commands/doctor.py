@@ -1,0 +1,25 @@
+"""`gputopo doctor`: host and install traps that break multi-GPU runs."""
+from __future__ import annotations
+
+import click
+
+from ..options import json_option
+from .common import emit
+
+
+@click.command()
+@click.option("--config", "config_path", metavar="DS.json",
+              help="Also check what this DeepSpeed config needs: its compiled ops, NVMe folder, locked memory.")
+@click.option("--nvme-path", metavar="DIR",
+              help="Also check this folder for NVMe offload: writable, on NVMe or not, free space.")
+@json_option
+@click.pass_context
+def doctor(ctx, config_path, nvme_path, as_json):
+    """Host and install traps that break multi-GPU runs, worst first; exit 1 if one will."""
+    from .. import doctor as doctoring, nvme, render
+    cfg = doctoring.read_config(config_path) if config_path else None
+    if nvme_path:
+        nvme.given(nvme_path)  # refused in the words plan and deepspeed-config use for the same path
+    data = doctoring.run(cfg, config_path=config_path, nvme_path=nvme_path)
+    emit(data, render.doctor, as_json)
+    ctx.exit(data["exit_code"])

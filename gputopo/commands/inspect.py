@@ -1,0 +1,73 @@
+"""`gputopo inspect`: the GPUs, their links explained, health findings and a strategy."""
+from __future__ import annotations
+
+import click
+
+from ..errors import BadInput
+from ..options import (COUNT, GPU_IDS, GPU_MODEL, PLAN_INPUTS, SIZE, given, host_options, json_option,
+                       model_options, training_options)
+from .common import emit, exit_if_nothing_fits
+
+
+def _check(ctx, options: dict, markdown: bool, plot: str | None, force: bool, as_json: bool, example) -> None:
+    """Refuse, before any work, flags that exclude each other or would change nothing."""
+    from .. import files
+    if not (options.get("model") or options.get("params")):
+        plan_only = given(ctx, PLAN_INPUTS)
+        if plan_only:
+            raise BadInput(f"{', '.join(plan_only)} {'feeds' if len(plan_only) == 1 else 'feed'} the memory plan: add"
+                           " --model (or --params)")
+    if markdown and as_json:
+        raise BadInput("--markdown and --json exclude each other")
+    if force and not plot:
+        raise BadInput("--force overwrites --plot; give --plot PATH")
+    if plot:
+        files.check_picture(plot, force)
+    if example == "list" and (markdown or plot):
+        raise BadInput("--example list lists the examples; --markdown and --plot need one: --example NAME")
+
+
+def _list_examples(as_json: bool) -> None:
+    from .. import render, sources
+    data = {"schema_version": 1, "examples": sources.examples()}
+    emit(data, lambda d: render.table([[k, v["description"]] for k, v in d["examples"].items()],
+                                      ["example", "machine"]), as_json)
+
+
+@click.command()
+@click.option("--from-file", "-f", multiple=True, metavar="PATH",
+              help="Saved `nvidia-smi topo -m`, `topo -p2p`, `nvlink -s` or `-L` text ('-' for stdin); repeatable.")
+@click.option("--example", metavar="NAME", help="Show a bundled real machine; `--example list` lists them.")
+@click.option("--gpu-ids", type=GPU_IDS, help="Look at these GPUs only (indices as nvidia-smi prints them).")
+@click.option("--best", type=COUNT, metavar="K", help="Pick the K GPUs with the best interconnect.")
+@click.option("--gpu-model", type=GPU_MODEL, help="GPU model when the paste does not name it (bandwidth, memory, bf16).")
+@click.option("--gpu-mem", type=SIZE, help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
+@model_options
+@training_options
+@click.option("--markdown", is_flag=True, help="Print a report to paste into a GitHub issue (Mermaid graph, source"
+              " text); `inspect -f report.md` reads it back.")
+@click.option("--plot", metavar="PATH.png|svg", help="Also draw the topology to a PNG or SVG (needs matplotlib).")
+@click.option("--force", is_flag=True, help="Overwrite --plot if it exists.")
+@host_options
+@json_option
+@click.pass_context
+def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **options):
+    """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
+    from .. import render, report, sources
+    _check(ctx, options, markdown, plot, force, as_json, example)
+    if example == "list":
+        return _list_examples(as_json)
+    inputs = sources.topology(from_file, example, str(gpu_model) if gpu_model else None)
+    data = report.inspect_report(inputs, gpu_ids=gpu_ids, best=best, options=options, gpu_mem=gpu_mem,
+                                 gpu_model=gpu_model, need_topology="--markdown" if markdown else
+                                 "--plot" if plot else None)
+    if plot:
+        from .. import files, plot as drawing
+        files.write_atomic(plot, drawing.render(data, plot.rsplit(".", 1)[1].lower()))
+        click.echo(f"wrote {plot}", err=True)
+    if markdown:
+        from .. import markdown as md
+        click.echo(md.report(data, inputs.pasted), nl=False)
+        return
+    emit(data, render.inspect, as_json)
+    exit_if_nothing_fits(data["plan"])

@@ -1,0 +1,181 @@
+"""deepspeed-config's work: a resolved request and the config options -> the config, its notes and its launch.
+
+Everything `gputopo deepspeed-config` decides lives here (the command only reads options, calls `generate` and
+prints): which stage and offload (--stage, or the plan's choice with --auto), the NVMe folder and its room
+(asked of gputopo.nvme, as plan and doctor do), the precision written, DeepSpeed's own validation, the
+pre-flight doctor and the launcher files."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from . import doctor, dsconfig, launch, nvme, validate
+from .errors import BadInput, DoesNotFit
+
+# Options that only feed the memory plan: without --auto they would change nothing, so they are refused.
+PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
+             "grad_checkpointing")
+TOLD = ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
+
+
+@dataclass
+class Ask:
+    """The options of deepspeed-config beyond the shared request."""
+    stage: int | None = None
+    offload: str = "none"
+    auto: bool = False
+    hf: bool = True
+    output: str | None = None      # None: the config goes to stdout
+    launcher: str | None = None
+    script: str = "train.py"
+    ds_optimizer: bool = False
+    master_addr: str | None = None
+    master_port: int = launch.PORT
+    check: bool = False
+    torch_adam: bool = False        # --no-compile-ops
+    nvme_path: str | None = None
+    nvme_free: int | None = None
+    given: frozenset = frozenset()  # the click names typed on the command line
+
+
+@dataclass
+class Result:
+    config: dict
+    path: str | None
+    launch: dict | None
+    warnings: list = field(default_factory=list)
+    plan: dict | None = None
+    training_arguments: dict | None = None
+
+    @property
+    def text(self) -> str:
+        return json.dumps(self.config, indent=2) + "\n"
+
+    @property
+    def files(self) -> dict:
+        """Every file to write: the config (unless printed) and the launcher's files beside it."""
+        out = {self.path: self.text} if self.path else {}
+        return {**out, **(self.launch["files"] if self.launch and self.path else {})}
+
+    def to_dict(self) -> dict:
+        return {"schema_version": 1, "config": self.config, "path": os.path.abspath(self.path) if self.path else None,
+                "launch": self.launch, "warnings": self.warnings, "plan": self.plan,
+                "training_arguments": self.training_arguments}
+
+
+def check_options(a: Ask, nodes: int, has_model: bool) -> None:
+    """Refuse, before any work, options that contradict each other or would change nothing."""
+    if a.auto and a.stage is not None:
+        raise BadInput("give --stage or --auto, not both")
+    if a.auto and not has_model:
+        raise BadInput("--auto needs --model (or --params) to plan for")
+    if a.stage is None and not a.auto:
+        raise BadInput("give --stage 0|1|2|3, or --auto with --model")
+    if not a.auto:
+        unused = [f"--{k.replace('_', '-')}" for k in PLAN_ONLY if k in a.given
+                  and not (k == "grad_checkpointing" and a.hf)]
+        if a.nvme_free is not None and a.offload == "nvme" and not has_model:
+            raise BadInput("--nvme-free is checked against what the offload needs: give --model too")
+        if a.nvme_free is not None and a.offload != "nvme":
+            unused.append("--nvme-free")
+        if unused:
+            raise BadInput(f"{', '.join(unused)} only {'feeds' if len(unused) == 1 else 'feed'} the memory plan:"
+                           " add --auto (with --model), or drop " + ("it" if len(unused) == 1 else "them"))
+    launch.check_options(a.launcher, nodes, a.ds_optimizer, a.master_addr, a.master_port)
+
+
+def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list]:
+    """(stage, offload, plan, notes): as given, or what `gputopo plan` recommends with --auto."""
+    if not a.auto:
+        return a.stage, a.offload, None, []
+    from . import report
+    planned = report.plan_for(req)
+    chosen = planned["recommendation"]["strategy"]
+    if chosen is None:
+        raise DoesNotFit(planned["recommendation"]["reasons"][0] + " (`gputopo plan` with the same options shows"
+                                                                    " every strategy)")
+    stage, offload = dsconfig.STRATEGY_TO_CONFIG[chosen]
+    return stage, offload, planned, [f"--auto: gputopo plan recommends {chosen}"]
+
+
+def _nvme(a: Ask, req, offload: str) -> tuple[str | None, int | None, list]:
+    """The NVMe folder (gputopo.nvme's rule), the bytes offload needs there, and what to say about it."""
+    if offload != "nvme":
+        return None, None, []
+    chosen = nvme.folder(a.nvme_path)
+    notes = [chosen.picked] if chosen.picked else []
+    need = None
+    if req.model is not None:
+        from .plan import nvme_bytes
+        need = nvme_bytes(req.model, req.training, req.nodes)
+        notes += [n for n in [nvme.room(chosen, need, a.nvme_free)] if n]
+    if not a.check and validate.libaio_ok() is False:
+        notes.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
+    return os.path.abspath(chosen.path), need, notes
+
+
+def _precision(a: Ask, req) -> str | None:
+    """The precision written into the config. With --hf and no --precision the Trainer's own fp16/bf16 flags
+    decide ("auto"); accelerate reads precision from the DeepSpeed file only (it refuses mixed_precision
+    beside it), so it is written out there."""
+    if "precision" in a.given or a.auto or not a.hf or a.launcher == "accelerate":
+        return req.training.precision
+    return None
+
+
+def _build(a: Ask, req, stage: int, offload: str, nvme_path: str | None, precision: str | None) -> tuple[dict, list]:
+    """The config dict and the notes on what the script must supply."""
+    model, t = req.model, req.training
+    accelerate = a.launcher == "accelerate"
+    cfg = dsconfig.build(stage, offload, dsconfig.Shape(
+        hf=a.hf, offload_params=t.offload_params if "offload_params" in a.given else None, nvme_path=nvme_path,
+        precision=precision, hidden_size=model.hidden_size if model else None,
+        largest_layer=model.largest_layer_params if model else None, batch_size=t.batch_size,
+        grad_accum=t.grad_accum, gpus=None if req.gpus_assumed else req.world,  # unknown: DeepSpeed derives it
+        optimizer=t.optimizer, torch_adam=a.torch_adam, accelerate=accelerate, ds_optimizer=a.ds_optimizer))
+    if accelerate:
+        return cfg, dsconfig.accelerate_notes(cfg, hf=a.hf, ds_optimizer=a.ds_optimizer, optimizer=t.optimizer,
+                                              torch_adam=a.torch_adam)
+    if t.optimizer != "adamw" and not a.hf:
+        return cfg, [f"--optimizer {t.optimizer}: no optimizer block; pass yours to deepspeed.initialize(optimizer=...)"]
+    return cfg, []
+
+
+def _trainer_note(a: Ask, req, targs: dict | None) -> list:
+    """What reaches the "auto" values, said when the user set any of them."""
+    if not targs or not (set(TOLD) & a.given or a.auto):
+        return []
+    t = req.training
+    return ["the HF Trainer fills the \"auto\" values from TrainingArguments("
+            + ", ".join(f"{k}={v!r}" for k, v in targs.items()) + ")"
+            + (f": {t.batch_size} x {t.grad_accum} x {req.world} GPU(s) = {req.global_batch} per step"
+               if req.global_batch else "")]
+
+
+def generate(a: Ask, req) -> Result:
+    """The config, validated by DeepSpeed where it is installed, with every note and the launch."""
+    stage, offload, planned, notes = _strategy(a, req)
+    precision = _precision(a, req)
+    notes = [n for k, n in req.defaults.items() if k != "precision" or precision] + list(req.notes_) + notes
+    nvme_path, need, nvme_notes = _nvme(a, req, offload)
+    cfg, build_notes = _build(a, req, stage, offload, nvme_path, precision)
+    notes += nvme_notes + build_notes
+    version = validate.with_deepspeed(cfg, gpus=req.world, micro=req.training.batch_size,
+                                      accum=req.training.grad_accum, precision=precision)
+    notes.append(f"validated by DeepSpeed {version}'s own config classes" if version else
+                 "deepspeed is not installed: checked by gputopo's rules only")
+    if a.check:  # before anything is written: the ops this config loads, its NVMe folder, locked memory
+        report = doctor.preflight("deepspeed-config --check", cfg=cfg, nvme_need=need)
+        notes += [f"doctor: {c['subject']}: {c['found']}" for c in report["checks"]
+                  if c["id"].startswith(("ds_op", "nvme_path", "memlock"))]
+    hf_trainer = a.hf and a.launcher != "accelerate"
+    targs = dsconfig.training_arguments(req.training, precision) if hf_trainer else None
+    notes += _trainer_note(a, req, targs)
+    shape = "accelerate" if a.launcher == "accelerate" else "trainer" if a.hf else "initialize"
+    launch_info = launch.command(a.launcher, a.output or "ds_config.json", gpus=req.gpus_per_node, nodes=req.nodes,
+                                 script=a.script, master=a.master_addr, port=a.master_port, stage=stage,
+                                 folder=os.path.dirname(a.output) if a.output else "", shape=shape,
+                                 ds_optimizer=a.ds_optimizer, grad_accum=req.training.grad_accum) \
+        if a.launcher else None
+    return Result(cfg, a.output, launch_info, notes, planned, targs)

@@ -1,0 +1,201 @@
+"""One vocabulary for every command: each kind of value is a click ParamType checked once, by the owner of its
+rule (units for sizes, topology for links, gpus for GPU models), and options are shared as groups."""
+from __future__ import annotations
+
+import functools
+import re
+
+import click
+
+OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")  # plan.OPTIMIZER_BYTES; named here so --help stays light
+
+
+class _Owned(click.ParamType):
+    """A value converted by its rule's owner; the owner's ValueError becomes click's one-line usage error."""
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.parse(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+    def parse(self, text: str):
+        raise NotImplementedError
+
+
+class Size(_Owned):
+    """Bytes in binary units, as GPUs are sold and nvidia-smi and `free -g` print them: 80GB = 80 GiB."""
+    name = "SIZE"
+
+    def parse(self, text):
+        from .units import parse_size
+        return parse_size(text)
+
+
+class SizeList(Size):
+    """Comma-separated sizes: 1MB,4MB,64MB."""
+    name = "SIZE,.."
+
+    def parse(self, text):
+        parts = [p for p in text.split(",") if p.strip()]
+        if not parts:
+            raise ValueError(f"{text!r}: expected sizes like 1MB,4MB,64MB")
+        return [super(SizeList, self).parse(p) for p in parts]
+
+
+class Count(_Owned):
+    """A whole number of things, at least `least` (1 unless told)."""
+    name = "N"
+
+    def __init__(self, least: int = 1):
+        self.least = least
+
+    def convert(self, value, param, ctx):
+        n = super().convert(str(value) if isinstance(value, int) and not isinstance(value, bool) else value,
+                            param, ctx)
+        if n < self.least:
+            self.fail(f"must be {self.least} or more, not {n}", param, ctx)
+        return n
+
+    def parse(self, text):
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise ValueError(f"{text!r}: expected a whole number") from None
+
+
+class Bandwidth(_Owned):
+    """GB/s per direction, above 0: 12.5, 25GB/s, or 100Gb/s (a lowercase b is bits, as networks are sold)."""
+    name = "GB/S"
+
+    def parse(self, text):
+        m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(GB/s|GBps|Gb/s|Gbps|Gbit/s)?\s*", text)
+        if not m:
+            raise ValueError(f"{text}: expected GB/s per direction, like 12.5, 25GB/s or 100Gb/s")
+        n = float(m.group(1)) / (8 if (m.group(2) or "").startswith("Gb") else 1)
+        if n <= 0:
+            raise ValueError(f"{text}: a bandwidth must be above 0 GB/s")
+        return n
+
+
+class GpuModelType(_Owned):
+    """A GPU model gputopo knows (its memory and bf16 support then follow), or a one-line refusal naming them."""
+    name = "GPU-MODEL"
+
+    def parse(self, text):
+        from . import gpus
+        return gpus.known(text)
+
+
+class LinkType(_Owned):
+    """A link type as nvidia-smi topo -m prints it."""
+    name = "TYPE"
+
+    def parse(self, text):
+        from .topology import link_type
+        return link_type(text)
+
+
+class GpuIds(_Owned):
+    """Which GPUs, by index as nvidia-smi numbers them: 0,1,3 (accelerate's --gpu_ids). --gpus is a count."""
+    name = "0,1,.."
+
+    def parse(self, text):
+        parts = [p.strip() for p in text.split(",")]
+        bad = [p for p in parts if not p.isdigit()]
+        if bad:
+            raise ValueError(f"{text}: GPU indices like 0,1,3 (--gpus is a count); not {bad[0]!r}")
+        return tuple(dict.fromkeys(int(p) for p in parts))
+
+
+SIZE, SIZES, COUNT, BANDWIDTH, GPU_MODEL, LINK = Size(), SizeList(), Count(), Bandwidth(), GpuModelType(), LinkType()
+GPU_IDS = GpuIds()
+
+
+def group(*opts):
+    """A decorator adding `opts` in the order given (as sqlite-utils shares output_options)."""
+    def deco(fn):
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return deco
+
+
+def json_option(fn):
+    """--json: print the documented JSON object on stdout instead of the table."""
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema in docs/) instead of text.")
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+def given(ctx: click.Context, names) -> list[str]:
+    """The options among `names` (click names) typed on the command line, as their --flags."""
+    return [p.opts[0] for p in ctx.command.params if p.name in names
+            and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+
+
+def typed(ctx: click.Context) -> frozenset:
+    """The click names of every option typed on the command line (a default is not typed)."""
+    return frozenset(p.name for p in ctx.command.params
+                     if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE)
+
+
+def names(decorator) -> tuple[str, ...]:
+    """The click names of the options a shared group adds."""
+    return tuple(p.name for p in decorator(lambda: None).__click_params__)
+
+
+model_options = group(
+    click.option("--model", metavar="NAME|PATH", help="A known model (gpt2, t5-3b, llama-2-7b, ...) or a folder with"
+                                                      " config.json."),
+    click.option("--params", metavar="N", help="Parameter count (7B, 350M) when only the size is known."),
+    click.option("--hidden-size", type=COUNT, help="Hidden size, with --params."),
+    click.option("--layers", type=COUNT, help="Transformer blocks, with --params."),
+    click.option("--vocab-size", type=COUNT, help="Vocabulary size, with --params (optional)."),
+)
+training_options = group(
+    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
+                 help="Training precision; bf16 needs Ampere or newer [default: bf16 on Ampere or newer, else fp16]."),
+    click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True,
+                 help="Optimizer: its states take 8 (AdamW), 2 (8-bit Adam), about 4 (Adafactor) or 4 (SGD with"
+                      " momentum) bytes per parameter."),
+    click.option("--batch-size", type=COUNT, default=4, show_default=True, help="Micro-batch per GPU."),
+    click.option("--seq-len", type=COUNT, help="Tokens per sample [default: the model's context, at most 1024]."),
+    click.option("--grad-checkpointing", is_flag=True, help="Recompute activations in backward."),
+    click.option("--grad-accum", type=COUNT, help="Gradient accumulation steps [default: 1, or from --global-batch]."),
+    click.option("--global-batch", type=COUNT,
+                 help="Samples per optimizer step: must equal --batch-size x --grad-accum x GPUs x nodes"
+                      " (derives --grad-accum when not given)."),
+    click.option("--attention", type=click.Choice(["auto", "eager", "sdpa"]),
+                 help="Attention as transformers runs it [default: auto, what transformers picks for the"
+                      " architecture: sdpa where supported, else eager]."),
+    click.option("--flash-attention", is_flag=True, help="Same as --attention sdpa (fused: no s^2 scores kept)."),
+    click.option("--offload-params/--no-offload-params", default=None,
+                 help="With ZeRO-3 offload, offload parameters too (default: yes at stage 3)."),
+)
+host_options = group(
+    click.option("--cpu-mem", type=SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),
+    click.option("--nvme-path", metavar="DIR",
+                 help="Folder for NVMe offload [default: the local NVMe mount with the most free space, else the"
+                      " roomiest local disk; `gputopo doctor` lists the disks]."),
+    click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
+    click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
+    click.option("--inter-node-gbps", type=BANDWIDTH, default=12.5, show_default=True,
+                 help="Network bandwidth between nodes, GB/s per direction (100Gb/s = 12.5)."),
+)
+gpu_options = group(
+    click.option("--gpus", type=COUNT, help="GPUs per node [default: those of this machine]."),
+    click.option("--gpu-mem", type=SIZE, help="Memory per GPU: 80GB (= 80 GiB, as the card is sold), 16000MiB"
+                                              " [default: --gpu-model's, else this machine's]."),
+    click.option("--gpu-model", type=GPU_MODEL, help="GPU model (A100-80GB, H100, RTX 4090...): fills --gpu-mem, bf16"
+                                                     " support and NVLink bandwidth; an unknown name is refused."),
+    click.option("--link", type=LINK, help="Weakest link between GPUs as nvidia-smi prints it: NV12, PIX, PHB, SYS..."),
+)
+
+# inspect's options that feed only the memory plan: refused without --model (each shared option is covered).
+PLAN_INPUTS = ("gpu_mem",) + tuple(n for n in names(model_options) + names(training_options) + names(host_options)
+                                   if n not in ("model", "params"))

@@ -1,0 +1,106 @@
+"""Where a topology comes from: pasted nvidia-smi texts (files or stdin), a bundled example, or this machine."""
+from __future__ import annotations
+
+import codecs
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+
+from .errors import BadInput, NvmlUnavailable
+
+
+@dataclass
+class Inputs:
+    """A topology (None when no GPU is visible: `status` says why), its sources, and the pasted texts."""
+    topology: object = None
+    sources: list = field(default_factory=list)
+    status: str | None = None
+    pasted: list = field(default_factory=list)  # (name, text) of each nvidia-smi text read
+
+
+def examples() -> dict:
+    """The bundled real machines: name -> {file, gpu_model, description} (names starting "_" are internal)."""
+    index = json.loads(resources.files("gputopo.examples").joinpath("index.json").read_text())
+    return {k: v for k, v in index.items() if not k.startswith("_")}
+
+
+def read_text(path: str) -> str:
+    """A pasted text from a file or '-' (stdin); bad files get one clear line."""
+    name = "stdin" if path == "-" else path
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise BadInput(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise BadInput(f"{path}: is a directory, not a text file") from None
+        except OSError as e:
+            raise BadInput(f"{path}: cannot read ({e.strerror})") from None
+    text = decode(data)
+    if text is None:
+        raise BadInput(f"{name}: binary file, not nvidia-smi text")
+    if not text.strip():
+        raise BadInput(f"{name}: empty; paste the output of `nvidia-smi topo -m`")
+    return text
+
+
+def decode(data: bytes) -> str | None:
+    """Text as saved by a shell: UTF-8 (BOM or not), UTF-16 with a BOM (PowerShell's `>`), or latin-1;
+    None for binary data (NUL or control bytes in what should be text)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError:
+            return None
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            text = data.decode("latin-1")
+    # Tabs, line ends and ESC (nvidia-smi's underline escape) are text; other control characters are not.
+    return None if re.search(r"[\x00-\x08\x0b\x0e-\x19\x1c-\x1f\x7f-\x9f]", text) else text
+
+
+def example(name: str, gpu_model: str | None) -> Inputs:
+    """A bundled example by name; an unknown one is refused naming how to list them."""
+    from . import parse
+    index = examples()
+    if name not in index:
+        raise BadInput(f"--example {name}: unknown; `gputopo inspect --example list` lists them")
+    e = index[name]
+    text = resources.files("gputopo.examples").joinpath(e["file"]).read_text()
+    label = f"example:{name}"
+    return Inputs(parse.texts([text], gpu_model or e["gpu_model"]), [label], None, [(label, text)])
+
+
+def pasted(paths, gpu_model: str | None) -> Inputs:
+    """Saved nvidia-smi texts, or a saved `inspect --markdown` report / issue (its fenced blocks)."""
+    from . import parse
+    from .markdown import unwrap
+    texts = [(("stdin" if p == "-" else p), t) for p in paths for t in unwrap(read_text(p))]
+    return Inputs(parse.texts([t for _, t in texts], gpu_model, names=[n for n, _ in texts]), list(paths), None, texts)
+
+
+def live() -> Inputs:
+    """This machine through NVML; no GPU is an answer (status says why), not an error."""
+    from . import probe
+    try:
+        return Inputs(probe.topology())
+    except NvmlUnavailable as e:
+        return Inputs(None, status=str(e))
+
+
+def topology(from_file=(), example_name: str | None = None, gpu_model: str | None = None) -> Inputs:
+    """The topology inspect looks at: --example, else --from-file, else this machine."""
+    if example_name and from_file:
+        raise BadInput("--example and --from-file exclude each other: give one")
+    if example_name:
+        return example(example_name, gpu_model)
+    if from_file:
+        return pasted(from_file, gpu_model)
+    return live()
