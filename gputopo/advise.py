@@ -65,7 +65,20 @@ WHAT = {
 }
 
 
-def nothing_fits(model, layout, strategies) -> Advice:
+def _levers(training) -> str:
+    """What could still make it fit, leaving out what is already done."""
+    out = ["add GPUs or memory"]
+    if training.batch_size > 1:
+        out.append("lower --batch-size")
+    out.append("lower --seq-len")
+    if not training.grad_checkpointing:
+        out.append("use --grad-checkpointing")
+    if training.optimizer == "adamw":
+        out.append("--optimizer adamw-8bit")
+    return ", ".join(out) + ", or give more --cpu-mem/--nvme-free."
+
+
+def nothing_fits(model, layout, training, strategies) -> Advice:
     """No strategy fits: say by how much the leanest misses, so the table that follows can be read."""
     # Nearest: the least GPU memory missing (the hardest to add), then the least host RAM and NVMe missing.
     lean = min(strategies, key=lambda s: (not s.short_bytes, s.short_bytes.get("gpu", 0),
@@ -75,8 +88,33 @@ def nothing_fits(model, layout, strategies) -> Advice:
     return Advice(None, "none" if layout.gpus == 1 else "unknown", "unknown", (
         f"{model.name} ({model.params / 1e9:.2f}B params) fits no strategy on {layout.gpus} x"
         f" {gib(layout.gpu_mem_bytes)}: the nearest, {lean.name}, is short by {short}.",
-        "Add GPUs or memory, lower --batch-size/--seq-len, use --grad-checkpointing, or give more --cpu-mem/--nvme-free."),
+        _levers(training)[0].upper() + _levers(training)[1:]),
         basis="memory+interconnect")
+
+
+# Tensor Cores run a 16-bit matmul at full rate when its dimensions are multiples of 8 (of 64 for A100's best
+# case): https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html
+# In a transformer those are the hidden, MLP and vocabulary sizes and the tokens of a micro-batch, not the
+# batch size alone.
+ALIGN = 8
+
+
+def alignment(model, training) -> list[str]:
+    """Matmul dimensions of this model and batch that are not multiples of 8 in 16-bit training, with the fix."""
+    if training.precision == "fp32":
+        return []
+    out = []
+    if model.vocab_size and model.vocab_size % ALIGN:
+        out.append(f"Vocabulary {model.vocab_size} is not a multiple of {ALIGN}: the LM head's matmul misses Tensor"
+                   " Cores' full rate; model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64) pads it.")
+    odd = [f"{name} {v}" for name, v in (("hidden size", model.hidden_size), ("MLP size", model.intermediate_size))
+           if v and v % ALIGN]
+    tokens = training.batch_size * training.seq_len
+    if tokens % ALIGN:
+        odd.append(f"tokens per micro-batch {training.batch_size} x {training.seq_len} = {tokens}")
+    if odd:
+        out.append(f"{', '.join(odd)}: not a multiple of {ALIGN}, so those matmuls miss Tensor Cores' full rate.")
+    return out
 
 
 def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> list[str]:
@@ -124,7 +162,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     order = ORDER["one"] if layout.gpus == 1 else ORDER["fast" if fast_link else "slow"]
     chosen = next((by_name[n] for n in order if n in by_name and by_name[n].fits), None)
     if chosen is None:
-        return nothing_fits(model, layout, strategies)
+        return nothing_fits(model, layout, training, strategies)
     reasons = [f"{WHAT[chosen.name]}: {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(layout.gpu_mem_bytes)}"
                f" (weights {gib(chosen.per_gpu_bytes['weights'])}, gradients {gib(chosen.per_gpu_bytes['gradients'])},"
                f" optimizer {gib(chosen.per_gpu_bytes['optimizer'])}; at the step's peak, {chosen.peak['phase']}:"
@@ -149,10 +187,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
                            f" or Adafactor, {ddp.name} would need {gib(slim)} per GPU.")
     if not training.grad_checkpointing and chosen.per_gpu_bytes["activations"] > chosen.per_gpu_bytes["total"] / 3:
         reasons.append("Activations are a large share: --grad-checkpointing trades about 30 % more compute for most of them.")
-    if training.batch_size % 8:
-        reasons.append(f"Batch size {training.batch_size} is not a multiple of 8: Tensor Cores prefer multiples of 8.")
-    elif training.precision == "fp16" and layout.gpu_model and "A100" in layout.gpu_model and training.batch_size % 64:
-        reasons.append("fp16 on A100: multiples of 64 suit its Tensor Cores best.")
+    reasons += alignment(model, training)
     amp = supports_bf16(layout.gpu_model)
     if training.precision == "fp16" and amp:
         reasons.append("bf16 is available on this GPU: same memory as fp16, no loss scaling, no overflow.")

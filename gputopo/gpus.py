@@ -52,6 +52,13 @@ CATALOG = (
     ("GTX 1080 Ti", r"GTX1080TI", "Pascal", {11: None}),
 )
 KNOWN = tuple(k for k, *_ in CATALOG)
+# NVLinks per GPU, so a matrix claiming more is flagged. Data-center parts: NVLink generations 1-5 (P100 4,
+# V100 6, A100 12, H100/H200/B200 18; the China-market A800/H800 8): https://www.nvidia.com/en-us/data-center/nvlink/
+# Bridged desktop/workstation boards: TU102 2 links (TITAN RTX, RTX 8000), GA102 4 (docs/sources.md#nvlink).
+# Ada and Turing T4 boards have none.
+NVLINKS = {"P100": 4, "V100": 6, "A100": 12, "A800": 8, "H100": 18, "H200": 18, "H800": 8, "GH200": 18,
+           "B200": 18, "GB200": 18, "TITAN RTX": 2, "Quadro RTX 8000": 2, "RTX 3090": 4, "RTX A6000": 4, "A40": 4,
+           "RTX 4090": 0, "RTX 4080": 0, "L40S": 0, "L40": 0, "L4": 0, "RTX 6000 Ada": 0, "T4": 0}
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,12 @@ def known(name: str) -> GpuModel:
 
 # Pre-Ampere names NVML may report that the catalog does not list (bf16 needs compute capability 8.0).
 PRE_AMPERE = r"V100|P100|P40|P4\b|T4\b|K80|M60|TITAN (RTX|V|Xp|X)|GTX|RTX 20\d\d|Quadro|Tesla [KMP]"
+
+
+def max_nvlinks(name: str | None) -> int | None:
+    """How many NVLinks this GPU model has; None when unknown."""
+    found = lookup(name) if name else None
+    return NVLINKS.get(found.key) if found else None
 
 
 def supports_bf16(name: str | None) -> bool | None:

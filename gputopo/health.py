@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .gpus import max_nvlinks
 from .topology import PCIE_KINDS, Topology, kind_of
 
-# Seed 003: 70-75 °C is great, below 80 °C fine, performance drops from about 84-90 °C.
+# docs/sources.md#temperatures: 70-75 °C is great, below 80 °C fine, performance drops from about 84-90 °C.
 TEMP_WARN_C, TEMP_THROTTLE_C = 80, 84
 POWER_CAP_FRACTION = 0.97
 BENIGN_THROTTLE = {"applications_clocks_setting", "display_clock_setting", "sync_boost"}
@@ -68,12 +69,22 @@ def _gpu_findings(topo: Topology, names: list[str]) -> list[Finding]:
 
 def _link_findings(topo: Topology, names: list[str]) -> list[Finding]:
     out = []
+    beyond = {}  # (model, its NVLinks) -> the pairs whose matrix entry claims more
     for l in topo.gpu_links(names):
+        model = topo.gpu(l.a).model or topo.gpu(l.b).model
+        cap = max_nvlinks(model)
+        if l.nvlinks and cap is not None and l.nvlinks > cap:
+            beyond.setdefault((model, cap), []).append(f"{l.a}-{l.b} NV{l.nvlinks}")
         bad = {mode: s for mode, s in (l.p2p or {}).items() if s not in ("OK", "X")}
         if bad:
             out.append(Finding("warn", "p2p_unsupported", f"{l.a}-{l.b}",
                                "peer-to-peer not available (" + ", ".join(f"{m}: {s}" for m, s in bad.items())
                                + "): NCCL copies through host memory between these GPUs"))
+    for (model, cap), pairs in beyond.items():
+        out.append(Finding("warn", "nvlinks_beyond_model", pairs[0].split()[0] if len(pairs) == 1 else "GPUs",
+                           f"{', '.join(pairs[:3])}{f' and {len(pairs) - 3} more' if len(pairs) > 3 else ''}: a"
+                           f" {model} has {cap} NVLink(s); is the paste from another machine, or the GPU model"
+                           " (--gpu-model) wrong?"))
     return out
 
 
@@ -84,7 +95,7 @@ def _env_findings(topo: Topology, names: list[str], env: dict) -> list[Finding]:
     if (env.get("NCCL_P2P_DISABLE") or "0") not in ("0", ""):
         out.append(Finding("warn" if has_nv else "info", "nccl_p2p_disabled", "env",
                            "NCCL_P2P_DISABLE is set: NCCL will not use NVLink or PCIe peer-to-peer"
-                           + (" although these GPUs have NVLink (seed benchmark: 23 % slower)" if has_nv else "")))
+                           + (" although these GPUs have NVLink (the reference benchmark ran 23 % slower)" if has_nv else "")))
     level = (env.get("NCCL_P2P_LEVEL") or "").upper()
     if level:
         idx = int(level) + 1 if level.isdigit() and int(level) < 5 else (P2P_LEVELS.index(level) if level in P2P_LEVELS else None)
