@@ -111,7 +111,7 @@ def check_ask(a: Ask) -> None:
 
 def _gpus(a: Ask, topo) -> tuple[Options, dict | None]:
     """Options for the GPUs selected on this machine, and the weakest link among them."""
-    from .report import select
+    from .topology import select
     from .request import precision
     names = select(topo, a.gpu_ids)
     if a.nproc and a.nproc > len(names):

@@ -3,21 +3,9 @@ from __future__ import annotations
 
 from . import advise, health, plan as planning
 from .errors import BadInput, NvmlUnavailable, TooFewGpus
-from .topology import Topology, kind_of, rank
+from .topology import Topology, kind_of, rank, select
 
 SCHEMA_VERSION = 1
-
-
-def select(topo: Topology, gpu_ids) -> list[str]:
-    """`--gpu-ids 0,2,3` (indices, already parsed) -> ["GPU0", "GPU2", "GPU3"]; all GPUs when not given."""
-    if not gpu_ids:
-        return [g.name for g in topo.gpus]
-    have = {g.name for g in topo.gpus}
-    for i in gpu_ids:
-        if f"GPU{i}" not in have:
-            known = ",".join(str(g.index) for g in topo.gpus)
-            raise BadInput(f"--gpu-ids: no GPU {i} in this topology (GPUs: {known})")
-    return list(dict.fromkeys(f"GPU{i}" for i in gpu_ids))
 
 
 def inspect(topo: Topology | None, *, gpu_ids: tuple | None = None, best: int | None = None,

@@ -8,7 +8,12 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 
+from . import parse
 from .errors import BadInput, NvmlUnavailable
+
+# A saved `inspect --markdown` report, or an issue that quotes one: fenced blocks, maybe e-mail quoted.
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
+QUOTE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 
 
 @dataclass
@@ -68,7 +73,6 @@ def decode(data: bytes) -> str | None:
 
 def example(name: str, gpu_model: str | None) -> Inputs:
     """A bundled example by name; an unknown one is refused naming how to list them."""
-    from . import parse
     index = examples()
     if name not in index:
         raise BadInput(f"--example {name}: unknown; `gputopo inspect --example list` lists them")
@@ -80,8 +84,6 @@ def example(name: str, gpu_model: str | None) -> Inputs:
 
 def pasted(paths, gpu_model: str | None) -> Inputs:
     """Saved nvidia-smi texts, or a saved `inspect --markdown` report / issue (its fenced blocks)."""
-    from . import parse
-    from .markdown import unwrap
     texts = [(("stdin" if p == "-" else p), t) for p in paths for t in unwrap(read_text(p))]
     return Inputs(parse.texts([t for _, t in texts], gpu_model, names=[n for n, _ in texts]), list(paths), None, texts)
 
@@ -104,3 +106,41 @@ def topology(from_file=(), example_name: str | None = None, gpu_model: str | Non
     if from_file:
         return pasted(from_file, gpu_model)
     return live()
+
+
+def unquote(text: str) -> str:
+    """Drop e-mail/GitHub quote marks ("> ", "> > ") at the start of every line."""
+    return "\n".join(QUOTE.sub("", line) for line in text.replace("\r\n", "\n").split("\n"))
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(info string, body) of every fenced code block; an unclosed fence runs to the end (CommonMark)."""
+    blocks, lines, i = [], text.split("\n"), 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, info, body = m.group(1), m.group(2), []
+        i += 1
+        while i < len(lines) and not re.match(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[i]):
+            body.append(lines[i])
+            i += 1
+        blocks.append((info, "\n".join(body)))
+        i += 1
+    return blocks
+
+
+def unwrap(text: str) -> list[str]:
+    """The nvidia-smi texts inside a markdown report or issue (its fenced blocks), else the text itself."""
+    plain = unquote(text)
+    found = []
+    for info, body in fenced_blocks(plain):
+        if info.lower() == "mermaid" or not body.strip():
+            continue
+        try:
+            parse.kind(body)
+        except BadInput:
+            continue
+        found.append(body)
+    return found or [plain]

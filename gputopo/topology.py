@@ -5,6 +5,8 @@ import itertools
 import re
 from dataclasses import asdict, dataclass, field
 
+from .errors import BadInput
+
 # nvidia-smi topo -m legend, slowest first. NV# ranks above all PCIe paths.
 PCIE_KINDS = ("SYS", "NODE", "PHB", "PXB", "PIX")
 EXPLAIN = {
@@ -238,3 +240,15 @@ class Topology:
         if None in pcie:
             return None, "PCIe generation and width unknown (known only from a live probe)"
         return min(pcie), "theoretical: PCIe generation x width, per direction; the path may be slower"
+
+
+def select(topo: Topology, gpu_ids) -> list[str]:
+    """`--gpu-ids 0,2,3` (indices, already parsed) -> ["GPU0", "GPU2", "GPU3"]; all GPUs when not given."""
+    if not gpu_ids:
+        return [g.name for g in topo.gpus]
+    have = {g.name for g in topo.gpus}
+    for i in gpu_ids:
+        if f"GPU{i}" not in have:
+            known = ",".join(str(g.index) for g in topo.gpus)
+            raise BadInput(f"--gpu-ids: no GPU {i} in this topology (GPUs: {known})")
+    return list(dict.fromkeys(f"GPU{i}" for i in gpu_ids))

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES
-from gputopo import markdown, parse
+from gputopo import markdown, parse, sources
 from gputopo.cli import cli
 from gputopo.sources import examples as _examples
 
@@ -113,16 +113,16 @@ def test_fence_outlasts_backticks_in_the_paste(tmp_path):
     """dgx-a100 ends with a stray ``` of its own: the report's fence must be longer, and the block must stay whole."""
     out = run("inspect", "--markdown", "--example", "dgx-a100").output
     assert "\n````text\n" in out
-    blocks = [b for info, b in markdown.fenced_blocks(out) if info == "text"]
+    blocks = [b for info, b in sources.fenced_blocks(out) if info == "text"]
     assert blocks[-1].rstrip().endswith("```") and "mlx5_11" in blocks[-1]
 
 
 def test_unwrap_reads_issue_text_and_falls_back_to_plain():
     topo = (TOPO / "rtx5090x2_phb.txt").read_text()
     issue = f"My box is slow.\n\n```\n{topo}\n```\n\n```python\nimport torch\n```\n"
-    assert [b.rstrip("\n") for b in markdown.unwrap(quote(issue))] == [topo.rstrip("\n")]
-    assert markdown.unwrap(topo) == [topo]       # no fence: the text itself
-    assert markdown.unwrap("```\nnot nvidia-smi\n```\n" + topo)[0].rstrip("\n").endswith(topo.rstrip("\n"))
+    assert [b.rstrip("\n") for b in sources.unwrap(quote(issue))] == [topo.rstrip("\n")]
+    assert sources.unwrap(topo) == [topo]       # no fence: the text itself
+    assert sources.unwrap("```\nnot nvidia-smi\n```\n" + topo)[0].rstrip("\n").endswith(topo.rstrip("\n"))
 
 
 def test_summary_line_and_tables():
