@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
-# JIT build time of each op on 2 cores (/work/shared/NOTES-install.md, measured): what "first use" costs.
+# JIT build time of each op on 2 cores (docs/measurements/cpu-install-2026-11.md, measured): what "first use" costs.
 BUILD_SECONDS = {"deepspeed_shm_comm": 26, "fused_adam": 41, "cpu_adam": 41, "async_io": 150}
 BUILD_VAR = {"fused_adam": "DS_BUILD_FUSED_ADAM", "cpu_adam": "DS_BUILD_CPU_ADAM", "async_io": "DS_BUILD_AIO",
              "fused_lamb": "DS_BUILD_FUSED_LAMB", "fused_lion": "DS_BUILD_FUSED_LION", "cpu_lion": "DS_BUILD_CPU_LION",

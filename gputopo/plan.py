@@ -1,6 +1,6 @@
 """Model + layout + training setup -> memory per GPU and traffic per step for each strategy. Pure arithmetic.
 
-Sources: the memory anatomy of seed 001 (AdamW 8 B/param, 8-bit 2, SGD+momentum 4, Adafactor ~4; fp32
+Sources: the memory anatomy of docs/sources.md#memory (AdamW 8 B/param, 8-bit 2, SGD+momentum 4, Adafactor ~4; fp32
 weights and gradients 4 B), DeepSpeed's own estimators for ZeRO model states
 (deepspeed.runtime.zero.stage_1_and_2 / stage3 estimate_*_model_states_mem_needs), and gputopo.memory for
 the step itself (activations, temporaries and the phase the peak falls in).
@@ -22,7 +22,7 @@ OPTIMIZER_BYTES = {"adamw": 8, "adamw-8bit": 2, "adafactor": 4, "sgd": 4}
 # Adafactor, SGD) is refused there unless forced (zero_force_ds_cpu_optimizer), and runs on the GPU anyway.
 OFFLOAD_OPTIMIZERS = ("adamw",)
 # CUDA context: 520 MiB by NVML right after the first CUDA tensor, torch 2.11 + CUDA 13.0 on an H100
-# (shared/real-gpu/H100-2026-11.md); seed 001's 1343 MiB came from an older stack.
+# (docs/measurements/h100-2026-11.md); the 1343 MiB of docs/sources.md#memory came from an older stack.
 CUDA_CONTEXT_BYTES = 520 * 2 ** 20
 # What nvidia-smi shows beyond the context and the allocated peak: the caching allocator's reserve and cuBLAS
 # workspaces. Same record: NVML's per-process figure was about the allocated peak + 1.4 GB.
@@ -109,7 +109,7 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
     p16 = t.value_bytes                # DeepSpeed's model copy: 16-bit in mixed precision
     load_cpu = 4 * P * lay.gpus_per_node * BUFFER_FACTOR  # every rank loads fp32 weights on the host first
     if name in ("single", "ddp"):
-        # Plain PyTorch AMP: fp32 weights and gradients (4 B each); autocast's 16-bit weight copies (seed 001's
+        # Plain PyTorch AMP: fp32 weights and gradients (4 B each); autocast's 16-bit weight copies (the guide's
         # extra 2 B) live only from the forward to each layer's backward, so gputopo.memory counts them there.
         return {"weights": 4 * P, "gradients": 4 * P, "optimizer": K * P}, load_cpu, 0
     if name == "zero1":

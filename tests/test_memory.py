@@ -129,7 +129,7 @@ def test_config_json_structure_read_from_the_model(tmp_path):
     assert qwen.tied and qwen.params == 494032768                       # Qwen2.5-0.5B's published count
 
 
-# The "peak" rows of shared/real-gpu/H100-2026-11.md: commit 731cff2's `plan --gpus 1 --gpu-mem 80GiB` figure
+# The "peak" rows of docs/measurements/h100-2026-11.md: commit 731cff2's `plan --gpus 1 --gpu-mem 80GiB` figure
 # (weights + gradients + optimizer + activations, from `git show 731cff2:gputopo/plan.py`) and the recorded
 # error; measured torch.cuda.max_memory_allocated() = figure / (1 + error).
 H100 = [
