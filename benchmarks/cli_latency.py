@@ -4,7 +4,9 @@ deepspeed-config rows are repeats: one unmeasured run first fills the validation
 as a user's second run finds it. NVMe configs also cache DeepSpeed's libaio probe (a test compile, ~2 s).
 
 Run: .venv/bin/python benchmarks/cli_latency.py [--repeat 5]
-Target: gputopo at least 20x faster than `accelerate env`.
+Targets: gputopo at least 20x faster than `accelerate env`; `inspect --from-file` within 2x of the floor, a bare
+`python -c "import click"` process in the same venv (issue 18), timed in alternating pairs so a busy machine
+slows both sides alike: the ratio printed is the median of the per-pair ratios.
 """
 import argparse
 import shutil
@@ -26,6 +28,22 @@ def wall(cmd: list[str], repeat: int) -> float:
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def floor_ratio(cmd: list[str], repeat: int) -> tuple[float, float, float]:
+    """(median ratio, median command s, median floor s): the command against `python -c "import click"`, paired."""
+    floor = [sys.executable, "-c", "import click"]
+    ratios, a, b = [], [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run(floor, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t1 = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t2 = time.perf_counter()
+        a.append(t2 - t1)
+        b.append(t1 - t0)
+        ratios.append((t2 - t1) / (t1 - t0))
+    return statistics.median(ratios), statistics.median(a), statistics.median(b)
 
 
 def main():
@@ -55,6 +73,10 @@ def main():
     print(f"{'command':58} {'median s':>9} {'x faster than accelerate env':>30}")
     for name, t in results.items():
         print(f"{name:58} {t:9.3f} {(f'{ref / t:.1f}x' if ref else 'n/a'):>30}")
+    ratio, cmd_s, floor_s = floor_ratio(rows[1][1], max(10, 2 * args.repeat))
+    print(f"inspect --from-file / floor (python -c 'import click'): {ratio:.2f}"
+          f" ({cmd_s * 1000:.0f} ms vs {floor_s * 1000:.0f} ms, medians of paired runs); target <= 2.0:"
+          f" {'met' if ratio <= 2.0 else 'NOT met'}")
     if ref:
         worst = max(t for n, t in results.items() if n.startswith("gputopo"))
         print(f"target >= 20x: {'met' if ref / worst >= 20 else 'NOT met'} ({ref / worst:.1f}x for the slowest gputopo command)")

@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .gpus import supports_bf16
-from .plan import HEADROOM, comm_bytes
 from .topology import Topology, explain
 from .units import gib, size
 
@@ -146,6 +145,7 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> 
     # Accumulation helps only where the sync happens once per optimizer step (DDP's no_sync, ZeRO-1): compare
     # the traffic per sample with twice the accumulation, from the same arithmetic as the table.
     more = replace(training, grad_accum=2 * training.grad_accum)
+    from .plan import comm_bytes  # the plan's arithmetic: not loaded for link-only advice (inspect stays fast)
     now = comm_bytes(chosen.name, model, layout, training) / training.grad_accum
     then = comm_bytes(chosen.name, model, layout, more) / more.grad_accum
     if now and then <= 0.6 * now and (t is None or t > 0.01):
@@ -158,6 +158,7 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> 
 
 def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None) -> Advice:
     """The fastest strategy that fits, with its reasons (the decision tree of docs/sources.md#decision-tree, and the link rule)."""
+    from .plan import HEADROOM
     by_name = {s.name: s for s in strategies}
     order = ORDER["one"] if layout.gpus == 1 else ORDER["fast" if fast_link else "slow"]
     chosen = next((by_name[n] for n in order if n in by_name and by_name[n].fits), None)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -175,6 +173,7 @@ def nvml_topology() -> Topology:
 
 def smi_text(*args: str) -> str | None:
     """Output of `nvidia-smi ARGS`, or None when the binary is absent or fails."""
+    import subprocess  # here, not at the top: inspect of a paste never runs nvidia-smi (fast start)
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
@@ -217,6 +216,8 @@ def _fill_affinity(g: Gpu, smi: Topology) -> Gpu:
 
 def host() -> dict:
     """CPUs, NUMA nodes, RAM and temp-dir free space of this machine."""
+    import tempfile
+
     import psutil
     numa = sorted(Path("/sys/devices/system/node").glob("node[0-9]*"))
     tmp = tempfile.gettempdir()

@@ -1,7 +1,7 @@
 """Topology + findings + advice -> the `inspect` report, one dict (its schema is in README.md). Pure."""
 from __future__ import annotations
 
-from . import advise, health, plan as planning
+from . import advise, health
 from .errors import BadInput, NvmlUnavailable, TooFewGpus
 from .topology import Topology, kind_of, rank, select
 
@@ -78,12 +78,13 @@ def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
     return sorted(((t, pairs, l) for t, (pairs, l) in groups.items()), key=lambda x: rank(x[2]["type"]))
 
 
-def plan(model, layout: planning.Layout, training: planning.Training, global_batch: int | None = None,
+def plan(model, layout, training, global_batch: int | None = None,
          notes: tuple[str, ...] = ()) -> dict:
     """The `plan` report: every strategy's memory and traffic, and the recommendation.
 
     The inputs come resolved and checked from gputopo.request (defaults, bf16, global batch)."""
-    strategies = planning.strategies(model, layout, training)
+    from .plan import strategies as all_strategies  # the memory arithmetic: only when a plan is asked for
+    strategies = all_strategies(model, layout, training)
     fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
     advice = advise.from_plan(model, layout, training, strategies, fast, global_batch)
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
@@ -100,18 +101,21 @@ def inspect_report(inputs, *, gpu_ids=None, best=None, options: dict | None = No
                    need_topology: str | None = None) -> dict:
     """inspect's whole answer for gputopo.sources.Inputs: the report, the plan with --model, and on this machine
     (not a paste) its blocking host problems. need_topology names the option that cannot do without one."""
-    from . import doctor, probe, request
+    from . import probe
     topo, options = inputs.topology, options or {}
     if topo is None and need_topology:
         raise NvmlUnavailable(f"{need_topology} needs a topology and no GPU is visible ({inputs.status}); give"
                               " --from-file or --example")
     planned = None
     if topo is not None and (options.get("model") or options.get("params")):
+        from . import request  # the plan's inputs: only with --model
         req = request.from_options({**options, "gpu_mem": gpu_mem, "gpu_model": gpu_model}, topology=topo,
                                    selected=select(topo, gpu_ids))
         planned = plan_for(req)
-    data = inspect(topo, gpu_ids=gpu_ids, best=best, env=probe.environment(), host=probe.host(),
+    live = not inputs.sources  # a paste describes another machine: this host's CPUs and RAM are not its
+    data = inspect(topo, gpu_ids=gpu_ids, best=best, env=probe.environment(), host=probe.host() if live else None,
                    status=inputs.status, sources=inputs.sources, planned=planned)
-    if not inputs.sources:  # this machine: its blocking host problems, briefly (`gputopo doctor` for all)
+    if live:  # this machine: its blocking host problems, briefly (`gputopo doctor` for all)
+        from . import doctor
         data["host_checks"] = doctor.blocking(doctor.run(topo_fn=doctor.known_topology(topo, inputs.status or "")))
     return data

@@ -6,7 +6,6 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
-from importlib import resources
 
 from . import parse
 from .errors import BadInput, NvmlUnavailable
@@ -27,6 +26,7 @@ class Inputs:
 
 def examples() -> dict:
     """The bundled real machines: name -> {file, gpu_model, description} (names starting "_" are internal)."""
+    from importlib import resources
     index = json.loads(resources.files("gputopo.examples").joinpath("index.json").read_text())
     return {k: v for k, v in index.items() if not k.startswith("_")}
 
@@ -77,6 +77,7 @@ def example(name: str, gpu_model: str | None) -> Inputs:
     if name not in index:
         raise BadInput(f"--example {name}: unknown; `gputopo inspect --example list` lists them")
     e = index[name]
+    from importlib import resources
     text = resources.files("gputopo.examples").joinpath(e["file"]).read_text()
     label = f"example:{name}"
     return Inputs(parse.texts([text], gpu_model or e["gpu_model"]), [label], None, [(label, text)])
