@@ -68,7 +68,7 @@ def check_shm(host, disks: list, n_gpus: int | None) -> Check:
     return Check("shm", "ok", "/dev/shm", found, why)
 
 
-def check_tmp(host, disks: list, tmp: str) -> Check:
+def check_tmp(disks: list, tmp: str) -> Check:
     why = "pip and JIT builds of DeepSpeed ops, DeepSpeed's compile probes and torch.compile's caches write here"
     d = system.disk_of(tmp, disks)
     if d is None or d.free_bytes is None:
@@ -298,7 +298,7 @@ def cuda_stack(host, topo: Topology | None, driver: dict) -> tuple[list[Check], 
     return out, tc
 
 
-def check_gpus(host, topo: Topology | None, reason: str | None, names: list[str], env: dict,
+def check_gpus(topo: Topology | None, reason: str | None, names: list[str], env: dict,
                persistence: dict, rdma: list[str], modules: set[str], sysfs_gpus: list[str]) -> list[Check]:
     """Degraded GPUs (health), persistence mode, GPUDirect RDMA; or why none of it could be checked."""
     if topo is None:
@@ -389,13 +389,13 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
     all_disks = system.disks(host)
     rdma = system.rdma_devices(host)
     tmp = _tmpdir(host)
-    checks = [check_shm(host, all_disks, n_gpus or None), check_tmp(host, all_disks, tmp),
+    checks = [check_shm(host, all_disks, n_gpus or None), check_tmp(all_disks, tmp),
               check_memlock(host, cfg, rdma), check_acs(host, gpu_buses, n_gpus),
               check_iommu(host, gpu_buses, n_gpus)]
     checks += check_env(host.env, topo, names)
     stack, toolchain = cuda_stack(host, topo, facts["driver"])
     checks += stack
-    checks += check_gpus(host, topo, reason, names, host.env, facts["persistence"], rdma,
+    checks += check_gpus(topo, reason, names, host.env, facts["persistence"], rdma,
                          system.kernel_modules(host), sysfs_gpus)
     checks.append(check_disks(all_disks, system.pick_offload_dir(host, all_disks, tmp)))
     for path in dict.fromkeys(nvme_paths(cfg) + ([nvme_path] if nvme_path else [])):

@@ -80,8 +80,7 @@ ALIASES = {"openai-community/gpt2": "gpt2", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b",
 
 
 def _count(family: str, h: int, L: int, a: int, V: int, P: int = 0, I: int | None = None, kv: int | None = None,
-           kvh: int | None = None, qkv_bias: bool = False, tied: bool = False,
-           model_type: str | None = None) -> tuple[int, int, int, str]:
+           kvh: int | None = None, qkv_bias: bool = False, tied: bool = False) -> tuple[int, int, int, str]:
     """Parameters, largest layer, intermediate size and activation of one family, as transformers builds it."""
     if family == "gpt2":  # GPT2LMHeadModel, lm_head tied to wte
         I = 4 * h
@@ -114,11 +113,11 @@ def named(name: str) -> ModelSpec:
         raise BadInput(f"--model {name}: not a known model and no such folder; known: {', '.join(CATALOG)}"
                        " (or give a folder with config.json, or --params)")
     c = dict(CATALOG[key])
-    family = c.pop("family")
+    family, model_type = c.pop("family"), c.pop("model_type", None)
     params, largest, inter, act = _count(family, **c)
     layers = 2 * c["L"] if family == "t5" else c["L"]
     shape = {**FAMILY[family], **({"tied": True} if c.get("tied") else {})}
-    model_type = c.get("model_type") or ("mistral" if key.startswith("mistral") else family)
+    model_type = model_type or ("mistral" if key.startswith("mistral") else family)
     return ModelSpec(name=key, family=family, params=params, hidden_size=c["h"], layers=layers, heads=c["a"],
                      vocab_size=c["V"], intermediate_size=inter, largest_layer_params=largest, activation=act,
                      max_positions=c.get("P") or None, model_type=model_type, kv_heads=c.get("kvh"),

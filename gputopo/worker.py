@@ -212,7 +212,7 @@ def summarize(step_times: list[float], warmup: int, samples_per_step: int) -> di
             "step_times_s": timed}
 
 
-def train_plain(args, model, data, device, backend, world, rank):
+def train_plain(args, model, data, device, world, rank):
     """DDP with torch.autocast; the reference experiment's loop without the Trainer's overhead."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -345,7 +345,7 @@ def main(argv=None) -> int:
         elif args.deepspeed:
             times, losses, info = train_deepspeed(args, model, data, device, world, rank)
         else:
-            times, losses, info = train_plain(args, model, data, device, backend, world, rank)
+            times, losses, info = train_plain(args, model, data, device, world, rank)
         params = sum(p.numel() for p in model.parameters())
         result.update({"model": {"name": what, "params": params}, "dataset": data_what, "seq_len": seq, "info": info,
                        "losses": losses, "loss_finite": bool(losses) and all(math.isfinite(x) for x in losses),
