@@ -82,7 +82,7 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
         if unused:
             raise BadInput(f"{', '.join(unused)} only {'feeds' if len(unused) == 1 else 'feed'} the memory plan:"
                            " add --auto (with --model), or drop " + ("it" if len(unused) == 1 else "them"))
-    launch.check_options(a.launcher, nodes, a.ds_optimizer, a.master_addr, a.master_port)
+    launch.check_options(a.launcher, nodes, a.master_addr, a.master_port)
 
 
 def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list]:

@@ -17,10 +17,9 @@ PORT = 29500
 FILES = {"accelerate": "accelerate_config.yaml", "deepspeed": "hostfile", "slurm": "train.sbatch"}
 
 
-def check_options(launcher: str | None, nodes: int, ds_optimizer: bool, master_addr: str | None, port: int) -> None:
-    """Refuse launch options that would change nothing for this launcher and layout."""
-    if ds_optimizer and launcher != "accelerate":
-        raise BadInput("--ds-optimizer is for --launcher accelerate: the other configs always carry DeepSpeed's optimizer")
+def check_options(launcher: str | None, nodes: int, master_addr: str | None, port: int) -> None:
+    """Refuse launch options that would change nothing for this launcher and layout (--ds-optimizer is the
+    config's: gputopo.dsconfig refuses it)."""
     if master_addr is not None:
         if launcher is None or launcher == "slurm" or nodes < 2:
             raise BadInput("--master-addr is for --launcher torchrun|deepspeed|accelerate with --nodes 2 or more"
