@@ -286,6 +286,13 @@ def _per_node(hw: HardwareAsk, topology, selected, global_batch, notes: dict) ->
     return len(selected), False, topology, selected
 
 
+def _named_model(topology, selected) -> str | None:
+    """The GPU model the topology names for the selected GPUs (None: no topology, or it names none)."""
+    if topology is None:
+        return None
+    return next((topology.gpu(n).model for n in selected if topology.gpu(n).model), None)
+
+
 def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
             hardware: HardwareAsk = HardwareAsk(), *, need_model: bool = True, need_layout: bool = True,
             topology=None, selected=None) -> Request:
@@ -307,8 +314,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
         per_node, gpu_name = layout.gpus_per_node, layout.gpu_model
     else:
         per_node, assumed, topology, selected = _per_node(hw, topology, selected, t.global_batch, notes)
-        gpu_name = str(gm) if gm else next((topology.gpu(n).model for n in selected if topology.gpu(n).model), None) \
-            if topology is not None else None
+        gpu_name = str(gm) if gm else _named_model(topology, selected)
     spec = models.resolve(m.model, m.params, m.hidden_size, m.layers, m.vocab_size) \
         if need_model or m.model or m.params else None
     chosen, note = precision(t.precision, gpu_name)
