@@ -23,7 +23,7 @@ from .worker import OFFLINE, RESULT, WIKITEXT
 
 SCHEMA_VERSION = 1
 ARMS = (("p2p", None), ("no_p2p", "1"))
-# The reference experiment (seed 003): 2x TITAN RTX with NV2, gpt2 on wikitext-2, 200 steps, batch 4 per GPU.
+# The reference experiment (docs/sources.md#benchmark): 2x TITAN RTX with NV2, gpt2 on wikitext-2, 200 steps, batch 4 per GPU.
 REFERENCE = {"hardware": "2x TITAN RTX, NV2", "model": "gpt2", "dataset": "wikitext-2", "steps": 200,
              "p2p_s": 101.9003, "no_p2p_s": 131.4367}
 GPU_SIZES = [2 ** 20 * 2 ** k for k in range(11)]   # 1 MiB .. 1 GiB

@@ -40,7 +40,7 @@ CATALOG = (
     ("RTX A5000", r"RTXA5000|^A5000", "Ampere", {24: None}),
     ("RTX 3090", r"RTX3090", "Ampere", {24: None}),
     ("RTX 3080", r"RTX3080", "Ampere", {10: None, 12: None}),
-    ("V100", r"V100", "Volta", {16: 16160, 32: None}),    # 16160 MiB: Tesla V100 16GB, nvidia-smi in seed 001
+    ("V100", r"V100", "Volta", {16: 16160, 32: None}),    # 16160 MiB: Tesla V100 16GB, docs/sources.md#cuda-context
     ("TITAN V", r"TITANV", "Volta", {12: None}),
     ("TITAN RTX", r"TITANRTX", "Turing", {24: None}),
     ("Quadro RTX 8000", r"RTX8000", "Turing", {48: None}),

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass
 
 from .topology import PCIE_KINDS, Topology, kind_of
 
-# Seed 003: 70-75 °C is great, below 80 °C fine, performance drops from about 84-90 °C.
+# docs/sources.md#temperatures: 70-75 °C is great, below 80 °C fine, performance drops from about 84-90 °C.
 TEMP_WARN_C, TEMP_THROTTLE_C = 80, 84
 POWER_CAP_FRACTION = 0.97
 BENIGN_THROTTLE = {"applications_clocks_setting", "display_clock_setting", "sync_boost"}
@@ -84,7 +84,8 @@ def _env_findings(topo: Topology, names: list[str], env: dict) -> list[Finding]:
     if (env.get("NCCL_P2P_DISABLE") or "0") not in ("0", ""):
         out.append(Finding("warn" if has_nv else "info", "nccl_p2p_disabled", "env",
                            "NCCL_P2P_DISABLE is set: NCCL will not use NVLink or PCIe peer-to-peer"
-                           + (" although these GPUs have NVLink (seed benchmark: 23 % slower)" if has_nv else "")))
+                           + (" although these GPUs have NVLink (HF's DDP benchmark: 23 % slower without it)"
+                              if has_nv else "")))
     level = (env.get("NCCL_P2P_LEVEL") or "").upper()
     if level:
         idx = int(level) + 1 if level.isdigit() and int(level) < 5 else (P2P_LEVELS.index(level) if level in P2P_LEVELS else None)
