@@ -24,7 +24,8 @@ class Advice:
 
 
 def interconnect(topo: Topology, names: list[str]) -> Advice:
-    """First advice from the links alone (DDP tolerates a slow link, ZeRO-DP needs a fast one: docs/sources.md#benchmark)."""
+    """First advice from the links alone: DDP tolerates a slow link, ZeRO-DP needs a fast one
+    (docs/sources.md#ddp-vs-zero-interconnect)."""
     links = topo.gpu_links(names)
     if len(names) < 2:
         return Advice("single", "none", "unknown", ("one GPU: no inter-GPU traffic; DeepSpeed helps only if the"
@@ -157,7 +158,8 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> 
 
 
 def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None) -> Advice:
-    """The fastest strategy that fits, with its reasons (the decision tree of docs/sources.md#decision-tree, and the link rule)."""
+    """The fastest strategy that fits, with its reasons: HF's DeepSpeed decision tree
+    (docs/sources.md#deepspeed-decision-tree) ordered by the link rule (docs/sources.md#ddp-vs-zero-interconnect)."""
     from .plan import HEADROOM
     by_name = {s.name: s for s in strategies}
     order = ORDER["one"] if layout.gpus == 1 else ORDER["fast" if fast_link else "slow"]
@@ -173,7 +175,8 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     if skipped:
         reasons.append("Faster choices do not fit: " + "; ".join(f"{n} {by_name[n].why_not[0]}" for n in skipped) + ".")
     if layout.gpus == 1 and chosen.name == "single":
-        reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed.")
+        reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed"
+                       " (HF's DeepSpeed decision tree).")
     elif layout.gpus > 1:
         reasons += traffic_words(chosen, by_name, model, layout, training, fast_link)
     if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:

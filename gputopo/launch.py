@@ -71,7 +71,7 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
             common = f"--master_addr {q(hosts[0])} --master_port {port}"
             run.append({"where": f"node 0 ({hosts[0]}) only: it starts the others over passwordless ssh",
                         "command": f"deepspeed --hostfile {hf} --num_nodes {nodes} --num_gpus {gpus} {common} {args}"})
-            run.append({"where": "or, without ssh: every node, NODE_RANK=0 on the first host of the hostfile,"
+            run.append({"where": "every node instead, without ssh: NODE_RANK=0 on the first host of the hostfile,"
                                  f" {_ranks(nodes)} on the others in hostfile order",
                         "command": f'deepspeed --hostfile {hf} --no_ssh --node_rank "$NODE_RANK" {common} {args}'})
             notes.append(f"edit {path['hostfile']}: one line per node, its ssh-reachable name and its GPU count"

@@ -1,6 +1,6 @@
 """Model + layout + training setup -> memory per GPU and traffic per step for each strategy. Pure arithmetic.
 
-Sources: the memory anatomy of docs/sources.md#memory (AdamW 8 B/param, 8-bit 2, SGD+momentum 4, Adafactor ~4; fp32
+Sources: the memory anatomy of docs/sources.md#memory-per-parameter (AdamW 8 B/param, 8-bit 2, SGD+momentum 4, Adafactor ~4; fp32
 weights and gradients 4 B), DeepSpeed's own estimators for ZeRO model states
 (deepspeed.runtime.zero.stage_1_and_2 / stage3 estimate_*_model_states_mem_needs), and gputopo.memory for
 the step itself (activations, temporaries and the phase the peak falls in).
@@ -22,7 +22,7 @@ OPTIMIZER_BYTES = {"adamw": 8, "adamw-8bit": 2, "adafactor": 4, "sgd": 4}
 # Adafactor, SGD) is refused there unless forced (zero_force_ds_cpu_optimizer), and runs on the GPU anyway.
 OFFLOAD_OPTIMIZERS = ("adamw",)
 # CUDA context: 520 MiB by NVML right after the first CUDA tensor, torch 2.11 + CUDA 13.0 on an H100
-# (docs/measurements/h100-2026-11.md); the 1343 MiB of docs/sources.md#memory came from an older stack.
+# (docs/measurements/h100-2026-11.md); the 1343 MiB of docs/sources.md#memory-per-parameter came from an older stack.
 CUDA_CONTEXT_BYTES = 520 * 2 ** 20
 # What nvidia-smi shows beyond the context and the allocated peak: the caching allocator's reserve and cuBLAS
 # workspaces. Same record: NVML's per-process figure was about the allocated peak + 1.4 GB.

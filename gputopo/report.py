@@ -1,4 +1,4 @@
-"""Topology + findings + advice -> the `inspect` report, one dict (its schema is in README.md). Pure."""
+"""Topology + findings + advice -> the `inspect` report, one dict (its schema is in docs/inspect.md). Pure."""
 from __future__ import annotations
 
 from . import advise, health

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bash launchers/nvlink_ab.sh --model gpt2 --steps 200 --batch-size 4
-# The reference NVLink A/B (docs/sources.md#benchmark) on one node, as bare commands: the same DDP run twice, P2P allowed and then
-# NCCL_P2P_DISABLE=1. Results go to a fresh folder (nothing is deleted). `gputopo bench-nvlink` does the same
-# with statistics, an all-reduce sweep and a report.
+# The NVLink A/B of docs/sources.md#ddp-nvlink-benchmark on one node, as bare commands: the same DDP run
+# twice, P2P allowed and then NCCL_P2P_DISABLE=1. Results go to a fresh folder (nothing is deleted).
+# `gputopo bench-nvlink` does the same with statistics, an all-reduce sweep and a report.
 set -euo pipefail
 out=$(mktemp -d "${TMPDIR:-/tmp}/nvlink-ab.XXXXXX")
 if [ -z "${NPROC:-}" ]; then

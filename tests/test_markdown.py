@@ -204,9 +204,10 @@ def test_report_does_not_depend_on_hash_order():
 
 
 def test_readme_mermaid_block_is_todays_output():
-    """README.md shows the Mermaid block of a bundled example exactly as gputopo prints it today."""
+    """docs/inspect.md (moved there from README.md) shows the Mermaid block of a bundled example exactly as
+    gputopo prints it today."""
     from pathlib import Path
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "inspect.md").read_text()
     out = run("inspect", "--example", "pcie8-dual-socket", "--gpu-ids", "0,1", "--markdown").output
     block = out[out.index("```mermaid"):out.index("```", out.index("```mermaid") + 3) + 3]
     assert "`gputopo inspect --example pcie8-dual-socket --gpu-ids 0,1\n--markdown` draws:" in readme

@@ -887,11 +887,14 @@ def test_every_option_has_help():
 
 
 def test_readme_documents_units_nothing_fits_completion():
+    """README asks the four questions; docs/options.md holds units and completion, docs/plan.md "nothing fits"."""
     readme = (ROOT / "README.md").read_text()
     assert "answers four questions" in readme and "1. **" in readme and "4. **" in readme and "5. **" not in readme
-    assert "80GB` = `80G` = `80GiB`" in readme and "A number without a unit (`--gpu-mem 24`) is refused" in readme
-    assert "**When nothing fits**" in readme and "exits with\nstatus 1" in readme and '"short_bytes"' in readme
-    assert "_GPUTOPO_COMPLETE=bash_source gputopo" in readme
+    options = (ROOT / "docs" / "options.md").read_text()
+    assert "80GB` = `80G` = `80GiB`" in options and "A number without a unit (`--gpu-mem 24`) is refused" in options
+    assert "_GPUTOPO_COMPLETE=bash_source gputopo" in options
+    plan = (ROOT / "docs" / "plan.md").read_text()
+    assert "**When nothing fits**" in plan and "exits with\nstatus 1" in plan and '"short_bytes"' in plan
 
 
 def test_license_is_an_spdx_string():

@@ -1,4 +1,5 @@
-"""Memory arithmetic: exact parameter counts, DeepSpeed's own estimators, the seed's numbers, real cases."""
+"""Memory arithmetic: exact parameter counts, DeepSpeed's own estimators, the numbers of HF's
+single-GPU guide (docs/sources.md#memory-per-parameter), real cases."""
 import dataclasses
 import json
 
@@ -120,13 +121,14 @@ def test_seed_numbers():
     single = by_name(plan_json("--model", "bert-large-uncased", "--gpus", "1", "--gpu-mem", "80GiB",
                                "--precision", "fp32"))["single"]
     assert single["per_gpu_bytes"]["weights"] == 4 * bert.params
-    assert round(single["per_gpu_bytes"]["weights"] / 1e9, 1) in (1.3, 1.4)   # seed: about 1.3 GB
-    t5 = models.named("t5-3b").params  # 2.85B, the seed rounds it to 3B
+    assert round(single["per_gpu_bytes"]["weights"] / 1e9, 1) in (1.3, 1.4)   # sources.md#cuda-context: ~1.3 GB
+    t5 = models.named("t5-3b").params  # 2.85B; docs/sources.md#memory-per-parameter rounds it to 3B
     for opt, gb in (("adamw", 24), ("adafactor", 12), ("adamw-8bit", 6)):
         got = plan.OPTIMIZER_BYTES[opt] * t5 / 1e9
         assert got == pytest.approx(gb, rel=0.06)
-    # seed 001: AdamW in mixed precision is 18 B/param before activations (6 + 4 + 8). The 2 B of 16-bit
-    # copies live only from the forward to each layer's backward, so the step counts them (as activations).
+    # docs/sources.md#memory-per-parameter: AdamW in mixed precision is 18 B/param before activations
+    # (6 + 4 + 8). The 2 B of 16-bit copies live only from the forward to each layer's backward, so the step
+    # counts them (as activations).
     mixed = by_name(plan_json("--model", "gpt2", "--gpus", "1", "--gpu-mem", "80GiB", "--precision", "bf16"))["single"]
     b = mixed["per_gpu_bytes"]
     assert b["weights"] + b["gradients"] + b["optimizer"] == 16 * models.named("gpt2").params
