@@ -13,7 +13,6 @@ from importlib import resources
 from pathlib import Path
 
 
-
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -47,6 +46,7 @@ with tempfile.TemporaryDirectory() as tmp:
 t0 = time.perf_counter()
 import matplotlib.figure  # noqa: E402,F401
 from matplotlib.backends import backend_agg  # noqa: E402,F401
+
 print(f"import matplotlib: {time.perf_counter() - t0:.2f} s")
 from click.testing import CliRunner  # noqa: E402
 

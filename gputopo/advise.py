@@ -8,7 +8,6 @@ from .topology import Topology, explain
 from .units import gib, size
 
 
-
 @dataclass(frozen=True)
 class Advice:
     strategy: str | None        # "single", "ddp", or a plan strategy name once memory is known

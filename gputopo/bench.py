@@ -111,8 +111,8 @@ def check_ask(a: Ask) -> None:
 
 def _gpus(a: Ask, topo) -> tuple[Options, dict | None]:
     """Options for the GPUs selected on this machine, and the weakest link among them."""
-    from .topology import select
     from .request import precision
+    from .topology import select
     names = select(topo, a.gpu_ids)
     if a.nproc and a.nproc > len(names):
         raise TooFewGpus(f"--nproc {a.nproc}: only {len(names)} GPU(s) selected")
@@ -299,7 +299,7 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, l
         kill_group(proc)
         reader.join(5)
         raise BenchmarkFailed(f"{label}: no result after {timeout:g} s (--timeout); stopped it and its workers."
-                              + _where(log_dir) + "\nLast lines of the child:\n  " + "\n  ".join(list(tail)[-12:]))
+                              + _where(log_dir) + "\nLast lines of the child:\n  " + "\n  ".join(list(tail)[-12:])) from None
     except BaseException:  # Ctrl-C included: leave nothing behind
         kill_group(proc)
         raise

@@ -46,7 +46,6 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
     shape: "trainer" (HF Trainer, "auto"), "initialize" (deepspeed.initialize) or "accelerate"."""
     q = shlex.quote
     path = {name: os.path.join(folder, name) for name in FILES.values()}
-    addr = master or "$MASTER_ADDR"
     endpoint = q(f"{master}:{port}") if master else f'"$MASTER_ADDR:{port}"'
     args = f"{q(script)} --deepspeed {q(config)}"
     files: dict[str, str] = {}

@@ -130,9 +130,9 @@ def from_path(path: str) -> ModelSpec:
     try:
         raw = json.loads(cfg_file.read_text())
     except FileNotFoundError:
-        raise BadInput(f"--model {path}: no config.json in that folder")
+        raise BadInput(f"--model {path}: no config.json in that folder") from None
     except (OSError, ValueError) as e:
-        raise BadInput(f"--model {path}: config.json unreadable ({e})")
+        raise BadInput(f"--model {path}: config.json unreadable ({e})") from None
     import torch
     import transformers
     transformers.logging.set_verbosity_error()
@@ -143,7 +143,7 @@ def from_path(path: str) -> ModelSpec:
         with torch.device("meta"):
             model = cls(cfg) if cls is not None else _auto(transformers, cfg)
     except Exception as e:  # transformers raises many kinds for a bad config; the user needs one line
-        raise BadInput(f"--model {path}: transformers cannot build it ({type(e).__name__}: {e})".split("\n")[0])
+        raise BadInput(f"--model {path}: transformers cannot build it ({type(e).__name__}: {e})".split("\n")[0]) from None
     params = sum(p.numel() for p in model.parameters())  # shared (tied) parameters are listed once
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     # The config object, not config.json: it fills what the file leaves out with transformers' defaults.

@@ -27,7 +27,7 @@ def _nvml():
     try:
         import pynvml
     except ImportError:
-        raise NvmlUnavailable("the nvidia-ml-py package (module pynvml) is not installed")
+        raise NvmlUnavailable("the nvidia-ml-py package (module pynvml) is not installed") from None
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as e:
@@ -36,7 +36,7 @@ def _nvml():
             "NVMLError_DriverNotLoaded": "the NVIDIA driver is installed but not loaded (try `nvidia-smi`, `dmesg`)",
             "NVMLError_NoPermission": "no permission to open the NVIDIA devices",
         }
-        raise NvmlUnavailable(reasons.get(type(e).__name__, f"NVML failed to start: {e}"))
+        raise NvmlUnavailable(reasons.get(type(e).__name__, f"NVML failed to start: {e}")) from None
     return pynvml
 
 

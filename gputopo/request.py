@@ -106,7 +106,7 @@ def gpu_model_of(name) -> catalog.GpuModel | None:
     try:
         return catalog.known(str(name))
     except ValueError as e:
-        raise BadInput(f"--gpu-model {e}")
+        raise BadInput(f"--gpu-model {e}") from None
 
 
 def precision(chosen: str | None, gpu_model: str | None, device: str = "cuda") -> tuple[str, str | None]:

@@ -322,7 +322,7 @@ def pci_sysfs(host: Host) -> list[PciDevice]:
             continue
         if len(cfg) < 64:
             continue
-        word = lambda off: int.from_bytes(cfg[off:off + 2], "little")  # noqa: E731
+        word = lambda off, cfg=cfg: int.from_bytes(cfg[off:off + 2], "little")  # noqa: E731
         vendor, cls = word(0), word(0x0A)
         name = PCI_CLASSES.get(cls, f"class {cls:04x}") + (": NVIDIA Corporation" if vendor == 0x10de else
                                                            f": vendor {vendor:04x}")

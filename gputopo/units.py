@@ -38,7 +38,7 @@ def parse_bytes(text: str, what: str) -> int:
     try:
         return parse_size(text)
     except ValueError as e:
-        raise BadInput(f"{what} {e}")
+        raise BadInput(f"{what} {e}") from None
 
 
 def size(n: float | None) -> str:

@@ -138,7 +138,7 @@ def with_deepspeed(cfg: dict, gpus: int = 1, micro: int = 1, accum: int = 1, pre
             DeepSpeedConfig(filled, mpu=Mpu())
     except Exception as e:  # pydantic ValidationError, AssertionError, ValueError: one line for the user
         first = " ".join(str(e).split("\n")[:3])
-        raise BadInput(f"DeepSpeed {deepspeed.__version__} rejects the config: {first}")
+        raise BadInput(f"DeepSpeed {deepspeed.__version__} rejects the config: {first}") from None
     _remember(key, cache, deepspeed.__version__)
     return deepspeed.__version__
 

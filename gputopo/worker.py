@@ -107,7 +107,7 @@ def build_model(name: str):
         return AutoModelForCausalLM.from_pretrained(name, local_files_only=True), f"{name} (weights from the local HF cache)"
     except Exception:  # not cached: build the architecture from gputopo's catalog
         pass
-    from .models import CATALOG, ALIASES
+    from .models import ALIASES, CATALOG
     key = ALIASES.get(name, name).lower()
     c = CATALOG.get(key)
     if c is None or c["family"] not in ("gpt2", "llama"):
@@ -156,12 +156,12 @@ def wikitext_lines(name: str) -> list[str]:
     try:
         import datasets
     except ImportError:
-        raise SystemExit(f"error: --dataset {name}: the `datasets` package is not installed (pip install datasets)")
+        raise SystemExit(f"error: --dataset {name}: the `datasets` package is not installed (pip install datasets)") from None
     try:
         ds = datasets.load_dataset("wikitext", name, split="train")
     except Exception as e:
         raise SystemExit(f"error: --dataset {name}: not in the local datasets cache, and nothing is downloaded"
-                         f" ({type(e).__name__})")
+                         f" ({type(e).__name__})") from None
     return [t for t in ds["text"] if t.strip()]
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import bin_path, make_model_dir
+
 from gputopo import bench
 
 pytestmark = pytest.mark.skipif(__import__("importlib").util.find_spec("torch") is None, reason="torch not installed")
@@ -265,6 +265,7 @@ def fake_result(label_time: float) -> dict:
 
 def test_a_failing_second_arm_keeps_the_first_in_output(fake_nvml, monkeypatch, tmp_path):
     import fake_nvml as fm
+
     from gputopo.errors import BenchmarkFailed
     fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
     calls = []
@@ -289,6 +290,7 @@ def test_a_failing_second_arm_keeps_the_first_in_output(fake_nvml, monkeypatch, 
 def test_dataset_without_the_datasets_package(monkeypatch, fake_nvml, no_children):
     """`datasets` not importable: auto falls back to synthetic and says so; asking for wikitext is refused."""
     import fake_nvml as fm
+
     from gputopo.errors import BadInput
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` now raises ModuleNotFoundError
     name, note = bench.resolve_dataset("auto")

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import FIXTURES
+
 from gputopo.cli import cli
 
 TOPO = FIXTURES / "topo"

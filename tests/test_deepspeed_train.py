@@ -9,7 +9,6 @@ import shlex
 import subprocess
 
 import pytest
-
 from conftest import bin_path, make_model_dir, run_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

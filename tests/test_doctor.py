@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import FIXTURES
+
 from gputopo import doctor, dsconfig, dsops, system
 from gputopo.cli import cli
 

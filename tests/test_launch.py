@@ -61,7 +61,7 @@ def test_files_are_written_beside_the_config_without_shell_variables(tmp_path, l
         assert DEEPSPEED_MULTINODE_LAUNCHERS[1] == "standard"  # torchrun per node, as accelerate names it
         assert "deepspeed_multinode_launcher: standard" in next(iter(info["files"].values()))
     if nodes > 1 and launcher == "torchrun":
-        assert (f'"$MASTER_ADDR:29500"' in commands) == (master is None)
+        assert ('"$MASTER_ADDR:29500"' in commands) == (master is None)
     assert info["script_needs"] and all(r["where"] for r in info["run"])
 
 

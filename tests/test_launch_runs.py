@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import bin_path, make_model_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

@@ -10,8 +10,8 @@ import os
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import FIXTURES
+
 from gputopo import gpus as catalog
 from gputopo import request
 from gputopo.cli import cli

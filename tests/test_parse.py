@@ -3,9 +3,10 @@ import json
 import re
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from conftest import FIXTURES, fixture_text
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gputopo import parse
 from gputopo.errors import BadInput
 

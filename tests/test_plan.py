@@ -1,6 +1,5 @@
 """Memory arithmetic: exact parameter counts, DeepSpeed's own estimators, the numbers of HF's
 single-GPU guide (docs/sources.md#memory-per-parameter), real cases."""
-import dataclasses
 import json
 
 import pytest

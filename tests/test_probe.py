@@ -2,9 +2,9 @@
 import stat
 
 import pytest
-
 from conftest import fixture_text
 from fake_nvml import h100_nvswitch, rtx3090_pair
+
 from gputopo import health, probe, report
 from gputopo.errors import NvmlUnavailable
 
@@ -136,8 +136,9 @@ def test_report_json_shape_from_nvml(fake_nvml):
 
 
 def test_pasted_nvlink_status_with_fewer_links_than_the_matrix():
-    from gputopo import parse
     from conftest import fixture_text
+
+    from gputopo import parse
     status = "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n" + "".join(
         f"   Link {i}: {'<inactive>' if i in (3, 7) else '25 GB/s'}\n" for i in range(12))
     topo = parse.texts([fixture_text("dgx_a100_nv12_mlx5_old_names_trailing_cmds.txt"), status])
@@ -179,8 +180,10 @@ def test_one_gpu_numa_from_nvidia_smi_when_nvml_lacks_it(fake_nvml, monkeypatch,
 
 def test_one_gpu_live_inspect_says_one_sentence_not_an_empty_table(fake_nvml, monkeypatch, tmp_path):
     import json
+
     from click.testing import CliRunner
     from fake_nvml import h100_single
+
     from gputopo.cli import cli
     fake_nvml(h100_single(), unsupported={"nvmlDeviceGetMemoryAffinity"})
     _fake_smi(monkeypatch, tmp_path, fixture_text("h100x1_driver580_ansi_header.txt"))

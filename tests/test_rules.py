@@ -190,4 +190,4 @@ def test_accelerate_yaml_names_the_config_by_its_absolute_path(tmp_path):
 @pytest.mark.parametrize("args", [["inspect", "--example", "dgx-a100", "--plot"],
                                   ["bench-nvlink", "--allreduce-only", "--plot"]])
 def test_a_picture_refusal_names_the_option(tmp_path, args):
-    assert refusal(run(*args, "-")).startswith(f"Error: --plot -: give a")
+    assert refusal(run(*args, "-")).startswith("Error: --plot -: give a")

@@ -16,7 +16,8 @@ from .common import emit
 @click.pass_context
 def doctor(ctx, config_path, nvme_path, as_json):
     """Host and install traps that break multi-GPU runs, worst first; exit 1 if one will."""
-    from .. import doctor as doctoring, nvme, render
+    from .. import doctor as doctoring
+    from .. import nvme, render
     cfg = doctoring.read_config(config_path) if config_path else None
     if nvme_path:
         nvme.given(nvme_path)  # refused in the words plan and deepspeed-config use for the same path

@@ -4,8 +4,18 @@ from __future__ import annotations
 import click
 
 from ..errors import BadInput
-from ..options import (COUNT, GPU_IDS, GPU_MODEL, PLAN_INPUTS, SIZE, given, host_options, json_option,
-                       model_options, training_options)
+from ..options import (
+    COUNT,
+    GPU_IDS,
+    GPU_MODEL,
+    PLAN_INPUTS,
+    SIZE,
+    given,
+    host_options,
+    json_option,
+    model_options,
+    training_options,
+)
 from .common import emit, exit_if_nothing_fits
 
 
@@ -62,7 +72,8 @@ def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, markdown
                                  gpu_model=gpu_model, need_topology="--markdown" if markdown else
                                  "--plot" if plot else None)
     if plot:
-        from .. import files, plot as drawing
+        from .. import files
+        from .. import plot as drawing
         files.write_atomic(plot, drawing.render(data, plot.rsplit(".", 1)[1].lower()))
         click.echo(f"wrote {plot}", err=True)
     if markdown:
