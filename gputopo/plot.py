@@ -9,7 +9,8 @@ from __future__ import annotations
 import io
 import textwrap
 
-from .markdown import Graph, graph, reading, summary
+from .graph import Graph, build as graph, reading
+from .markdown import summary
 from .topology import rank
 
 W, H = 1.35, 0.8            # GPU box, inches (the axes are drawn 1:1 in inches)
@@ -202,7 +203,8 @@ def figure(report: dict):
         ax.add_patch(FancyBboxPatch((cx - NIC_W / 2, cy - NIC_H / 2), NIC_W, NIC_H,
                                     boxstyle="round,pad=0,rounding_size=0.06", fc="#f4f4f4", ec="#777", lw=1, zorder=3))
         near = ",".join(m[3:] for m in n.members) if len(n.members) < 5 else f"{len(n.members)} GPUs"
-        text = "\n".join(n.label.split(" · ")) + (f"\n{cls} to GPU {near}" if cls else "")
+        text = "\n".join(n.label.split(" · ")) + (f"\n{cls} to GPU {near}" if cls else "") + (
+            f"\n{n.note}" if n.note else "")
         ax.text(cx, cy, text, ha="center", va="center", fontsize=6.3, zorder=4, linespacing=1.15)
         place.block(cx - NIC_W / 2, cy - NIC_H / 2, cx + NIC_W / 2, cy + NIC_H / 2)
 
