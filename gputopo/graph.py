@@ -59,18 +59,22 @@ class _Links:
     """The report's link matrix, asked by pair."""
 
     def __init__(self, report: dict):
+        """Index the report's links both ways round."""
         self.gpus = [g["name"] for g in report["gpus"]]
         self.by_pair = {}
         for l in report["links"]:
             self.by_pair[(l["a"], l["b"])] = self.by_pair[(l["b"], l["a"])] = l
 
     def type(self, a: str, b: str) -> str | None:
+        """The class of a pair (NV12, PIX, SYS ...), None when unknown."""
         return (self.by_pair.get((a, b)) or {}).get("type")
 
     def pcie(self, a: str, b: str) -> bool:
+        """Whether a pair is joined by PCIe only."""
         return self.type(a, b) in PCIE_KINDS
 
     def pairs(self):
+        """Every GPU pair once, in index order."""
         return [(a, b) for i, a in enumerate(self.gpus) for b in self.gpus[i + 1:]]
 
     def edge(self, a: str, b: str) -> Edge:
@@ -80,15 +84,18 @@ class _Links:
 
 
 def bandwidth(link: dict) -> str:
+    """A link's theoretical bandwidth per direction as text, else ""."""
     return f"{link['bandwidth_gbps']:g} GB/s" if link.get("bandwidth_gbps") else ""
 
 
 def label(t: str, link: dict | None = None) -> str:
+    """An edge label: the class, and the bandwidth when known."""
     bw = bandwidth(link) if link else ""
     return f"{t} · {bw}" if bw else t
 
 
 def short_model(model: str | None) -> str | None:
+    """A GPU model without the vendor words (A100-SXM4-80GB)."""
     return re.sub(r"^NVIDIA\s+|^Tesla\s+|GeForce\s+", "", model).strip() if model else None
 
 
@@ -97,6 +104,7 @@ def _components(names: list[str], joined) -> list[list[str]]:
     parent = {n: n for n in names}
 
     def find(x):
+        """The root of x's set."""
         while parent[x] != x:
             x = parent[x]
         return x
@@ -120,6 +128,7 @@ def _boxes(report: dict) -> list[Group]:
     by = {g["name"]: g for g in report["gpus"]}
 
     def key(g):
+        """What puts a GPU in a box."""
         return ("numa", g["numa_affinity"]) if g["numa_affinity"] is not None else (
             ("cpus", g["cpu_affinity"]) if g["cpu_affinity"] is not None else ("none", ""))
     keys = list(dict.fromkeys(key(g) for g in report["gpus"]))
@@ -201,6 +210,7 @@ def _junctions(links: _Links, clusters, parent_of, group_of: dict, nodes: dict, 
 def _leftovers(links: _Links, clusters, groups: list[Group], group_of: dict, edges: list) -> str | None:
     """Set each box's class and return the class between boxes; pairs that disagree get their own edge."""
     def joined(a, b):
+        """The finest junction class joining a pair, else None."""
         levels = [level for level, comp in clusters if a in comp and b in comp]
         return max(levels, key=rank) if levels else None
     left = [(a, b) for a, b in links.pairs() if links.pcie(a, b) and joined(a, b) is None]

@@ -34,6 +34,7 @@ def _fence(text: str, info: str = "text") -> str:
 
 
 def _cell(v) -> str:
+    """A table cell: N/A for None, pipes escaped."""
     return "N/A" if v is None else str(v).replace("|", "\\|")
 
 
@@ -146,6 +147,7 @@ def topo_text(data: dict) -> str:
     lines = [head, "\t" + "\t".join(labels + trailers)]
 
     def row(name):
+        """One matrix row of `topo -m` cells."""
         return [" X " if c == name else cell.get((name, c), "N/A") for c in labels]
     for g in gpus:
         extra = [g["cpu_affinity"], g["numa_affinity"]] + ([g.get("gpu_numa_id")] if numa_id else [])

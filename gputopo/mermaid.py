@@ -55,6 +55,7 @@ def mid(x: str) -> str:
 
 
 def _text(s: str) -> str:
+    """A label as Mermaid text: no double quotes, <br/> for new lines."""
     return s.replace('"', "'").replace("\n", "<br/>")
 
 
@@ -217,6 +218,7 @@ def _box_width(v: _View, grp, gpu_w: float, per_row: int) -> float:
 
 
 def _group(v: _View, node_id: str) -> str | None:
+    """The box a (possibly merged) node sits in."""
     n = v.g.nodes.get(node_id) or v.g.nodes.get(node_id.removeprefix("nics_"))
     return n.group if n else None
 
@@ -259,6 +261,7 @@ def view(report: dict) -> _View:
 
 
 def _node(v: _View, key: str, indent: str) -> str:
+    """A node line: id, shape by kind, label."""
     n = v.g.nodes.get(key)
     kind = n.kind if n else "nic"
     return indent + mid(key) + SHAPES[kind].format(_text(v.labels[key]))
@@ -279,6 +282,7 @@ def _boxes(v: _View) -> list[str]:
 
 
 def _box(v: _View, groups, indent: str) -> list[str]:
+    """NUMA boxes as subgraphs, laid out top to bottom inside."""
     out = []
     for grp in groups:
         title = grp.title + (f" · {grp.default} inside" if grp.default and grp.default != "NODE" else "")
@@ -313,6 +317,7 @@ def block(report: dict) -> str:
 
 
 def _yaml(s: str) -> str:
+    """A YAML double-quoted string."""
     return '"' + s.replace("\\", "\\\\").replace('"', "'") + '"'
 
 
