@@ -42,8 +42,37 @@ def _report(args: list[str]) -> dict:
     return json.loads(r.output)
 
 
+def synthetic(gpus: int, numa: int, nics_per_gpu: int, nvlink: str | None) -> str:
+    """A `topo -m` paste no fixture has: `gpus` GPUs over `numa` NUMA nodes, PIX pairs (or NVLink between
+    all), `nics_per_gpu` NICs PIX to each GPU (B200-class boards have 2), NODE within a node, SYS across."""
+    names = [f"GPU{i}" for i in range(gpus)]
+    nics = [f"NIC{i}" for i in range(gpus * nics_per_gpu)]
+    node = {n: i * numa // gpus for i, n in enumerate(names)} | {n: i * numa // len(nics) for i, n in enumerate(nics)}
+    near = {n: names[i // nics_per_gpu] for i, n in enumerate(nics)} | {n: n for n in names}
+
+    def cell(a, b):
+        if a == b:
+            return " X "
+        if nvlink and a in names and b in names:
+            return nvlink
+        if near[a] == near[b] or (a in names and b in names and int(a[3:]) // 2 == int(b[3:]) // 2):
+            return "PIX"
+        return "NODE" if node[a] == node[b] else "SYS"
+    labels = names + nics
+    rows = ["\t" + "\t".join(labels + ["CPU Affinity", "NUMA Affinity"])]
+    for a in labels:
+        extra = [f"{node[a] * 16}-{node[a] * 16 + 15}", str(node[a])] if a in names else []
+        rows.append("\t".join([a] + [cell(a, b) for b in labels] + extra))
+    return "\n".join(rows + ["", "NIC Legend:", ""] + [f"  {n}: mlx5_{i}" for i, n in enumerate(nics)]) + "\n"
+
+
+SYNTHETIC = {"synthetic:8gpu-nv18-16nic-2numa": (8, 2, 2, "NV18"), "synthetic:16gpu-pix-4numa": (16, 4, 0, None),
+             "synthetic:4gpu-pix-1nic-each": (4, 1, 1, None)}
+
+
 def cases() -> dict[str, list[str]]:
-    """Every bundled example and every readable `topo -m` fixture, plus selections (highlighted GPUs)."""
+    """Every bundled example and every readable `topo -m` fixture, selections (highlighted GPUs), and
+    synthetic pastes shaped like no fixture (many NICs, many NUMA nodes)."""
     from gputopo.cli import _examples
     out = {f"example:{k}": ["--example", k] for k in sorted(_examples()) if not k.startswith("_")}
     for p in sorted((FIXTURES / "topo").glob("*.txt")):
@@ -51,6 +80,12 @@ def cases() -> dict[str, list[str]]:
             out[p.stem] = ["-f", str(p)]
     out["example:dgx-a100 --best 4"] = ["--example", "dgx-a100", "--best", "4"]
     out["example:pcie8-dual-socket --gpu-ids 0,1"] = ["--example", "pcie8-dual-socket", "--gpu-ids", "0,1"]
+    folder = Path(tempfile.gettempdir()) / f"gputopo-mermaid-{os.getpid()}"
+    folder.mkdir(exist_ok=True)
+    for name, shape in SYNTHETIC.items():
+        path = folder / (name.split(":")[1] + ".txt")
+        path.write_text(synthetic(*shape))
+        out[name] = ["-f", str(path)]
     return out
 
 
