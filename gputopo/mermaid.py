@@ -77,16 +77,22 @@ def _common_lines(v: _View) -> None:
 
 
 def _hubs(v: _View) -> set[str]:
-    """NVLink islands that are whole boxes become a box around them; returns the hub ids so drawn."""
+    """NVLink islands that are whole boxes become a box around them; returns the hub ids so drawn.
+    With more than one island each is named by its GPUs ("between all 4 GPUs" twice would not say which)."""
     done = set()
-    for n in v.g.nodes.values():
-        if n.kind != "hub" or not n.members:
-            continue
+    islands = [n for n in v.g.nodes.values() if n.kind == "hub" and n.members]
+    gpus = sum(1 for n in v.g.nodes.values() if n.kind == "gpu")
+    for n in islands:
+        label = n.label
+        if len(n.members) < gpus:
+            label = label.replace(f" all {len(n.members)} GPUs", "\nGPUs " + ", ".join(m[3:] for m in n.members))
         boxes = [grp.id for grp in v.g.groups if set(grp.gpus) <= set(n.members)]
         covered = {x for grp in v.g.groups if grp.id in boxes for x in grp.gpus}
         if covered == set(n.members):
-            v.wrappers.append((f"{n.id}_box", n.label.replace("\n", " · "), boxes))
+            v.wrappers.append((f"{n.id}_box", label.replace("between\n", "between ").replace("\n", " · "), boxes))
             done.add(n.id)
+        else:
+            v.labels[n.id] = label
     return done
 
 
@@ -162,6 +168,10 @@ def _edges(v: _View, hubs: set[str], nics: dict[str, str]) -> None:
     told = _mesh(v)
     for i, e in enumerate(v.g.edges):
         if i in told or e.a in nics or e.b in hubs or e.b == "between" or (e.a in boxes and e.b in boxes):
+            continue
+        hub = v.g.nodes.get(e.b)
+        if hub and hub.kind == "hub" and v.g.nodes[e.a].group != v.g.nodes[hub.members[0]].group:
+            v.edges.append((e.b, e.a, e.type, e.label))   # a hub across boxes: under the first, over the rest
             continue
         v.edges.append((e.a, e.b, e.type, e.label))
     if v.g.between_groups:
@@ -250,7 +260,7 @@ def view(report: dict) -> _View:
     _common_lines(v)
     hubs = _hubs(v)
     for n in v.g.nodes.values():
-        if n.kind in ("junction", "hub") and n.id not in hubs and n.id != "between":
+        if n.kind == "junction":
             v.labels[n.id] = n.label
     nics = _nics(v)
     _edges(v, hubs, nics)

@@ -42,9 +42,15 @@ def _report(args: list[str]) -> dict:
     return json.loads(r.output)
 
 
-def synthetic(gpus: int, numa: int, nics_per_gpu: int, nvlink: str | None) -> str:
-    """A `topo -m` paste no fixture has: `gpus` GPUs over `numa` NUMA nodes, PIX pairs (or NVLink between
-    all), `nics_per_gpu` NICs PIX to each GPU (B200-class boards have 2), NODE within a node, SYS across."""
+ISLANDS = {"all": lambda i, gpus, numa: 0, "numa": lambda i, gpus, numa: i * numa // gpus,
+           "across": lambda i, gpus, numa: i % (gpus // numa) // 2}   # GPUs 0,1,4,5 | 2,3,6,7: across nodes
+
+
+def synthetic(gpus: int, numa: int, nics_per_gpu: int, nvlink: str | None, islands: str = "all") -> str:
+    """A `topo -m` paste no fixture has: `gpus` GPUs over `numa` NUMA nodes, PIX pairs (or NVLink within
+    ISLANDS[islands]), `nics_per_gpu` NICs PIX to each GPU (B200-class boards have 2), NODE within a node,
+    SYS across."""
+    island = ISLANDS[islands]
     names = [f"GPU{i}" for i in range(gpus)]
     nics = [f"NIC{i}" for i in range(gpus * nics_per_gpu)]
     node = {n: i * numa // gpus for i, n in enumerate(names)} | {n: i * numa // len(nics) for i, n in enumerate(nics)}
@@ -53,7 +59,7 @@ def synthetic(gpus: int, numa: int, nics_per_gpu: int, nvlink: str | None) -> st
     def cell(a, b):
         if a == b:
             return " X "
-        if nvlink and a in names and b in names:
+        if nvlink and a in names and b in names and island(int(a[3:]), gpus, numa) == island(int(b[3:]), gpus, numa):
             return nvlink
         if near[a] == near[b] or (a in names and b in names and int(a[3:]) // 2 == int(b[3:]) // 2):
             return "PIX"
@@ -67,7 +73,9 @@ def synthetic(gpus: int, numa: int, nics_per_gpu: int, nvlink: str | None) -> st
 
 
 SYNTHETIC = {"synthetic:8gpu-nv18-16nic-2numa": (8, 2, 2, "NV18"), "synthetic:16gpu-pix-4numa": (16, 4, 0, None),
-             "synthetic:4gpu-pix-1nic-each": (4, 1, 1, None)}
+             "synthetic:4gpu-pix-1nic-each": (4, 1, 1, None),
+             "synthetic:8gpu-nv12-island-per-numa": (8, 2, 0, "NV12", "numa"),
+             "synthetic:8gpu-nv12-islands-across-numa": (8, 2, 0, "NV12", "across")}
 
 
 def cases() -> dict[str, list[str]]:
