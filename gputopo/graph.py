@@ -177,7 +177,7 @@ def _clusters(links: _Links) -> tuple[list[tuple[str, list[str]]], dict[int, int
     clusters: list[tuple[str, list[str]]] = []
     for level in JUNCTIONS:
         r = rank(level)
-        for comp in _components(links.gpus, lambda a, b: links.pcie(a, b) and rank(links.type(a, b)) >= r):
+        for comp in _components(links.gpus, lambda a, b, r=r: links.pcie(a, b) and rank(links.type(a, b)) >= r):
             if len(comp) > 1 and not any(set(comp) == set(c) for _, c in clusters):
                 clusters.append((level, comp))
     parent_of = {}

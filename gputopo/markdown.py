@@ -7,7 +7,6 @@ reads back the same topology, also after e-mail/quote mangling ("> " before ever
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from . import __version__, graph, parse
 from . import mermaid as _mermaid

@@ -11,7 +11,8 @@ from __future__ import annotations
 import io
 import textwrap
 
-from .graph import Graph, build as graph, reading
+from .graph import Graph, reading
+from .graph import build as graph
 from .markdown import summary
 from .topology import rank
 

@@ -23,9 +23,9 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from conftest import FIXTURES  # noqa: E402
+from conftest import FIXTURES
 
-from gputopo import markdown  # noqa: E402
+from gputopo import markdown
 
 MERMAID_DIR = HERE / "mermaid"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -36,6 +36,7 @@ MAX_ROW = 4           # most GPUs side by side in one row of the Mermaid text
 
 def _report(args: list[str]) -> dict:
     from click.testing import CliRunner
+
     from gputopo.cli import cli
     r = CliRunner().invoke(cli, ["inspect", "--json", *args])
     assert r.exit_code == 0, r.output
@@ -159,8 +160,8 @@ def test_mermaid_structure(name):
     texts = [t for n, t in s["nodes"].items() if n not in s["junctions"]] + [b["title"] for b in s["boxes"].values()]
     assert len(texts) == len(set(texts)), [t for t in texts if texts.count(t) > 1]
     words = [w for t in texts for w in re.split(r"<br/>|[ ,()]+", t)]
-    for name in [g["name"] for g in data["gpus"]] + [n["name"] for n in data["nics"]]:
-        assert words.count(name) == 1 or name.startswith("GPU") and words.count(name) >= 1, (name, texts)
+    for who in [g["name"] for g in data["gpus"]] + [n["name"] for n in data["nics"]]:
+        assert words.count(who) == 1 or who.startswith("GPU") and words.count(who) >= 1, (who, texts)
     # Width: at most MAX_ROW nodes side by side in any row (GPUs, NIC nodes, junctions, hubs alike).
     per_rank: dict[int, list[str]] = {}
     for n, r in _ranks(s).items():
@@ -188,7 +189,7 @@ def render(codes: dict[str, str], png_dir: str | None = None) -> dict:
         src, out = Path(tmp) / "in.json", Path(tmp) / "out.json"
         src.write_text(json.dumps([{"name": k, "code": v} for k, v in codes.items()]))
         r = subprocess.run(["node", str(MERMAID_DIR / "render.mjs"), str(src), str(out)] + ([png_dir] if png_dir else []),
-                           capture_output=True, text=True, timeout=600)
+                           capture_output=True, text=True, timeout=600, check=False)
         assert r.returncode == 0, r.stderr[-3000:]
         return json.loads(out.read_text())
 
