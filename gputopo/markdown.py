@@ -1,5 +1,5 @@
 """The inspect report as markdown for a GitHub issue (summary, matrix, Mermaid graph, findings, the source
-text), the drawing both Mermaid and --plot use, and reading such a report back. Pure, stdlib only.
+text), and reading such a report back. Pure, stdlib only; the drawing's model is graph.py's.
 
 The report keeps the `nvidia-smi` text it was made from in fenced blocks, so `gputopo inspect -f report.md`
 reads back the same topology, also after e-mail/quote mangling ("> " before every line).
@@ -7,299 +7,18 @@ reads back the same topology, also after e-mail/quote mangling ("> " before ever
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
-from . import __version__, parse
+from . import __version__, graph, parse
+from . import mermaid as _mermaid
 from .errors import BadInput
-from .topology import PCIE_KINDS, rank
+from .topology import rank
 
-# Link classes drawn as junctions (a switch or a host bridge the GPUs share). NODE and SYS are not drawn
-# per pair: a NUMA node's box says NODE, the space between boxes SYS (nvidia-smi's legend).
-JUNCTIONS = ("PIX", "PXB", "PHB")
 MARK = {"error": "❌", "warn": "⚠️", "info": "ℹ️"}
 
 
-# ---------------------------------------------------------------- the drawing shared by Mermaid and --plot
-
-@dataclass
-class Node:
-    id: str
-    kind: str                          # "gpu", "nic", "junction" (PIX/PXB/PHB), "hub" (NVLink or SYS)
-    label: str
-    group: str | None = None           # the NUMA box it sits in
-    members: tuple[str, ...] = ()      # GPUs a junction or hub joins
-    selected: bool = False
-
-
-@dataclass
-class Edge:
-    a: str                             # node or group ids
-    b: str
-    type: str                          # link class as nvidia-smi prints it: NV12, PIX, PHB, SYS ...
-    label: str
-
-
-@dataclass
-class Group:
-    id: str
-    title: str
-    gpus: list[str]
-    default: str | None = None         # class of the pairs in this box that no junction joins (NODE, usually)
-
-
-@dataclass
-class Graph:
-    groups: list[Group]
-    nodes: dict[str, Node]
-    edges: list[Edge]
-    between_groups: str | None = None  # class of the pairs in different boxes (SYS, usually)
-    notes: list[str] = field(default_factory=list)
-
-
-def _bw(link: dict) -> str:
-    return f"{link['bandwidth_gbps']:g} GB/s" if link.get("bandwidth_gbps") else ""
-
-
-def _label(t: str, link: dict | None = None) -> str:
-    bw = _bw(link) if link else ""
-    return f"{t} · {bw}" if bw else t
-
-
-def _short_model(model: str | None) -> str | None:
-    return re.sub(r"^NVIDIA\s+|^Tesla\s+|GeForce\s+", "", model).strip() if model else None
-
-
-def _components(names: list[str], joined) -> list[list[str]]:
-    parent = {n: n for n in names}
-
-    def find(x):
-        while parent[x] != x:
-            x = parent[x]
-        return x
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            if joined(a, b):
-                parent[find(a)] = find(b)
-    out: dict[str, list[str]] = {}
-    for n in names:
-        out.setdefault(find(n), []).append(n)
-    return list(out.values())
-
-
-def _commonest(types: list[str]) -> str | None:
-    """The most frequent class; a tie goes to the slower one, so the drawing never depends on set order."""
-    return max(sorted(set(types), key=rank), key=types.count) if types else None
-
-
-def graph(report: dict) -> Graph:
-    """GPUs in NUMA boxes, NVLink edges (a hub for an all-to-all island), PCIe junctions, NICs by their nearest GPUs.
-
-    Reading rule, checked here for every pair: two GPUs are as close as their NVLink edge, else the first
-    PCIe junction that joins them, else their box's class (NODE) or the class between boxes (SYS); a pair
-    that breaks the rule gets its own edge, so nothing is drawn wrong.
-    """
-    gpus = [g["name"] for g in report["gpus"]]
-    by = {g["name"]: g for g in report["gpus"]}
-    link = {}
-    for l in report["links"]:
-        link[(l["a"], l["b"])] = link[(l["b"], l["a"])] = l
-    ltype = lambda a, b: (link.get((a, b)) or {}).get("type")  # noqa: E731
-    pcie = lambda a, b: ltype(a, b) in PCIE_KINDS  # noqa: E731
-    chosen = set(report["selected"]) if len(report["selected"]) < len(gpus) else set()
-    chosen |= set((report.get("best") or {}).get("gpus") or [])
-    nodes: dict[str, Node] = {}
-    edges: list[Edge] = []
-
-    # Boxes: NUMA node, else the CPU affinity (a socket), else one box.
-    def key(g):
-        return ("numa", g["numa_affinity"]) if g["numa_affinity"] is not None else (
-            ("cpus", g["cpu_affinity"]) if g["cpu_affinity"] is not None else ("none", ""))
-    keys = list(dict.fromkeys(key(by[n]) for n in gpus))
-    groups = []
-    for i, k in enumerate(keys):
-        members = [n for n in gpus if key(by[n]) == k]
-        cpus = {by[n]["cpu_affinity"] for n in members} - {None}
-        title = {"numa": f"NUMA node {k[1]}", "cpus": "NUMA node N/A", "none": "NUMA node N/A"}[k[0]]
-        if len(cpus) == 1:
-            title += f" · CPUs {cpus.pop()}"
-        groups.append(Group(id=f"box{i}", title=title, gpus=members))
-    group_of = {n: g.id for g in groups for n in g.gpus}
-
-    for n in gpus:
-        g = by[n]
-        lines = [n] + [x for x in (_short_model(g["model"]),) if x]
-        if g.get("memory_total_bytes"):
-            lines.append(f"{g['memory_total_bytes'] / 2 ** 30:.0f} GiB")
-        if g.get("pcie_gbps"):  # live only: the link's generation x width, theoretical per direction
-            lines.append(f"PCIe gen{g['pcie_gen_max'] or g['pcie_gen']} x{g['pcie_width_max'] or g['pcie_width']}"
-                         f" · {g['pcie_gbps']:g} GB/s")
-        nodes[n] = Node(id=n, kind="gpu", label="\n".join(lines), group=group_of[n], selected=n in chosen)
-
-    # NVLink: one hub for an island where every pair has the same NV#, else one edge per pair.
-    nv_pairs = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:] if (ltype(a, b) or "").startswith("NV")]
-    in_hub = set()
-    for k, island in enumerate(report["islands"]):
-        types = {ltype(a, b) for i, a in enumerate(island) for b in island[i + 1:]}
-        if len(island) >= 4 and len(types) == 1 and next(iter(types)).startswith("NV"):
-            t = next(iter(types))
-            l = link[(island[0], island[1])]
-            hub = Node(id=f"nvl{k}", kind="hub", members=tuple(island),
-                       label=f"NVLink {t} between all {len(island)} GPUs" + (f"\n{_bw(l)} per pair, per direction"
-                                                                              if _bw(l) else ""))
-            nodes[hub.id] = hub
-            edges += [Edge(n, hub.id, t, "") for n in island]
-            in_hub |= {frozenset((a, b)) for i, a in enumerate(island) for b in island[i + 1:]}
-    edges += [Edge(a, b, ltype(a, b), _label(ltype(a, b), link[(a, b)])) for a, b in nv_pairs
-              if frozenset((a, b)) not in in_hub]
-
-    # PCIe junctions: clusters of GPUs whose every PCIe pair is at least PIX, PXB, PHB (finest first).
-    clusters: list[tuple[str, list[str]]] = []
-    for level in JUNCTIONS:
-        r = rank(level)
-        for comp in _components(gpus, lambda a, b: pcie(a, b) and rank(ltype(a, b)) >= r):
-            if len(comp) > 1 and not any(set(comp) == set(c) for _, c in clusters):
-                clusters.append((level, comp))
-    parent_of = {}
-    for i, (_, comp) in enumerate(clusters):
-        sup = [j for j, (_, c) in enumerate(clusters) if j != i and set(comp) < set(c)]
-        parent_of[i] = min(sup, key=lambda j: len(clusters[j][1])) if sup else None
-    jid = {}
-    for i, (level, comp) in enumerate(clusters):
-        children = [j for j, p in parent_of.items() if p == i]
-        loose = [n for n in comp if not any(n in clusters[j][1] for j in children)]
-        groups_in = {group_of[n] for n in comp}
-        if len(comp) == 2 and parent_of[i] is None:
-            a, b = comp
-            edges.append(Edge(a, b, level, _label(level, link[(a, b)])))
-            continue
-        jid[i] = f"j{i}"
-        nodes[jid[i]] = Node(id=jid[i], kind="junction", label=level, members=tuple(comp),
-                             group=groups_in.pop() if len(groups_in) == 1 else None)
-        edges += [Edge(n, jid[i], level, "") for n in loose]
-    for i, j in parent_of.items():
-        if j is not None and i in jid:
-            edges.append(Edge(jid[i], jid[j], clusters[j][0], ""))
-
-    # What the boxes say for the pairs left over; pairs that disagree get their own edge.
-    def joined(a, b):
-        best = None
-        for level, comp in clusters:
-            if a in comp and b in comp:
-                best = level if best is None or rank(level) > rank(best) else best
-        return best
-    leftovers = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:] if pcie(a, b) and joined(a, b) is None]
-    for g in groups:
-        inside = [ltype(a, b) for a, b in leftovers if group_of[a] == group_of[b] == g.id]
-        g.default = _commonest(inside)
-    across = [ltype(a, b) for a, b in leftovers if group_of[a] != group_of[b]]
-    between = _commonest(across)
-    for a, b in leftovers:
-        expect = next(g.default for g in groups if g.id == group_of[a]) if group_of[a] == group_of[b] else between
-        if ltype(a, b) != expect:
-            edges.append(Edge(a, b, ltype(a, b), _label(ltype(a, b), link[(a, b)])))
-    wrong = [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:] if pcie(a, b) and joined(a, b)
-             and joined(a, b) != ltype(a, b)]
-    for a, b in wrong:  # a matrix that is not a tree (rare): say the real class on the pair itself
-        edges.append(Edge(a, b, ltype(a, b), _label(ltype(a, b), link[(a, b)])))
-    if between and len(groups) > 2:
-        nodes["between"] = Node(id="between", kind="hub", label=f"{between}: between NUMA nodes")
-        edges += [Edge(g.id, "between", between, "") for g in groups]
-    elif between:
-        edges.append(Edge(groups[0].id, groups[1].id, between, between))
-
-    # NICs next to their nearest GPUs: one box, one junction, or the GPUs themselves.
-    for nic in report["nics"]:
-        name = nic["name"]
-        near = [(n, ltype(name, n)) for n in gpus if ltype(name, n)]
-        label = name + (f" · {nic['device']}" if nic.get("device") and nic["device"] != name else "")
-        if not near:
-            nodes[name] = Node(id=name, kind="nic", label=label)
-            continue
-        best = max((t for _, t in near), key=rank)
-        s = {n for n, t in near if t == best}
-        whole = [g for g in groups if set(g.gpus) <= s]
-        junction = next((jid[i] for i, (_, c) in enumerate(clusters) if i in jid and set(c) == s), None)
-        if len(s) == len(gpus) > 2:  # as near to one GPU as to any: say so rather than draw a line to each
-            label += f" · {best} to all GPUs"
-            targets = []
-        elif whole and set().union(*(g.gpus for g in whole)) == s and len(s) > 2:
-            targets = [g.id for g in whole]
-        elif junction:
-            targets = [junction]
-        else:
-            targets = [n for n in gpus if n in s]
-        in_group = {group_of[n] for n in s}
-        nodes[name] = Node(id=name, kind="nic", label=label, members=tuple(sorted(s, key=gpus.index)),
-                           group=in_group.pop() if len(in_group) == 1 else None)
-        edges += [Edge(name, t, best, best) for t in targets]
-
-    notes = []
-    if any(ltype(a, b) is None for i, a in enumerate(gpus) for b in gpus[i + 1:]):
-        notes.append("link types unknown for some GPU pairs (no `nvidia-smi topo -m`): not drawn")
-    return Graph(groups=groups, nodes=nodes, edges=edges, between_groups=between, notes=notes)
-
-
-def reading(g: Graph) -> str:
-    """One sentence on how to read the drawing."""
-    parts = ["Thick lines are NVLink (class and theoretical bandwidth per direction)",
-             "PIX/PXB/PHB junctions are PCIe switches or host bridges the GPUs behind them share"]
-    inside = sorted({x.default for x in g.groups if x.default}, key=rank)
-    if inside:
-        parts.append(f"other GPUs in one box are {'/'.join(inside)} apart")
-    if g.between_groups:
-        parts.append(f"GPUs in different boxes {g.between_groups}")
-    parts.append("a pair that differs has its own edge; NICs hang off their nearest GPUs")
-    return "; ".join(parts) + "."
-
-
-# ---------------------------------------------------------------- Mermaid
-
-_ID = re.compile(r"[^A-Za-z0-9_]")
-
-
-def _mid(x: str) -> str:
-    return "n_" + _ID.sub("_", x)
-
-
-def _text(s: str) -> str:
-    return s.replace('"', "'").replace("\n", "<br/>")
-
-
 def mermaid(report: dict) -> str:
-    """The graph as a Mermaid `graph` block body (GitHub renders it in issues and READMEs)."""
-    g = graph(report)
-    out = ["graph TB"]
-
-    def node(n: Node, indent: str) -> str:
-        shape = {"gpu": '["{}"]', "nic": '(["{}"])', "junction": '{{{{"{}"}}}}', "hub": '[["{}"]]'}[n.kind]
-        return indent + _mid(n.id) + shape.format(_text(n.label))
-    for grp in g.groups:
-        title = grp.title + (f" · {grp.default} inside" if grp.default and grp.default != "NODE" else "")
-        out.append(f'  subgraph {_mid(grp.id)}["{_text(title)}"]')
-        out += [node(n, "    ") for n in g.nodes.values() if n.group == grp.id]
-        out.append("  end")
-    out += [node(n, "  ") for n in g.nodes.values() if n.group is None]
-    styles = []
-    for i, e in enumerate(g.edges):
-        nv = e.type.startswith("NV")
-        arrow = "===" if nv else ("-.-" if e.type in ("SYS", "NODE") else "---")
-        text = f'|"{_text(e.label)}"|' if e.label else ""
-        out.append(f"  {_mid(e.a)} {arrow}{text} {_mid(e.b)}")
-        if nv:
-            styles.append(str(i))
-    out.append("  classDef gpu fill:#e8f1fb,stroke:#1f5fa8")
-    out.append("  classDef nic fill:#f4f4f4,stroke:#888,font-size:11px")
-    out.append("  classDef sel fill:#fff2cc,stroke:#d62728,stroke-width:3px")
-    for kind in ("gpu", "nic"):
-        ids = [_mid(n.id) for n in g.nodes.values() if n.kind == kind and not n.selected]
-        if ids:
-            out.append(f"  class {','.join(ids)} {kind}")
-    sel = [_mid(n.id) for n in g.nodes.values() if n.selected]
-    if sel:
-        out.append(f"  class {','.join(sel)} sel")
-    if styles:
-        out.append(f"  linkStyle {','.join(styles)} stroke:#2e7d32,stroke-width:4px")
-    return "\n".join(out)
+    """The topology drawing as a Mermaid block body (mermaid.py lays it out for a comment's width)."""
+    return _mermaid.block(report)
 
 
 # ---------------------------------------------------------------- the whole report
@@ -312,6 +31,7 @@ def _fence(text: str, info: str = "text") -> str:
 
 
 def _cell(v) -> str:
+    """A table cell: N/A for None, pipes escaped."""
     return "N/A" if v is None else str(v).replace("|", "\\|")
 
 
@@ -361,8 +81,8 @@ def report(data: dict, pasted: list[tuple[str, str]]) -> str:
         b = data["best"]
         out += [f"Best {b['k']} GPU(s): {', '.join(b['gpus'])} (highlighted) — `{b['command']}`", ""]
     out += [matrix_table(data), ""]
-    g = graph(data)
-    out += ["```mermaid", mermaid(data), "```", "", f"<sub>{reading(g)}</sub>", ""]
+    g = graph.build(data)
+    out += ["```mermaid", mermaid(data), "```", "", f"<sub>{graph.reading(g)}</sub>", ""]
     if data.get("links_note"):
         out += [data["links_note"], ""]
     out.append("#### Findings")
@@ -424,6 +144,7 @@ def topo_text(data: dict) -> str:
     lines = [head, "\t" + "\t".join(labels + trailers)]
 
     def row(name):
+        """One matrix row of `topo -m` cells."""
         return [" X " if c == name else cell.get((name, c), "N/A") for c in labels]
     for g in gpus:
         extra = [g["cpu_affinity"], g["numa_affinity"]] + ([g.get("gpu_numa_id")] if numa_id else [])

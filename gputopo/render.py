@@ -1,7 +1,6 @@
 """Report dicts -> readable text tables, or JSON. Text is drawn from the same dict as JSON."""
 from __future__ import annotations
 
-import io
 import json
 
 from .report import ranked_types
@@ -12,6 +11,7 @@ MARK = {"error": "!!", "warn": "! ", "info": "- "}
 
 
 def to_json(data: dict) -> str:
+    """The report dict as indented JSON, keys sorted (stable for diffs)."""
     return json.dumps(data, indent=2, sort_keys=True)
 
 
@@ -39,16 +39,7 @@ def matrix(report: dict) -> str:
 
 def inspect(report: dict) -> str:
     """Human text for `gputopo inspect`."""
-    out = []
-    h = report["host"]
-    if h:
-        out.append(f"Host: {h['cpus_logical']} CPUs ({h['cpus_physical']} cores), {h['numa_nodes'] or 'N/A'} NUMA"
-                   f" node(s), RAM {size(h['ram_total_bytes'])} ({size(h['ram_available_bytes'])} free),"
-                   f" {h['tmp_dir']} {size(h['tmp_free_bytes'])} free")
-    for c in report.get("host_checks") or []:  # blocking host problems from `gputopo doctor`, briefly
-        out.append(f"!! {c['subject']}: {c['found']}" + (f" (fix: {c['fix']})" if c["fix"] else ""))
-    if report.get("host_checks"):
-        out.append("   `gputopo doctor` explains these and checks the rest")
+    out = _host(report)
     if not report["gpu_status"]["visible"]:
         out.append(f"No NVIDIA GPU visible: {report['gpu_status']['reason']}")
         out.append("Try `gputopo inspect --from-file topo.txt` with a saved `nvidia-smi topo -m`,"
@@ -62,11 +53,40 @@ def inspect(report: dict) -> str:
     keep = [i for i in range(len(header)) if i == 0 or any(r[i] is not None for r in rows)]
     if len(keep) > 1:  # a paste without `nvlink -s`/`-L` says nothing per GPU beyond the matrix
         out += ["", table([[r[i] for i in keep] for r in rows], [header[i] for i in keep])]
-    out += ["", matrix(report)]
+    out += ["", matrix(report)] + _links(report)
+    out += ["", "Findings:"] + [f"{MARK[f['level']]}{f['subject']}: {f['message']}" for f in report["findings"]]
+    if not any(f["level"] != "info" for f in report["findings"]):
+        out.append("  no health problems found")
+    out += [f"Note: {n}" for n in report["notes"]]
+    if report.get("plan"):
+        return "\n".join(out + ["", plan(report["plan"])])
+    r = report["recommendation"]
+    if r:
+        out += ["", f"Recommendation ({r['basis']}): {r['strategy'] or 'none yet'}"] + [f"  {x}" for x in r["reasons"]]
+    return "\n".join(out)
+
+
+def _host(report: dict) -> list[str]:
+    """The host line, and blocking host problems from `gputopo doctor`, briefly."""
+    out = []
+    h = report["host"]
+    if h:
+        out.append(f"Host: {h['cpus_logical']} CPUs ({h['cpus_physical']} cores), {h['numa_nodes'] or 'N/A'} NUMA"
+                   f" node(s), RAM {size(h['ram_total_bytes'])} ({size(h['ram_available_bytes'])} free),"
+                   f" {h['tmp_dir']} {size(h['tmp_free_bytes'])} free")
+    for c in report.get("host_checks") or []:
+        out.append(f"!! {c['subject']}: {c['found']}" + (f" (fix: {c['fix']})" if c["fix"] else ""))
+    if report.get("host_checks"):
+        out.append("   `gputopo doctor` explains these and checks the rest")
+    return out
+
+
+def _links(report: dict) -> list[str]:
+    """The selected GPUs' link classes slowest first, islands, weakest link, nearest NICs, --best."""
     if report.get("links_note"):
-        out += ["", report["links_note"]]
+        out = ["", report["links_note"]]
     else:
-        out += ["", f"Links among {', '.join(report['selected'])}, slowest first:"]
+        out = ["", f"Links among {', '.join(report['selected'])}, slowest first:"]
         rows = []
         for t, pairs, l in ranked_types(report):
             bw = f"{l['bandwidth_gbps']:g} GB/s" if l.get("bandwidth_gbps") else "N/A"
@@ -88,35 +108,30 @@ def inspect(report: dict) -> str:
         out.append(f"Best {b['k']} GPU(s): {', '.join(b['gpus'])} (weakest link"
                    f" {b['weakest_link']['type'] if b['weakest_link'] else 'none'})")
         out.append(f"  {b['command']}")
-    out += ["", "Findings:"] + [f"{MARK[f['level']]}{f['subject']}: {f['message']}" for f in report["findings"]]
-    if not any(f["level"] != "info" for f in report["findings"]):
-        out.append("  no health problems found")
-    out += [f"Note: {n}" for n in report["notes"]]
-    if report.get("plan"):
-        return "\n".join(out + ["", plan(report["plan"])])
-    r = report["recommendation"]
-    if r:
-        out += ["", f"Recommendation ({r['basis']}): {r['strategy'] or 'none yet'}"] + [f"  {x}" for x in r["reasons"]]
-    return "\n".join(out)
+    return out
 
 
 def _pcie(g: dict) -> str | None:
+    """PCIe generation and width, current/max (live only)."""
     if not g["pcie_gen"]:
         return None
     return f"gen{g['pcie_gen']}/{g['pcie_gen_max']} x{g['pcie_width']}/{g['pcie_width_max']}"
 
 
 def _power(g: dict) -> str | None:
+    """Power draw, over the limit when known (live only)."""
     if g["power_draw_w"] is None:
         return None
     return f"{g['power_draw_w']:.0f}/{g['power_limit_w']:.0f} W" if g["power_limit_w"] else f"{g['power_draw_w']:.0f} W"
 
 
 def _short(pairs: list[str], most: int = 6) -> str:
+    """The first few pairs and how many more."""
     return ", ".join(pairs[:most]) + (f" (+{len(pairs) - most} more)" if len(pairs) > most else "")
 
 
 def _nearest_nics(report: dict) -> list[str]:
+    """Per selected GPU, its nearest NIC(s) and their class."""
     out = []
     for g in report["selected"]:
         nics = [(l["b"] if l["a"] == g else l["a"], l["type"]) for l in report["links"]
@@ -221,30 +236,8 @@ def bench(data: dict) -> str:
 
 
 def size_text(n: int) -> str:
+    """A size without a needless ".0" (1 MiB, not 1.0 MiB)."""
     return size(n).replace(".0 ", " ")
-
-
-def bench_plot(data: dict) -> bytes:
-    """Step times per arm and bus bandwidth per size, as one PNG (the caller writes it)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for r in data["runs"]:
-        ax1.plot(r["step_times_s"], marker=".", label=f"{r['label']} (median {r['step_time_s']['median']:.3f} s)")
-    ax1.set(title="step time per timed step", xlabel="step", ylabel="seconds")
-    ax1.legend()
-    for p2p in (True, False):
-        pts = sorted((r["bytes"], r["busbw_gbps"]) for r in data["allreduce"] if r["p2p"] == p2p)
-        if pts:
-            ax2.plot([p[0] / 2 ** 20 for p in pts], [p[1] for p in pts], marker="o", label="P2P" if p2p else "no P2P")
-    ax2.set(title="all_reduce bus bandwidth", xlabel="MiB", ylabel="GB/s", xscale="log")
-    ax2.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=100, format="png")
-    plt.close(fig)
-    return buf.getvalue()
 
 
 DOCTOR_MARK = {"fail": "FAIL", "warn": "WARN", "unknown": "????", "info": "info", "ok": "ok"}

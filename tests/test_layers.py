@@ -18,7 +18,7 @@ LAYERS = [
     # one answer per command
     {"report", "configure"},
     # output
-    {"render", "markdown", "plot", "graph"},
+    {"render", "graph", "mermaid", "markdown", "plot"},
     # the command line
     {"options", "commands.__init__", "commands.common", "commands.inspect", "commands.plan",
      "commands.deepspeed_config", "commands.doctor", "commands.bench_nvlink"},
@@ -83,3 +83,21 @@ def test_only_the_command_line_imports_click():
                           ([n.module] if isinstance(n, ast.ImportFrom) else [a.name for a in n.names])
                           for n in ast.walk(ast.parse(path.read_text()))))
     assert all(LAYER[".".join(m.parts)] >= LAYER["options"] for m in users), users
+
+
+def test_functions_a_reader_can_hold():
+    """Issue 18: no function in the package over 80 lines, no command function over 60 (a command reads options,
+    calls one domain function and renders)."""
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        most = 60 if path.parent.name == "commands" else 80
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > most:
+                    long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} {n} lines")
+    assert long == []
+
+
+def test_cli_only_assembles_the_group():
+    assert len((PACKAGE / "cli.py").read_text().splitlines()) < 150

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES
-from gputopo import markdown, parse, sources
+from gputopo import graph, markdown, parse, sources
 from gputopo.cli import cli
 from gputopo.sources import examples as _examples
 
@@ -58,7 +58,7 @@ def round_trip(tmp_path, source_args):
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_examples_round_trip(tmp_path, name):
     out = round_trip(tmp_path, ["--example", name])
-    assert "```mermaid\ngraph TB\n" in out and f"example:{name}" in out
+    assert "```mermaid\n" in out and "\nflowchart TB\n" in out and f"example:{name}" in out
 
 
 @pytest.mark.parametrize("name", FIXTURE_TEXTS)
@@ -137,13 +137,27 @@ def test_summary_line_and_tables():
 def test_mermaid_groups_edges_and_nics():
     out = run("inspect", "--markdown", "--example", "dgx1-v100").output
     assert out.count("  subgraph ") == 2 and "CPUs 0-19,40-59" in out
-    assert 'n_GPU0 ===|"NV2 · 50 GB/s"| n_GPU3' in out and 'n_box0 -.-|"SYS"| n_box1' in out
-    assert 'n_mlx5_0 ---|"PIX"| n_GPU0' in out
+    # A dense NVLink mesh lists each GPU's peers; the class between boxes is said once, in the title.
+    assert 'n_GPU0["GPU0<br/>NV2: GPU3, GPU4<br/>NV1: GPU1, GPU2"]' in out
+    assert 'title: "8x V100-SXM2-16GB · NVLink per direction: NV1 25 GB/s, NV2 50 GB/s · GPUs in different boxes: SYS"' \
+        in out and "n_box0 -.-" not in out
+    assert 'n_GPU0 ---|"PIX"| n_mlx5_0' in out and 'n_GPU1 ---|"PIX"| n_mlx5_0' in out
     dgx = run("inspect", "--markdown", "--example", "dgx-a100").output
-    assert "NVLink NV12 between all 8 GPUs<br/>300 GB/s per pair, per direction" in dgx
-    assert dgx.count("=== n_nvl0") == 8 and "mlx5_4 · SYS to all GPUs" in dgx
+    assert "NVLink NV12 between all 8 GPUs · 300 GB/s per pair, per direction" in dgx and "n_nvl0" not in dgx
+    assert 'n_nics_mlx5_4(["mlx5_4, mlx5_5, mlx5_10,<br/>mlx5_11<br/>SYS to all GPUs"])' in dgx
+    assert 'n_nics_mlx5_0(["mlx5_0, mlx5_1"])' in dgx and dgx.count('---|"PXB"| n_nics_mlx5_0') == 2
     pcie = run("inspect", "--markdown", "--example", "pcie8-dual-socket").output
     assert pcie.count('{{"PIX"}}') == 4 and pcie.count('{{"PHB"}}') == 2
+    # Two GPUs with an NVLink bridge: drawn as an edge with its bandwidth; the shared model in the title.
+    nv = run("inspect", "--markdown", "--example", "nvlink-desktop-2gpu").output
+    assert 'n_GPU0 ===|"NV2 · 50 GB/s"| n_GPU1' in nv and 'title: "2x TITAN RTX"' in nv
+
+
+def test_mermaid_nic_node_in_its_box_has_no_line_to_it():
+    """A NIC NODE-near every GPU of its box sits in the box with a note, no zero-length line to the box."""
+    out = run("inspect", "--markdown", "-f", str(TOPO / "rtx6000ada_x4_pcie_dual_numa_4nic.txt")).output
+    assert 'n_nics_NIC0(["NIC0 (mlx5_0),<br/>NIC1 (mlx5_1)<br/>NODE to the GPUs here"])' in out
+    assert not re.search(r"^\s*n_box\d+ [-.=~]|[-.=~|] n_box\d+\s*$", out, re.M)  # no line to or from a box
 
 
 def _implied(g, a, b, group_of, ltype):
@@ -169,7 +183,7 @@ def parse_rank(t):
 def test_graph_reads_back_every_pair(name):
     """The drawing's reading rule gives every GPU pair its real class: nothing is drawn wrong."""
     data = json.loads(run("inspect", "--json", "-f", str(TOPO / name)).output)
-    g = markdown.graph(data)
+    g = graph.build(data)
     group_of = {n: grp.id for grp in g.groups for n in grp.gpus}
     hubs = [n for n in g.nodes.values() if n.kind == "hub" and n.members]
     for l in data["links"]:

@@ -129,3 +129,29 @@ def test_eight_gpus_sixteen_nics_readable(tmp_path):
     assert overlaps(plot.figure(data)) == []
     out = tmp_path / "b200.png"
     assert run("inspect", "-f", str(path), "--gpu-model", "NVIDIA B200", "--plot", str(out)).exit_code == 0
+
+
+def test_bench_plot_png_from_plot_module():
+    """bench-nvlink --plot's drawing lives in plot.bench, with the rest of matplotlib."""
+    from gputopo import plot
+    runs = [{"label": label, "step_times_s": [0.1, 0.12, 0.11], "step_time_s": {"median": 0.11}} for label in ("P2P", "no P2P")]
+    allreduce = [{"bytes": 2 ** k, "busbw_gbps": k / 10, "p2p": p2p} for k in (20, 24, 28) for p2p in (True, False)]
+    data = {"runs": runs, "allreduce": allreduce}
+    png = plot.bench(data)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_only_plot_imports_matplotlib():
+    """matplotlib is imported in plot.py only, and there inside functions (the CLI must start fast)."""
+    import ast
+    from pathlib import Path
+    import gputopo
+    for path in Path(gputopo.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.split(".")[0] == "matplotlib" for n in names):
+                assert path.name == "plot.py", path
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not any("matplotlib" in ast.dump(n) for n in top), path

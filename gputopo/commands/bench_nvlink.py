@@ -104,7 +104,7 @@ def _run(prepared, output: str | None, verbose: bool) -> dict:
 @click.pass_context
 def bench_nvlink(ctx, output, force, plot, verbose, as_json, **options):
     """Train the same DDP run with and without NCCL_P2P_DISABLE=1 through torchrun, and sweep all-reduce."""
-    from .. import bench, files, render
+    from .. import bench, files, plot as drawing, render
     if output == "-":  # results on stdout
         output, as_json = None, True
     _check_outputs(output, plot, force)
@@ -112,5 +112,5 @@ def bench_nvlink(ctx, output, force, plot, verbose, as_json, **options):
     notes(prepared.notes)
     results = _run(prepared, output, verbose)
     if plot:
-        files.write_atomic(plot, render.bench_plot(results))
+        files.write_atomic(plot, drawing.bench(results))
     emit(results, render.bench, as_json)
