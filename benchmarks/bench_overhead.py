@@ -74,7 +74,8 @@ def harness(args, model: Path, env: dict) -> list[list[float]]:
     their ratio to each other is the noise floor of the moment."""
     proc = subprocess.run([str(BIN / "gputopo"), "bench-nvlink", "--model", str(model), "--train-only", "--json",
                            "--steps", str(args.steps), "--warmup-steps", str(args.warmup), "--batch-size",
-                           str(args.batch), "--seq-len", str(args.seq), "--precision", "fp32", "--dataset", "synthetic"],
+                           str(args.batch), "--seq-len", str(args.seq), "--precision", "fp32",
+                           "--dataset", "synthetic"],
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"bench-nvlink failed:\n{proc.stderr[-3000:]}")
@@ -121,7 +122,8 @@ def main():
                 b = bare(args, script, model, env)
             h = arms[0] + arms[1]
             rounds.append((b, h, arms))
-            print(f"round {i + 1}: bare {statistics.median(b) * 1000:7.2f} ms, bench {statistics.median(h) * 1000:7.2f} ms,"
+            print(f"round {i + 1}: bare {statistics.median(b) * 1000:7.2f} ms,"
+                  f" bench {statistics.median(h) * 1000:7.2f} ms,"
                   f" ratio {statistics.median(h) / statistics.median(b):.3f}", flush=True)
     med = [statistics.median(h) / statistics.median(b) for b, h, _ in rounds]
     tot = [statistics.mean(h) / statistics.mean(b) for b, h, _ in rounds]

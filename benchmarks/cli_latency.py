@@ -79,7 +79,8 @@ def main():
           f" {'met' if ratio <= 2.0 else 'NOT met'}")
     if ref:
         worst = max(t for n, t in results.items() if n.startswith("gputopo"))
-        print(f"target >= 20x: {'met' if ref / worst >= 20 else 'NOT met'} ({ref / worst:.1f}x for the slowest gputopo command)")
+        print(f"target >= 20x: {'met' if ref / worst >= 20 else 'NOT met'}"
+              f" ({ref / worst:.1f}x for the slowest gputopo command)")
 
 
 if __name__ == "__main__":

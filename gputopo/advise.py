@@ -56,7 +56,8 @@ ORDER = {
 }
 WHAT = {
     "single": "one GPU, no DeepSpeed", "ddp": "plain DDP (no DeepSpeed)",
-    "zero1": "DeepSpeed ZeRO-1 (optimizer states sharded)", "zero2": "DeepSpeed ZeRO-2 (optimizer states and gradients sharded)",
+    "zero1": "DeepSpeed ZeRO-1 (optimizer states sharded)",
+    "zero2": "DeepSpeed ZeRO-2 (optimizer states and gradients sharded)",
     "zero2_offload_cpu": "DeepSpeed ZeRO-2 with the optimizer offloaded to CPU",
     "zero3": "DeepSpeed ZeRO-3 (parameters, gradients and optimizer states sharded)",
     "zero3_offload_cpu": "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to CPU",
@@ -186,20 +187,24 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     if ddp is not None and not ddp.fits and chosen.name != ddp.name and training.optimizer == "adamw":
         slim = ddp.per_gpu_bytes["total"] - ddp.per_gpu_bytes["optimizer"] + 2 * model.params
         if slim <= HEADROOM * layout.gpu_mem_bytes:
-            reasons.append(f"Optimizer states are what does not fit: with 8-bit Adam (--optimizer adamw-8bit, 2 B/param)"
+            reasons.append("Optimizer states are what does not fit: with 8-bit Adam"
+                           " (--optimizer adamw-8bit, 2 B/param)"
                            f" or Adafactor, {ddp.name} would need {gib(slim)} per GPU.")
     if not training.grad_checkpointing and chosen.per_gpu_bytes["activations"] > chosen.per_gpu_bytes["total"] / 3:
-        reasons.append("Activations are a large share: --grad-checkpointing trades about 30 % more compute for most of them.")
+        reasons.append("Activations are a large share: --grad-checkpointing trades about 30 % more compute"
+                       " for most of them.")
     reasons += alignment(model, training)
     amp = supports_bf16(layout.gpu_model)
     if training.precision == "fp16" and amp:
         reasons.append("bf16 is available on this GPU: same memory as fp16, no loss scaling, no overflow.")
     if training.precision == "fp32" and amp:
-        reasons.append("fp32 on Ampere or newer: enable tf32 matmuls (torch.backends.cuda.matmul.allow_tf32) for speed.")
+        reasons.append("fp32 on Ampere or newer: enable tf32 matmuls (torch.backends.cuda.matmul.allow_tf32)"
+                       " for speed.")
     if global_batch:  # exact: gputopo.request refuses a global batch that does not divide
         reasons.append(f"Global batch {global_batch}: {training.batch_size} per GPU x {layout.gpus} GPUs x"
                        f" {training.grad_accum} accumulation steps.")
     unknown = layout.gpus > 1 and layout.nodes == 1 and layout.link_type is None
-    return Advice(chosen.name, "none" if layout.gpus == 1 else "unknown" if unknown else ("nvlink" if fast_link else "pcie"),
+    return Advice(chosen.name,
+                  "none" if layout.gpus == 1 else "unknown" if unknown else ("nvlink" if fast_link else "pcie"),
                   "low" if fast_link else ("high" if layout.gpus > 1 and not unknown else "unknown"), tuple(reasons),
                   basis="memory+interconnect")

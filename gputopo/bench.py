@@ -23,7 +23,8 @@ from .worker import OFFLINE, RESULT, WIKITEXT
 
 SCHEMA_VERSION = 1
 ARMS = (("p2p", None), ("no_p2p", "1"))
-# The reference experiment (docs/sources.md#benchmark): 2x TITAN RTX with NV2, gpt2 on wikitext-2, 200 steps, batch 4 per GPU.
+# The reference experiment (docs/sources.md#benchmark): 2x TITAN RTX with NV2, gpt2 on wikitext-2, 200 steps,
+# batch 4 per GPU.
 REFERENCE = {"hardware": "2x TITAN RTX, NV2", "model": "gpt2", "dataset": "wikitext-2", "steps": 200,
              "p2p_s": 101.9003, "no_p2p_s": 131.4367}
 GPU_SIZES = [2 ** 20 * 2 ** k for k in range(11)]   # 1 MiB .. 1 GiB
@@ -198,7 +199,8 @@ def wikitext_problem(name: str, python: str) -> str | None:
     if not installed:
         return "the `datasets` package is not installed (pip install datasets)"
     home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    caches = [Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")), Path(os.environ.get("HF_HUB_CACHE", home / "hub"))]
+    caches = [Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")),
+              Path(os.environ.get("HF_HUB_CACHE", home / "hub"))]
     if not any(next(c.glob("*wikitext*"), None) for c in caches if c.is_dir()):
         return "not in the local datasets cache, and nothing is downloaded"
     code = "import sys; from gputopo.worker import wikitext_lines; wikitext_lines(sys.argv[1])"
@@ -299,7 +301,8 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, l
         kill_group(proc)
         reader.join(5)
         raise BenchmarkFailed(f"{label}: no result after {timeout:g} s (--timeout); stopped it and its workers."
-                              + _where(log_dir) + "\nLast lines of the child:\n  " + "\n  ".join(list(tail)[-12:])) from None
+                              + _where(log_dir) + "\nLast lines of the child:\n  "
+                              + "\n  ".join(list(tail)[-12:])) from None
     except BaseException:  # Ctrl-C included: leave nothing behind
         kill_group(proc)
         raise
@@ -369,7 +372,8 @@ def merge_runs(label: str, env_value: str | None, results: list[dict]) -> dict:
     times = [t for r in results for t in r["step_times_s"]]
     qs = statistics.quantiles(times, n=10) if len(times) >= 2 else [times[0]] * 9
     first = results[0]
-    return {"label": label, "env": {"NCCL_P2P_DISABLE": env_value}, "world_size": first["world_size"], "steps": first["steps"],
+    return {"label": label, "env": {"NCCL_P2P_DISABLE": env_value}, "world_size": first["world_size"],
+            "steps": first["steps"],
             "warmup_steps": first["warmup_steps"], "repeats": len(results),
             "train_runtime_s": statistics.mean(r["train_runtime_s"] for r in results),
             "timed_runtime_s": statistics.mean(r["timed_runtime_s"] for r in results),
@@ -387,7 +391,8 @@ def compare(device: str, p2p: dict, no_p2p: dict) -> dict:
     a, b = p2p["run_medians_s"], no_p2p["run_medians_s"]
     pct = f"{abs(ratio - 1):.1%}"
     spread = (f"median step P2P {a[0]:.4f} s, no P2P {b[0]:.4f} s, one run per arm" if len(a) < 2 or len(b) < 2 else
-              f"run medians: P2P {min(a):.4f}-{max(a):.4f} s, no P2P {min(b):.4f}-{max(b):.4f} s, {len(a)} runs per arm")
+              f"run medians: P2P {min(a):.4f}-{max(a):.4f} s, no P2P {min(b):.4f}-{max(b):.4f} s,"
+              f" {len(a)} runs per arm")
     if device != "cuda":
         verdict, message = "identical_arms", (
             f"no claim: on CPU both arms are the same program (gloo ignores NCCL_P2P_DISABLE), so the {pct}"
@@ -411,7 +416,8 @@ def need_two_gpus(selected: list[str], nproc: int | None, model: str) -> None:
     """An A/B of NCCL peer-to-peer needs two GPUs in one node: refuse (exit 4) and say what works instead."""
     if len(selected) >= 2 and (nproc is None or nproc >= 2):
         return
-    why = f"--nproc {nproc} uses one GPU" if len(selected) >= 2 else f"only one GPU ({', '.join(selected)}) is available to it"
+    why = (f"--nproc {nproc} uses one GPU" if len(selected) >= 2 else
+           f"only one GPU ({', '.join(selected)}) is available to it")
     raise TooFewGpus(f"bench-nvlink compares P2P on and off between 2 or more GPUs of a node, and {why}; for one"
                      f" GPU's step time run `torchrun --nproc_per_node 1 -m gputopo.worker --model {model}`,"
                      " for what fits on it `gputopo plan --gpus 1`")
@@ -457,7 +463,8 @@ def _arms(o: Options, out: dict, child, link: dict | None, save) -> None:
         per_arm: dict[str, list[dict]] = {label: [] for label, _ in ARMS}
         for rep in range(o.repeat):  # interleaved, so drift hits both arms alike
             for label, value in ARMS:
-                res = child(f"{label} {rep + 1}/{o.repeat}" if o.repeat > 1 else label, f"{label}-{rep}", True, [], value)
+                res = child(f"{label} {rep + 1}/{o.repeat}" if o.repeat > 1 else label, f"{label}-{rep}", True, [],
+                            value)
                 per_arm[label].append(res)
                 out["model"], out["dataset"] = res["model"], res["dataset"]
                 out["runs"] = [merge_runs(lbl, v, per_arm[lbl]) for lbl, v in ARMS if per_arm[lbl]]

@@ -138,7 +138,8 @@ def _build(a: Ask, req, stage: int, offload: str, nvme_path: str | None, precisi
         return cfg, dsconfig.accelerate_notes(cfg, hf=a.hf, ds_optimizer=a.ds_optimizer, optimizer=t.optimizer,
                                               torch_adam=a.torch_adam)
     if t.optimizer != "adamw" and not a.hf:
-        return cfg, [f"--optimizer {t.optimizer}: no optimizer block; pass yours to deepspeed.initialize(optimizer=...)"]
+        return cfg, [f"--optimizer {t.optimizer}: no optimizer block;"
+                     " pass yours to deepspeed.initialize(optimizer=...)"]
     return cfg, []
 
 

@@ -51,13 +51,15 @@ def check_shm(host, disks: list, n_gpus: int | None) -> Check:
     if d is None:
         if host.path("dev/shm").is_dir():
             on = system.disk_of("/dev/shm", disks)
-            return Check("shm", "warn", "/dev/shm", f"not a mount of its own: a folder on {on.mountpoint if on else '?'}",
+            return Check("shm", "warn", "/dev/shm",
+                         f"not a mount of its own: a folder on {on.mountpoint if on else '?'}",
                          why, "mount a tmpfs there (mount -t tmpfs -o size=1g tmpfs /dev/shm)")
         return Check("shm", "fail", "/dev/shm", "missing", why, fix)
     if d.total_bytes is None:
         return Check("shm", "unknown", "/dev/shm", f"{d.fstype}, size unreadable", why)
     gpus = f" for {n_gpus} GPU(s)" if n_gpus else ""
-    found = f"{size(d.total_bytes)} {d.fstype}" + (f" ({size(d.free_bytes)} free)" if d.free_bytes is not None else "") + gpus
+    found = (f"{size(d.total_bytes)} {d.fstype}" + (f" ({size(d.free_bytes)} free)" if d.free_bytes is not None else "")
+             + gpus)
     if d.total_bytes < SHM_FAIL:
         # Without a GPU there is no NCCL (gloo talks over TCP): only DataLoader workers and DeepSpeed's CPU comm.
         return Check("shm", "fail" if n_gpus else "warn", "/dev/shm",
@@ -272,7 +274,8 @@ def cuda_stack(host, topo: Topology | None, driver: dict) -> tuple[list[Check], 
         else:
             out.append(Check("cuda_driver", "info", "driver", f"driver {drv or 'unknown'}"
                              + (f", CUDA {drv_cuda}" if drv_cuda else ""), why))
-    why = "DeepSpeed JIT-compiles CUDA ops (FusedAdam, FusedLamb) with nvcc from CUDA_HOME; its major must match torch's"
+    why = ("DeepSpeed JIT-compiles CUDA ops (FusedAdam, FusedLamb) with nvcc from CUDA_HOME;"
+           " its major must match torch's")
     header = home and (host.path(home.lstrip("/") + "/include/cuda_runtime.h").exists() if not host.live
                        else os.path.exists(os.path.join(home, "include", "cuda_runtime.h")))
     kits = system.cuda_toolkits(host)
@@ -292,7 +295,8 @@ def cuda_stack(host, topo: Topology | None, driver: dict) -> tuple[list[Check], 
     else:
         out.append(Check("nvcc", "ok" if matters else "info", "CUDA toolkit", f"nvcc {nvcc} at {home} ({how})"
                          + ("" if matters else "; unused: torch has no CUDA"), why))
-    for key, what, fix in (("cxx", "C++ compiler", "apt-get install build-essential"), ("ninja", "ninja", "pip install ninja")):
+    for key, what, fix in (("cxx", "C++ compiler", "apt-get install build-essential"),
+                           ("ninja", "ninja", "pip install ninja")):
         out.append(Check(key, "ok" if tc[key] else "warn", what, tc[key] or "not found",
                          "torch's JIT builds DeepSpeed's C++/CUDA ops with it at first use", None if tc[key] else fix))
     return out, tc
@@ -405,7 +409,8 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
         needs = dsops.needed(cfg)
         ops_report = dsops.status(needs, toolchain, ops=ops, installed=installed)
         for s in ops_report:
-            status = {"prebuilt": "ok", "cached": "ok", "buildable": "ok", "not_buildable": "fail"}.get(s.state, "unknown")
+            status = {"prebuilt": "ok", "cached": "ok", "buildable": "ok",
+                      "not_buildable": "fail"}.get(s.state, "unknown")
             checks.append(Check(f"ds_op:{s.op}", status, s.op, s.detail, s.why, s.fix))
         if not needs:
             checks.append(Check("ds_op", "ok", "DeepSpeed ops", "this config needs no compiled optimizer or I/O op",

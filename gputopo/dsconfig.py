@@ -44,9 +44,11 @@ def check(stage: int, offload: str, offload_params: bool | None, nvme_path: str 
     if offload_params and offload == "none":
         raise BadInput("--offload-params needs --offload cpu or nvme (where should the parameters go?)")
     if offload_params and stage != 3:
-        raise BadInput(f"--offload-params needs stage 3: parameters are partitioned only at stage 3 (got stage {stage})")
+        raise BadInput("--offload-params needs stage 3: parameters are partitioned only at stage 3"
+                       f" (got stage {stage})")
     if offload == "nvme" and stage != 3:
-        raise BadInput(f"NVMe offload needs stage 3 (at stage {stage} DeepSpeed treats an NVMe optimizer offload as CPU)")
+        raise BadInput(f"NVMe offload needs stage 3 (at stage {stage} DeepSpeed treats an NVMe optimizer offload"
+                       " as CPU)")
     if offload == "nvme" and not nvme_path:
         raise BadInput("--offload nvme needs --nvme-path DIR (a local NVMe folder)")
     if precision not in (None, "fp32", "fp16", "bf16"):
@@ -82,7 +84,8 @@ class Shape:
 def _check_optimizer(offload: str, s: Shape) -> None:
     """Refuse optimizer options that contradict each other or the offload."""
     if s.ds_optimizer and not s.accelerate:
-        raise BadInput("--ds-optimizer is for --launcher accelerate: the other configs always carry DeepSpeed's optimizer")
+        raise BadInput("--ds-optimizer is for --launcher accelerate:"
+                       " the other configs always carry DeepSpeed's optimizer")
     if s.ds_optimizer and s.optimizer != "adamw":
         raise BadInput(f"--ds-optimizer writes DeepSpeed's AdamW: it cannot be --optimizer {s.optimizer}")
     if s.torch_adam and s.optimizer != "adamw":
@@ -234,7 +237,8 @@ def accelerate_shape(*, hf: bool, precision: str | None, batch_size: int | None,
         if gpus:
             cfg["train_batch_size"] = micro * grad_accum * gpus
     cfg["gradient_clipping"] = HF_DEFAULTS["gradient_clipping"]  # accelerate would write 1.0 for "auto" anyway
-    if ds_optimizer:  # DummyOptim(lr=, weight_decay=) and DummyScheduler(total_num_steps=, warmup_num_steps=) fill these
+    # DummyOptim(lr=, weight_decay=) and DummyScheduler(total_num_steps=, warmup_num_steps=) fill these
+    if ds_optimizer:
         cfg["optimizer"] = {"type": "AdamW", "params": {"lr": auto, "weight_decay": auto,
                                                         "betas": HF_DEFAULTS["betas"], "eps": HF_DEFAULTS["eps"]}}
         cfg["scheduler"] = {"type": "WarmupDecayLR", "params": {"warmup_min_lr": auto, "warmup_max_lr": auto,

@@ -46,7 +46,8 @@ def needed(cfg: dict) -> list[Need]:
         if params.get("torch_adam") is True:
             pass  # torch.optim.Adam(W): nothing to compile
         elif cpu_opt:
-            out.append(Need("cpu_adam", f"{opt['type']} with the optimizer offloaded to {off_opt} runs DeepSpeedCPUAdam"))
+            out.append(Need("cpu_adam",
+                            f"{opt['type']} with the optimizer offloaded to {off_opt} runs DeepSpeedCPUAdam"))
         else:
             out.append(Need("fused_adam", f"{opt['type']} on the GPU runs DeepSpeed's FusedAdam"))
     elif name == "lamb":
@@ -78,7 +79,8 @@ def _fix(op: str, reason: str) -> str:
     prebuild = (f"or prebuild it: DS_BUILD_OPS=0 {BUILD_VAR[op]}=1 pip install --no-build-isolation deepspeed"
                 if op in BUILD_VAR else "")
     if op == "async_io":
-        return "install libaio: apt-get install libaio-dev (dnf install libaio-devel), or offload to cpu instead of nvme"
+        return ("install libaio: apt-get install libaio-dev (dnf install libaio-devel),"
+                " or offload to cpu instead of nvme")
     if reason == "nvcc":
         base = "set CUDA_HOME to a CUDA toolkit with torch's CUDA major version"
     elif reason == "cxx":
@@ -126,7 +128,8 @@ def status(needs: list[Need], toolchain: dict, ops: dict | None = None, installe
 
         from . import validate
         try:  # its compile probe needs real file descriptors: quiet() points 1 and 2 at /dev/null underneath
-            with validate.quiet(), contextlib.redirect_stdout(sys.__stdout__), contextlib.redirect_stderr(sys.__stderr__):
+            with validate.quiet(), contextlib.redirect_stdout(sys.__stdout__), \
+                    contextlib.redirect_stderr(sys.__stderr__):
                 compatible = bool(b.is_compatible(False))
         except Exception as e:  # DeepSpeed's own ds_report treats a failing probe as "not compatible"
             compatible, error = False, str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -54,7 +54,8 @@ CATALOG = (
 KNOWN = tuple(k for k, *_ in CATALOG)
 # NVLinks per GPU, so a matrix claiming more is flagged. Data-center parts: NVLink generations 1-5 (P100 4,
 # V100 6, A100 12, H100/H200/B200 18; the China-market A800/H800 8): https://www.nvidia.com/en-us/data-center/nvlink/
-# Bridged desktop/workstation boards: TU102 2 links (TITAN RTX, RTX 8000), GA102 4 (docs/sources.md#nvlink-ga102-bandwidth).
+# Bridged desktop/workstation boards: TU102 2 links (TITAN RTX, RTX 8000), GA102 4
+# (docs/sources.md#nvlink-ga102-bandwidth).
 # Ada and Turing T4 boards have none.
 NVLINKS = {"P100": 4, "V100": 6, "A100": 12, "A800": 8, "H100": 18, "H200": 18, "H800": 8, "GH200": 18,
            "B200": 18, "GB200": 18, "TITAN RTX": 2, "Quadro RTX 8000": 2, "RTX 3090": 4, "RTX A6000": 4, "A40": 4,

@@ -44,8 +44,9 @@ def _gpu_findings(topo: Topology, names: list[str]) -> list[Finding]:
         if active:
             out.append(Finding("warn", "throttling", g.name, "clocks held down by: " + ", ".join(active)))
         if g.power_draw_w is not None and g.power_limit_w and g.power_draw_w >= POWER_CAP_FRACTION * g.power_limit_w:
-            out.append(Finding("warn", "power_cap", g.name, f"drawing {g.power_draw_w:.0f} W of a {g.power_limit_w:.0f} W"
-                                                             " limit: running at its power cap; check the PSU and cables"))
+            out.append(Finding("warn", "power_cap", g.name,
+                               f"drawing {g.power_draw_w:.0f} W of a {g.power_limit_w:.0f} W"
+                               " limit: running at its power cap; check the PSU and cables"))
         if g.pcie_width and g.pcie_width_max and g.pcie_width < g.pcie_width_max:
             out.append(Finding("warn", "pcie_width_degraded", g.name,
                                f"PCIe link x{g.pcie_width} of x{g.pcie_width_max}: a degraded link (riser, slot"
@@ -99,7 +100,8 @@ def _env_findings(topo: Topology, names: list[str], env: dict) -> list[Finding]:
                               if has_nv else "")))
     level = (env.get("NCCL_P2P_LEVEL") or "").upper()
     if level:
-        idx = int(level) + 1 if level.isdigit() and int(level) < 5 else (P2P_LEVELS.index(level) if level in P2P_LEVELS else None)
+        idx = (int(level) + 1 if level.isdigit() and int(level) < 5 else
+               (P2P_LEVELS.index(level) if level in P2P_LEVELS else None))
         if idx is None:
             out.append(Finding("warn", "nccl_p2p_level", "env", f"NCCL_P2P_LEVEL={level} is not a level NCCL knows"
                                                                   " (LOC, NVL, PIX, PXB, PHB, SYS)"))

@@ -77,8 +77,8 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
                          + ("" if master else " (node1 is the head node)"))
     elif launcher == "accelerate":
         # Absolute: accelerate reads the path relative to where it is launched, not to the YAML.
-        files[path["accelerate_config.yaml"]] = accelerate_yaml(os.path.abspath(config), gpus=gpus, nodes=nodes, master=master,
-                                                                port=port, stage=stage)
+        files[path["accelerate_config.yaml"]] = accelerate_yaml(os.path.abspath(config), gpus=gpus, nodes=nodes,
+                                                                master=master, port=port, stage=stage)
         cmd = f"accelerate launch --config_file {q(path['accelerate_config.yaml'])}"
         if nodes == 1:
             run.append({"where": "this machine", "command": f"{cmd} {q(script)}"})

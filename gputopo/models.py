@@ -73,7 +73,8 @@ FAMILY = {
     "t5": dict(norm="rmsnorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
     "llama": dict(norm="rmsnorm", gated_mlp=True, rotary=True),
 }
-ALIASES = {"openai-community/gpt2": "gpt2", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b", "Qwen/Qwen2.5-7B": "qwen2.5-7b", "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+ALIASES = {"openai-community/gpt2": "gpt2", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b", "Qwen/Qwen2.5-7B": "qwen2.5-7b",
+           "meta-llama/Llama-2-7b-hf": "llama-2-7b",
            "meta-llama/Meta-Llama-3-8B": "llama-3-8b", "mistralai/Mistral-7B-v0.1": "mistral-7b",
            "google-t5/t5-3b": "t5-3b", "google-bert/bert-base-uncased": "bert-base-uncased",
            "google-bert/bert-large-uncased": "bert-large-uncased"}
@@ -143,7 +144,8 @@ def from_path(path: str) -> ModelSpec:
         with torch.device("meta"):
             model = cls(cfg) if cls is not None else _auto(transformers, cfg)
     except Exception as e:  # transformers raises many kinds for a bad config; the user needs one line
-        raise BadInput(f"--model {path}: transformers cannot build it ({type(e).__name__}: {e})".split("\n")[0]) from None
+        raise BadInput(f"--model {path}: transformers cannot build it"
+                       f" ({type(e).__name__}: {e})".split("\n")[0]) from None
     params = sum(p.numel() for p in model.parameters())  # shared (tied) parameters are listed once
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     # The config object, not config.json: it fills what the file leaves out with transformers' defaults.
@@ -156,7 +158,8 @@ def from_path(path: str) -> ModelSpec:
     return ModelSpec(name=str(path), family=raw.get("model_type", "custom"), params=params, hidden_size=h,
                      layers=layers, heads=heads, vocab_size=get("vocab_size"),
                      intermediate_size=get("intermediate_size", "n_inner", "d_ff") or (4 * h if h else None),
-                     largest_layer_params=largest, activation=get("activation_function", "hidden_act", "feed_forward_proj"),
+                     largest_layer_params=largest,
+                     activation=get("activation_function", "hidden_act", "feed_forward_proj"),
                      max_positions=get("max_position_embeddings", "n_positions"), source="config.json",
                      model_type=raw.get("model_type"), **structure(model, cfg))
 

@@ -49,7 +49,8 @@ def default() -> Folder | None:
     folder, d, why = picked
     where = f"{d.mountpoint}: {d.fstype} on {d.block or d.device}, {gib(d.free_bytes)} free"
     slower = "" if d.kind == "nvme" else f"; it is NOT NVMe ({d.kind}): offload will be slower, pass --nvme-path"
-    return Folder(folder, shutil.disk_usage(folder).free, f"--nvme-path not given: using {folder} ({where}), {why}{slower}")
+    return Folder(folder, shutil.disk_usage(folder).free,
+                  f"--nvme-path not given: using {folder} ({where}), {why}{slower}")
 
 
 NOWHERE = "no writable local disk here (tmpfs is RAM, not NVMe): give --nvme-path DIR"

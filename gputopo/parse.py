@@ -94,8 +94,9 @@ def _header(lines: list[str]) -> tuple[int, list[str], list[str]] | None:
         while rest:
             title = next((t for t in TRAILERS if rest.startswith(t)), None)
             if title is None:
-                raise BadInput(f"the matrix header ends in {rest!r}, not a column title nvidia-smi prints (CPU Affinity,"
-                               f" NUMA Affinity, GPU NUMA ID): the line was cut at the right; {FULL_COPY}")
+                raise BadInput(f"the matrix header ends in {rest!r}, not a column title nvidia-smi prints"
+                               " (CPU Affinity, NUMA Affinity, GPU NUMA ID): the line was cut at the right;"
+                               f" {FULL_COPY}")
             trailers.append(title)
             rest = rest[len(title):].strip()
         last = labels[-1]
@@ -127,7 +128,8 @@ def _trailing(row: str, line: str, cells_end: int, values: list[str], trailers: 
             pos = col + len(v)
             under = [t for t, s in zip(trailers, starts) if s <= col + 8]
             title = under[-1] if under else None
-            if title is None or title in placed or (placed and trailers.index(title) < trailers.index(list(placed)[-1])):
+            if (title is None or title in placed
+                    or (placed and trailers.index(title) < trailers.index(list(placed)[-1]))):
                 placed = {}
                 break
             placed[title] = v
@@ -139,7 +141,8 @@ def _trailing(row: str, line: str, cells_end: int, values: list[str], trailers: 
         if v == "N/A":
             continue
         if not CPULIST.match(v) or any(int(a) > int(b) for a, b in re.findall(r"(\d+)-(\d+)", v)):
-            how = "starts mid-list" if v[:1] in "-," else "ends mid-list" if v[-1:] in "-," else "is not a CPU/NUMA list"
+            how = ("starts mid-list" if v[:1] in "-," else "ends mid-list" if v[-1:] in "-," else
+                   "is not a CPU/NUMA list")
             raise BadInput(f"row {row}, {title} {v!r} {how}: the paste lost part of the line; {FULL_COPY}")
     return {t: (None if placed.get(t) in (None, "N/A") else placed[t]) for t in trailers}
 

@@ -1,7 +1,7 @@
 """Model + layout + training setup -> memory per GPU and traffic per step for each strategy. Pure arithmetic.
 
-Sources: the memory anatomy of docs/sources.md#memory-per-parameter (AdamW 8 B/param, 8-bit 2, SGD+momentum 4, Adafactor ~4; fp32
-weights and gradients 4 B), DeepSpeed's own estimators for ZeRO model states
+Sources: the memory anatomy of docs/sources.md#memory-per-parameter (AdamW 8 B/param, 8-bit 2, SGD+momentum 4,
+Adafactor ~4; fp32 weights and gradients 4 B), DeepSpeed's own estimators for ZeRO model states
 (deepspeed.runtime.zero.stage_1_and_2 / stage3 estimate_*_model_states_mem_needs), and gputopo.memory for
 the step itself (activations, temporaries and the phase the peak falls in).
 """
@@ -131,7 +131,8 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
                  "optimizer": (4 + K) * P // N}, int(zero_init_cpu), 0)
     if name == "zero3_offload_cpu":
         if t.offload_params:
-            return {"weights": gathered, "gradients": 0, "optimizer": 0}, int(P * (8 + K + 2) / lay.nodes * BUFFER_FACTOR), 0
+            return ({"weights": gathered, "gradients": 0, "optimizer": 0},
+                    int(P * (8 + K + 2) / lay.nodes * BUFFER_FACTOR), 0)
         return ({"weights": gathered + 2 * P // N, "gradients": 0, "optimizer": 0},
                 int(P * (8 + K) / lay.nodes * BUFFER_FACTOR), 0)
     if name == "zero3_offload_nvme":

@@ -32,7 +32,8 @@ def _nvml():
         pynvml.nvmlInit()
     except pynvml.NVMLError as e:
         reasons = {
-            "NVMLError_LibraryNotFound": "no NVML library (libnvidia-ml.so.1 not found): is the NVIDIA driver installed?",
+            "NVMLError_LibraryNotFound": "no NVML library (libnvidia-ml.so.1 not found):"
+                                         " is the NVIDIA driver installed?",
             "NVMLError_DriverNotLoaded": "the NVIDIA driver is installed but not loaded (try `nvidia-smi`, `dmesg`)",
             "NVMLError_NoPermission": "no permission to open the NVIDIA devices",
         }
@@ -164,7 +165,8 @@ def nvml_topology() -> Topology:
                 level = _safe(nvml, "nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j])
                 kind = f"NV{nv}" if nv else NVML_LEVEL.get(level)
                 status = _safe(nvml, "nvmlDeviceGetP2PStatus", handles[i], handles[j], 0)
-                links.append(Link(a.name, b.name, kind, p2p=None if status is None else {"r": P2P_STATUS.get(status, "U")}))
+                links.append(Link(a.name, b.name, kind,
+                                  p2p=None if status is None else {"r": P2P_STATUS.get(status, "U")}))
         return Topology(gpus=tuple(gpus), links=tuple(links), source="nvml", notes=tuple(notes),
                         driver=_text(_safe(nvml, "nvmlSystemGetDriverVersion")))
     finally:

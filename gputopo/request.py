@@ -260,7 +260,8 @@ def _seq_len(spec: ModelSpec | None, seq_len: int | None, notes: dict) -> int:
         return seq_len or DEFAULT_SEQ_CAP
     if seq_len is None:
         seq = min(spec.max_positions or 512, DEFAULT_SEQ_CAP)  # 512: T5's relative positions were trained on it
-        notes["seq_len"] = f"sequence length {seq}: the model's context, at most {DEFAULT_SEQ_CAP} (--seq-len to change)"
+        notes["seq_len"] = (f"sequence length {seq}: the model's context, at most {DEFAULT_SEQ_CAP}"
+                            " (--seq-len to change)")
         return seq
     if not spec.max_positions or seq_len <= spec.max_positions:
         return seq_len

@@ -260,7 +260,8 @@ class PciDevice:
 
     @property
     def is_nvidia_gpu(self) -> bool:
-        return "NVIDIA" in self.description and re.match(r"(VGA compatible|3D) controller", self.description) is not None
+        return ("NVIDIA" in self.description
+                and re.match(r"(VGA compatible|3D) controller", self.description) is not None)
 
     @property
     def acs_redirects(self) -> bool:

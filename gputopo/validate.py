@@ -15,7 +15,8 @@ from .errors import BadInput
 # Top-level keys DeepSpeedConfig reads (deepspeed/runtime/constants.py and the config classes).
 KNOWN_TOP = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
              "optimizer", "scheduler", "fp16", "bf16", "zero_optimization", "aio", "steps_per_print",
-             "wall_clock_breakdown", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "communication_data_type",
+             "wall_clock_breakdown", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+             "communication_data_type",
              "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "activation_checkpointing",
              "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger", "dump_state", "memory_breakdown",
              "checkpoint", "data_types", "amp", "torch_autocast", "compile", "seq_parallel_communication_data_type"}
@@ -109,7 +110,8 @@ def aio_keys() -> set[str] | None:
             and isinstance(getattr(c, n), str)} - {"aio"}
 
 
-def with_deepspeed(cfg: dict, gpus: int = 1, micro: int = 1, accum: int = 1, precision: str | None = None) -> str | None:
+def with_deepspeed(cfg: dict, gpus: int = 1, micro: int = 1, accum: int = 1,
+                   precision: str | None = None) -> str | None:
     """Parse with DeepSpeed's own classes; returns the DeepSpeed version, or None when it is not installed."""
     own_checks(cfg)
     if not available():

@@ -3,8 +3,9 @@ all-reduce sweep. The same code runs on CUDA with NCCL (cuda:LOCAL_RANK) and on 
 
     torchrun --nproc_per_node 2 -m gputopo.worker --model gpt2 --steps 200 --output result.json
 
-Local rank 0 of every node prints rank 0's result as one line `GPUTOPO_RESULT {json}` and writes --output. Workers end with os._exit after a flush:
-a DeepSpeed/HF worker sometimes aborts at interpreter exit ("terminate called without an active exception").
+Local rank 0 of every node prints rank 0's result as one line `GPUTOPO_RESULT {json}` and writes --output.
+Workers end with os._exit after a flush: a DeepSpeed/HF worker sometimes aborts at interpreter exit
+("terminate called without an active exception").
 """
 from __future__ import annotations
 
@@ -30,10 +31,12 @@ def parse_args(argv=None):
     ap.add_argument("--batch-size", type=int, default=4, help="per process")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
-    ap.add_argument("--dataset", default="synthetic", help="auto, synthetic, wikitext-2-raw-v1 (local cache only) or a .txt file")
+    ap.add_argument("--dataset", default="synthetic",
+                    help="auto, synthetic, wikitext-2-raw-v1 (local cache only) or a .txt file")
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--deepspeed", metavar="CONFIG", help="train through deepspeed.initialize with this config")
-    ap.add_argument("--hf-trainer", action="store_true", help="train through the HF Trainer (with --deepspeed: its config)")
+    ap.add_argument("--hf-trainer", action="store_true",
+                    help="train through the HF Trainer (with --deepspeed: its config)")
     ap.add_argument("--allreduce-sizes", default="", help="comma-separated byte sizes for an all-reduce sweep")
     ap.add_argument("--allreduce-iters", type=int, default=10)
     ap.add_argument("--train", action=argparse.BooleanOptionalAction, default=True)
@@ -104,7 +107,8 @@ def build_model(name: str):
             return AutoModelForCausalLM.from_pretrained(path, local_files_only=True), f"{name} (local weights)"
         return AutoModelForCausalLM.from_config(cfg), f"{name} (random weights from its config.json)"
     try:
-        return AutoModelForCausalLM.from_pretrained(name, local_files_only=True), f"{name} (weights from the local HF cache)"
+        return (AutoModelForCausalLM.from_pretrained(name, local_files_only=True),
+                f"{name} (weights from the local HF cache)")
     except Exception:  # not cached: build the architecture from gputopo's catalog
         pass
     from .models import ALIASES, CATALOG
@@ -114,7 +118,8 @@ def build_model(name: str):
         raise SystemExit(f"error: --model {name}: no local copy, and not a causal LM in gputopo's catalog"
                          " (gpt2*, llama*, mistral*, qwen*); give a folder with config.json")
     if c["family"] == "gpt2":
-        cfg = transformers.GPT2Config(n_embd=c["h"], n_layer=c["L"], n_head=c["a"], vocab_size=c["V"], n_positions=c["P"])
+        cfg = transformers.GPT2Config(n_embd=c["h"], n_layer=c["L"], n_head=c["a"], vocab_size=c["V"],
+                                      n_positions=c["P"])
     else:
         cfg = transformers.LlamaConfig(hidden_size=c["h"], num_hidden_layers=c["L"], num_attention_heads=c["a"],
                                        num_key_value_heads=c["kvh"], intermediate_size=c["I"], vocab_size=c["V"],
@@ -156,7 +161,8 @@ def wikitext_lines(name: str) -> list[str]:
     try:
         import datasets
     except ImportError:
-        raise SystemExit(f"error: --dataset {name}: the `datasets` package is not installed (pip install datasets)") from None
+        raise SystemExit(f"error: --dataset {name}: the `datasets` package is not installed"
+                         " (pip install datasets)") from None
     try:
         ds = datasets.load_dataset("wikitext", name, split="train")
     except Exception as e:
@@ -199,7 +205,8 @@ def allreduce_sweep(sizes: list[int], iters: int, device, world: int) -> list[di
         elapsed = float(e.item())
         nbytes = t.numel() * 4
         algbw = nbytes / elapsed / 1e9
-        out.append({"bytes": nbytes, "seconds": elapsed, "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world - 1) / world})
+        out.append({"bytes": nbytes, "seconds": elapsed, "algbw_gbps": algbw,
+                    "busbw_gbps": algbw * 2 * (world - 1) / world})
     return out
 
 
@@ -235,12 +242,14 @@ def train_plain(args, model, data, device, world, rank):
         opt.zero_grad(set_to_none=True)
         losses.append(loss.detach())
         timer.mark()
-    return timer.intervals(), loss_values(losses), {"engine": "ddp", "optimizer": type(opt).__name__, "zero_stage": None}
+    return timer.intervals(), loss_values(losses), {"engine": "ddp", "optimizer": type(opt).__name__,
+                                                    "zero_stage": None}
 
 
 def train_deepspeed(args, model, data, device, world, rank):
     import deepspeed
-    engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=args.deepspeed)
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                                   config=args.deepspeed)
     data = data.to(engine.device)
     timer, losses = StepTimer(device), []
     synchronize(device)
@@ -309,7 +318,8 @@ def train_hf(args, model, data, device):
         trainer = Trainer(model=model, args=targs, train_dataset=Tokens(), callbacks=[cb])
         result = trainer.train()
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-        info = {"engine": "hf-trainer" + ("+deepspeed" if args.deepspeed else ""), "train_runtime_hf": result.metrics["train_runtime"],
+        info = {"engine": "hf-trainer" + ("+deepspeed" if args.deepspeed else ""),
+                "train_runtime_hf": result.metrics["train_runtime"],
                 "optimizer": type(trainer.optimizer).__name__ if trainer.optimizer is not None else None}
         if args.deepspeed:
             eng = trainer.model_wrapped
@@ -336,7 +346,8 @@ def main(argv=None) -> int:
     if args.train:
         model, what = build_model(args.model)
         vocab = model.config.vocab_size
-        seq = min(args.seq_len, getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", args.seq_len))
+        seq = min(args.seq_len, getattr(model.config, "n_positions", None)
+                  or getattr(model.config, "max_position_embeddings", args.seq_len))
         data, data_what = load_tokens(args.dataset, vocab, seq, max(args.steps * world, 8) * args.batch_size,
                                       args.seed, args.model if Path(args.model).is_dir() else None)
         data = data.view(-1, args.batch_size, seq)

@@ -48,7 +48,8 @@ def h100_nvswitch(n=4):
             "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f{i}",
             "bus": f"00000000:{0x18 + 0x20 * i:02X}:00.0", "mem_total": 80 * GIB, "mem_used": 600 * 1024 ** 2,
             "pcie": (5, 5, 16, 16), "temp": 34, "power": 72_000, "limit": 700_000, "reasons": 0x1,
-            "nvlinks": [(1, 4, f"00000000:{0xA0 + k % 4:02X}:00.0", 2) for k in range(18)], "numa": 0 if i < n // 2 else 1,
+            "nvlinks": [(1, 4, f"00000000:{0xA0 + k % 4:02X}:00.0", 2) for k in range(18)],
+            "numa": 0 if i < n // 2 else 1,
         })
     anc = {(i, j): (40 if (i < n // 2) == (j < n // 2) else 50) for i in range(n) for j in range(i + 1, n)}
     return {"gpus": gpus, "ancestor": anc, "p2p": {k: 0 for k in anc}}

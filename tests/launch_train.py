@@ -70,7 +70,8 @@ def accelerate_script():
     result = {"world_size": accelerator.num_processes, "losses": losses, "dummy": dummy,
               "zero_stage": engine.zero_optimization_stage(), "basic_optimizer": type(inner).__name__,
               "micro_batch": engine.train_micro_batch_size_per_gpu(),
-              "offload_optimizer": str(getattr(zc.offload_optimizer, "device", "none")) if zc.offload_optimizer else "none",
+              "offload_optimizer": (str(getattr(zc.offload_optimizer, "device", "none")) if zc.offload_optimizer
+                                    else "none"),
               "offload_param": str(getattr(zc.offload_param, "device", "none")) if zc.offload_param else "none",
               "bf16": engine.bfloat16_enabled()}
     if accelerator.is_local_main_process:

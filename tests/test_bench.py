@@ -49,7 +49,8 @@ def test_full_bench_on_cpu(tmp_path, tiny_model):
     assert r.returncode == 0, r.stderr[-3000:]
     data = json.loads(r.stdout)
     assert data == json.loads(out.read_text()) and data["complete"]
-    assert (data["schema_version"], data["device"], data["backend"], data["nproc"], data["nnodes"]) == (1, "cpu", "gloo", 2, 1)
+    assert (data["schema_version"], data["device"], data["backend"], data["nproc"], data["nnodes"]) == \
+        (1, "cpu", "gloo", 2, 1)
     p2p, no_p2p = data["runs"]
     # The parent's NCCL_P2P_DISABLE=1 must not leak into the P2P arm.
     assert p2p["env"] == {"NCCL_P2P_DISABLE": None} and no_p2p["env"] == {"NCCL_P2P_DISABLE": "1"}
@@ -111,7 +112,8 @@ def test_child_crash_shows_the_failing_ranks_own_traceback(tmp_path):
     assert r.returncode == 5, r.stderr[-3000:]
     first = next(l for l in r.stderr.splitlines() if l.startswith("Error: "))
     assert first.startswith("Error: p2p: torchrun exited with 1 before reporting a result; local rank ")
-    assert first.endswith("ValueError: `embed_dim` must be divisible by num_heads (got `embed_dim`: 64 and `num_heads`: 3).")
+    assert first.endswith("ValueError: `embed_dim` must be divisible by num_heads"
+                          " (got `embed_dim`: 64 and `num_heads`: 3).")
     # the rank's own traceback, from its stderr file, whose path is printed and which holds the whole of it
     assert "Traceback" in r.stderr or "File " in r.stderr
     log = Path(r.stderr.split("Last lines of its stderr (", 1)[1].split("):", 1)[0])
@@ -347,15 +349,18 @@ def test_failure_report_picks_the_first_failing_rank(tmp_path):
         time.sleep(0.02)
     msg = bench.failure_report("p2p", 1, False, ["ChildFailedError:"], tmp_path)
     first = msg.splitlines()[0]
-    assert first == "p2p: torchrun exited with 1 before reporting a result; local rank 1 failed first: ValueError: the real cause"
+    assert first == ("p2p: torchrun exited with 1 before reporting a result;"
+                     " local rank 1 failed first: ValueError: the real cause")
     assert str(attempt / "1" / "stderr.log") in msg and "Connection closed" not in msg
     # a rank killed by a signal writes no error.json: torchrun's root cause names it
     for f in attempt.glob("*/error.json"):
         f.unlink()
     lines = ["Root Cause (first observed failure):", "[0]:", "  rank      : 0 (local_rank: 0)", "  exitcode  : -9"]
-    assert "local rank 0 failed first: RuntimeError: Connection closed by peer" in bench.failure_report("p2p", 1, False, lines, tmp_path)
+    assert "local rank 0 failed first: RuntimeError: Connection closed by peer" in bench.failure_report(
+        "p2p", 1, False, lines, tmp_path)
     # torchrun itself failed: its own last lines
-    msg = bench.failure_report("p2p", 1, False, ["usage: torchrun ...", "error: argument --nproc_per_node"], tmp_path / "none")
+    msg = bench.failure_report("p2p", 1, False, ["usage: torchrun ...", "error: argument --nproc_per_node"],
+                               tmp_path / "none")
     assert msg.startswith("p2p: torchrun exited with 1 before reporting a result: error: argument --nproc_per_node")
 
 

@@ -86,7 +86,8 @@ def test_examples():
     assert r.exit_code == 0 and "dgx-a100" in r.output and "rtx4090x8-pcie" in r.output
     data = json.loads(run("inspect", "--example", "dgx-a100", "--json").output)
     assert len(data["gpus"]) == 8 and len(data["nics"]) == 12 and data["links"][0]["bandwidth_gbps"] == 300.0
-    assert json.loads(run("inspect", "--example", "rtx4090x8-pcie", "--json").output)["recommendation"]["interconnect"] == "pcie"
+    assert json.loads(run("inspect", "--example", "rtx4090x8-pcie",
+                          "--json").output)["recommendation"]["interconnect"] == "pcie"
 
 
 @pytest.mark.parametrize("args,msg,code", [
@@ -94,7 +95,8 @@ def test_examples():
     (["inspect", "-f", str(TOPO)], "is a directory", 2),
     (["inspect", "-f", sys.executable], "binary file", 2),
     (["inspect", "-f", "-"], "Error: stdin: empty", 2),
-    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpu-ids", "0,7"], "Error: --gpu-ids: no GPU 7 in this topology (GPUs: 0,1)\n", 2),
+    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpu-ids", "0,7"],
+     "Error: --gpu-ids: no GPU 7 in this topology (GPUs: 0,1)\n", 2),
     (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpu-ids", "a"], "GPU indices like 0,1,3", 2),
     (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--best", "3"], "--best 3: this machine has 2 GPU(s)", 4),
     (["inspect", "--example", "nope"], "--example nope: unknown", 2),

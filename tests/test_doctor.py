@@ -39,7 +39,8 @@ class FakeBuilder:
         return self._sources
 
 
-TOOLS = {"ninja": "/usr/bin/ninja", "cxx": "/usr/bin/c++", "nvcc": "12.4", "torch_cuda": "12.4", "cuda_home": "/usr/local/cuda"}
+TOOLS = {"ninja": "/usr/bin/ninja", "cxx": "/usr/bin/c++", "nvcc": "12.4", "torch_cuda": "12.4",
+         "cuda_home": "/usr/local/cuda"}
 
 
 # --- /dev/shm, temp dir, disks ---------------------------------------------------------------------------------
@@ -274,7 +275,8 @@ def test_fused_adam_without_nvcc_is_the_h100_failure(tmp_path):
 
 def test_a_builder_whose_probe_raises_is_not_buildable(tmp_path):
     s, = dsops.status(dsops.needed(dsconfig.build(2, "cpu")), TOOLS,
-                      ops={"cpu_adam": FakeBuilder(raises=RuntimeError("MissingCUDAException: CUDA_HOME does not exist"))},
+                      ops={"cpu_adam": FakeBuilder(
+                          raises=RuntimeError("MissingCUDAException: CUDA_HOME does not exist"))},
                       installed={}, cache_dir=str(tmp_path))
     assert s.state == "not_buildable" and "MissingCUDAException" in s.detail
 

@@ -40,11 +40,13 @@ def test_ds_configs_equal_generator_output(tmp_path, monkeypatch):
 
 
 @needs_ds
-@pytest.mark.parametrize("stage,offload", [(s, "none") for s in range(4)] + [(1, "cpu"), (2, "cpu"), (3, "cpu"), (3, "nvme")])
+@pytest.mark.parametrize("stage,offload",
+                         [(s, "none") for s in range(4)] + [(1, "cpu"), (2, "cpu"), (3, "cpu"), (3, "nvme")])
 @pytest.mark.parametrize("hf", [True, False])
 def test_deepspeed_accepts_every_combination(stage, offload, hf, tmp_path):
     cfg = dsconfig.build(stage, offload, hf=hf, nvme_path=str(tmp_path) if offload == "nvme" else None,
-                         precision=None if hf else "bf16", hidden_size=768, largest_layer=38597376, batch_size=4, gpus=2)
+                         precision=None if hf else "bf16", hidden_size=768, largest_layer=38597376, batch_size=4,
+                         gpus=2)
     assert validate.with_deepspeed(cfg, gpus=2, micro=4) is not None
     # DeepSpeed's strict pydantic model of zero_optimization, called directly as well.
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
@@ -108,7 +110,8 @@ def test_batch_arithmetic_checked_for_n_gpus():
     (["--stage", "4"], "--stage 4: ZeRO has stages 0, 1, 2 and 3"),
     (["--stage", "2", "--offload", "cpu", "--offload-params"], "--offload-params needs stage 3"),
     (["--stage", "1", "--offload-params"], "--offload-params needs --offload cpu or nvme"),
-    (["--stage", "2", "--offload", "nvme", "--nvme-path", "."], "NVMe offload needs stage 3"),  # issue 11: no --nvme-path picks one
+    # issue 11: no --nvme-path picks one
+    (["--stage", "2", "--offload", "nvme", "--nvme-path", "."], "NVMe offload needs stage 3"),
     (["--stage", "2", "--offload", "nvme", "--nvme-path", "/tmp"], "NVMe offload needs stage 3"),
     (["--stage", "0", "--offload", "cpu"], "offload needs ZeRO stage 1, 2 or 3"),
     (["--stage", "3", "--offload", "nvme", "--nvme-path", "/nonexistent"], "not an existing directory"),
@@ -121,7 +124,8 @@ def test_refused_with_one_line(args, msg):
 
 
 def test_nvme_space_is_checked(tmp_path):
-    r = run("deepspeed-config", "--stage", "3", "--offload", "nvme", "--nvme-path", str(tmp_path), "--model", "llama-2-70b")
+    r = run("deepspeed-config", "--stage", "3", "--offload", "nvme", "--nvme-path", str(tmp_path),
+            "--model", "llama-2-70b")
     assert r.exit_code == 2 and "GiB missing" in r.output
 
 
@@ -138,7 +142,8 @@ def test_json_schema_and_launch(tmp_path):
     r = run("deepspeed-config", "--stage", "3", "--offload", "cpu", "--json", "--launcher", "slurm", "--nodes", "4",
             "--gpus", "8")
     data = json.loads(r.output)
-    assert set(data) == {"schema_version", "config", "path", "launch", "warnings", "plan", "training_arguments"} and data["path"] is None
+    assert set(data) == {"schema_version", "config", "path", "launch", "warnings", "plan",
+                         "training_arguments"} and data["path"] is None
     assert data["config"]["zero_optimization"]["offload_param"]["device"] == "cpu"
     sbatch = data["launch"]["files"]["train.sbatch"]
     assert "#SBATCH --nodes=4" in sbatch and "srun torchrun" in sbatch and "--nproc_per_node 8" in sbatch
@@ -146,8 +151,8 @@ def test_json_schema_and_launch(tmp_path):
 
 
 def test_auto_takes_the_plan():
-    r = run("deepspeed-config", "--auto", "--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GiB", "--link", "NV12",
-            "--batch-size", "1", "--json")
+    r = run("deepspeed-config", "--auto", "--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GiB",
+            "--link", "NV12", "--batch-size", "1", "--json")
     data = json.loads(r.output)
     assert data["config"]["zero_optimization"]["stage"] in (1, 2, 3)
     assert any(w.startswith("--auto: gputopo plan recommends zero") for w in data["warnings"])
@@ -182,7 +187,8 @@ def test_launchers_scripts_open_with_their_command():
     assert scripts
     for p in scripts:
         head = p.read_text().splitlines()[:4]
-        assert any(re.search(r"^# .*(bash|sbatch|python|torchrun)\b.*launchers/" + re.escape(p.name), l) for l in head), p.name
+        assert any(re.search(r"^# .*(bash|sbatch|python|torchrun)\b.*launchers/" + re.escape(p.name), l)
+                   for l in head), p.name
 
 
 @needs_ds
@@ -194,7 +200,8 @@ def test_repeat_nvme_config_answers_from_the_cache(tmp_path):
     import sys
     (tmp_path / "nvme").mkdir()
     code = ("import sys; from click.testing import CliRunner; from gputopo.cli import cli; "
-            f"r = CliRunner().invoke(cli, ['deepspeed-config', '--stage', '3', '--offload', 'nvme', '--nvme-path', {str(tmp_path / 'nvme')!r}]); "
+            "r = CliRunner().invoke(cli, ['deepspeed-config', '--stage', '3', '--offload', 'nvme', '--nvme-path', "
+            f"{str(tmp_path / 'nvme')!r}]); "
             "assert r.exit_code == 0, r.output; print(sorted(m for m in ('deepspeed', 'torch') if m in sys.modules))")
 
     def imported(**env):

@@ -30,7 +30,8 @@ def cli(*args) -> str:
     cli("plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GiB"),
     cli("doctor"),
     cli("inspect", "--example", "dgx-a100", "--markdown"),
-    "from gputopo import dsconfig, launch; dsconfig.build(3, 'cpu', hidden_size=64); launch.command('slurm', 'x', gpus=8)",
+    "from gputopo import dsconfig, launch; dsconfig.build(3, 'cpu', hidden_size=64);"
+    " launch.command('slurm', 'x', gpus=8)",
 ])
 def test_fast_paths_stay_light(statement):
     assert heavy_after(statement) == []

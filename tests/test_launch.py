@@ -72,7 +72,8 @@ def test_launcher_files_obey_force_before_any_work(tmp_path):
     assert r.exit_code == 2 and "accelerate_config.yaml exists; pass --force" in r.output
     assert not out.exists() and (tmp_path / "accelerate_config.yaml").read_text() == "mine"
     r = run("deepspeed-config", "--stage", "2", "--launcher", "accelerate", "-o", str(out), "--force")
-    assert r.exit_code == 0 and "deepspeed_config_file: " + str(out) in (tmp_path / "accelerate_config.yaml").read_text()
+    assert r.exit_code == 0 and ("deepspeed_config_file: " + str(out)
+                                 in (tmp_path / "accelerate_config.yaml").read_text())
     # one node needs no hostfile: an existing one is left alone
     (tmp_path / "hostfile").write_text("mine")
     r = run("deepspeed-config", "--stage", "2", "--launcher", "deepspeed", "-o", str(out), "--force")
@@ -90,7 +91,8 @@ def auto_paths(cfg, prefix=""):
 # What accelerator.prepare fills (accelerate/accelerator.py, _prepare_deepspeed).
 ACCELERATE_FILLS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}
 DUMMY_FILLS = {"optimizer.params.lr", "optimizer.params.weight_decay", "scheduler.params.warmup_min_lr",
-               "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps", "scheduler.params.total_num_steps"}
+               "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps",
+               "scheduler.params.total_num_steps"}
 
 
 @pytest.mark.parametrize("stage,offload", [(0, "none"), (1, "none"), (2, "none"), (3, "none"), (2, "cpu"), (3, "cpu")])

@@ -43,7 +43,8 @@ def modules() -> dict:
                 names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 deps |= {n[len("gputopo."):] for n in names if n and n.startswith("gputopo.")}
         deps = {"__init__" if d == "__version__" else d for d in deps}
-        out[name] = {d for d in deps if d != name and (d in LAYER or (PACKAGE / (d.replace(".", "/") + ".py")).exists())}
+        out[name] = {d for d in deps
+                     if d != name and (d in LAYER or (PACKAGE / (d.replace(".", "/") + ".py")).exists())}
     return out
 
 

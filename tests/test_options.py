@@ -83,7 +83,8 @@ def flat(text):
 
 def test_help_states_the_unit_rule():
     assert "80GB (= 80 GiB, as the card is sold)" in flat(run("plan", "--help").output)
-    assert "are binary, as GPUs are sold and nvidia-smi and `free -g` print them: 80GB = 80 GiB" in flat(run("--help").output)
+    assert ("are binary, as GPUs are sold and nvidia-smi and `free -g` print them: 80GB = 80 GiB"
+            in flat(run("--help").output))
 
 
 # --- counts, bandwidths, GPU models, link types -----------------------------------------------------------------
@@ -171,9 +172,10 @@ def test_global_batch_sets_concrete_values_with_no_hf():
     """Issue 14: `--no-hf --gpus 8 --batch-size 4 --global-batch 128` wrote train_batch_size 32, accumulation 1."""
     cfg = json.loads(run("deepspeed-config", "--stage", "2", "--no-hf", "--gpus", "8", "--batch-size", "4",
                          "--global-batch", "128", "--json").output)["config"]
-    assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) == (128, 4, 4)
-    two = json.loads(run("deepspeed-config", "--stage", "2", "--no-hf", "--gpus", "8", "--nodes", "2", "--batch-size", "4",
-                         "--global-batch", "128", "--json").output)["config"]
+    assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"],
+            cfg["gradient_accumulation_steps"]) == (128, 4, 4)
+    two = json.loads(run("deepspeed-config", "--stage", "2", "--no-hf", "--gpus", "8", "--nodes", "2",
+                         "--batch-size", "4", "--global-batch", "128", "--json").output)["config"]
     assert (two["train_batch_size"], two["gradient_accumulation_steps"]) == (128, 2)
 
 
@@ -223,7 +225,8 @@ def test_model_and_params_exclude_each_other():
 
 def test_paste_model_fills_memory_for_inspect():
     """A bundled machine names its GPU: --model plans on it without --gpu-mem."""
-    data = json.loads(run("inspect", "--json", "--example", "dgx-a100", "--model", "llama-2-7b", "--batch-size", "1").output)
+    data = json.loads(run("inspect", "--json", "--example", "dgx-a100", "--model", "llama-2-7b",
+                          "--batch-size", "1").output)
     assert data["plan"]["layout"]["gpu_mem_bytes"] == 81920 * MIB
 
 
@@ -451,7 +454,8 @@ def _walk(tmp):
         ("deepspeed-config", "ds_optimizer"): differs("deepspeed-config", DS + ["--launcher", "accelerate"],
                                                       DS + ["--launcher", "accelerate", "--ds-optimizer"],
                                                       lambda d: "optimizer" in d["config"]),
-        ("deepspeed-config", "master_addr"): differs("deepspeed-config", DS + ["--launcher", "torchrun", "--nodes", "2"],
+        ("deepspeed-config", "master_addr"): differs("deepspeed-config",
+                                                     DS + ["--launcher", "torchrun", "--nodes", "2"],
                                                      DS + ["--launcher", "torchrun", "--nodes", "2", "--master-addr",
                                                            "head0"], lambda d: d["launch"]["command"]),
         ("deepspeed-config", "master_port"): differs("deepspeed-config", DS + ["--launcher", "accelerate"],
@@ -518,7 +522,8 @@ def _fake_child(calls):
         args = cmd[cmd.index("gputopo.worker") + 1:]
         steps = int(args[args.index("--steps") + 1])
         warm = int(args[args.index("--warmup-steps") + 1])
-        sizes = [int(x) for x in args[args.index("--allreduce-sizes") + 1].split(",")] if "--allreduce-sizes" in args else []
+        sizes = ([int(x) for x in args[args.index("--allreduce-sizes") + 1].split(",")]
+                 if "--allreduce-sizes" in args else [])
         t = [0.1] * (steps - warm)
         return {"world_size": 2, "steps": steps, "warmup_steps": warm, "train_runtime_s": 1.0, "timed_runtime_s": 0.5,
                 "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
@@ -625,7 +630,8 @@ def all_options():
 
 
 def test_walk_covers_every_option(tmp_path):
-    walked = set(_walk(tmp_path)) | {("bench-nvlink", n) for n in list(BENCH) + ["gpu_ids", "nnodes", "output", "force", "plot"]}
+    walked = set(_walk(tmp_path)) | {("bench-nvlink", n)
+                                     for n in list(BENCH) + ["gpu_ids", "nnodes", "output", "force", "plot"]}
     walked |= {("gputopo", "version"), ("gputopo", "debug")}
     missing = sorted(set(all_options()) - walked)
     assert not missing, f"options with no entry in tests/test_options.py (show their effect or refusal): {missing}"
@@ -699,7 +705,8 @@ def test_traffic_words_match_the_table():
 
 
 def test_zero1_traffic_is_once_per_step_zero2_every_micro_step():
-    base = ["--model", "gpt2", "--gpus", "4", "--gpu-mem", "24GB", "--link", "NV4", "--cpu-mem", "64GB", "--nvme-free", "1TB"]
+    base = ["--model", "gpt2", "--gpus", "4", "--gpu-mem", "24GB", "--link", "NV4", "--cpu-mem", "64GB",
+            "--nvme-free", "1TB"]
     one = {x["name"]: x["comm_bytes_per_step"] for x in json.loads(run("plan", "--json", *base).stdout)["strategies"]}
     four = {x["name"]: x["comm_bytes_per_step"] for x in
             json.loads(run("plan", "--json", *base, "--grad-accum", "4").stdout)["strategies"]}
@@ -709,7 +716,8 @@ def test_zero1_traffic_is_once_per_step_zero2_every_micro_step():
 
 def test_accumulation_advised_only_where_it_cuts_traffic():
     """Issue 14: accumulation was advised "to sync less often" for ZeRO-2, which reduces on every micro-step."""
-    pcie = ["--gpus", "4", "--gpu-mem", "16GB", "--link", "SYS", "--cpu-mem", "64GB", "--nvme-free", "1TB", "--batch-size", "1"]
+    pcie = ["--gpus", "4", "--gpu-mem", "16GB", "--link", "SYS", "--cpu-mem", "64GB", "--nvme-free", "1TB",
+            "--batch-size", "1"]
     ddp = _reasons("--model", "gpt2", *pcie)
     assert "Gradient accumulation cuts it: ddp syncs once per optimizer step" in ddp
     sharded = json.loads(run("plan", "--json", "--model", "gpt2-xl", *pcie).stdout)["recommendation"]
@@ -741,7 +749,8 @@ AGREE = [
      "--grad-checkpointing", "--batch-size", "1", "--nvme-path", "{tmp}"],
     ["--model", "llama-2-70b", "--gpus", "8", "--gpu-model", "H100", "--link", "NV18", "--grad-checkpointing",
      "--batch-size", "1", "--cpu-mem", "256GB", "--nvme-free", "4TB", "--nvme-path", "{tmp}"],
-    ["--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "16GB", "--link", "SYS", "--batch-size", "1", "--cpu-mem", "64GB"],
+    ["--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "16GB", "--link", "SYS", "--batch-size", "1",
+     "--cpu-mem", "64GB"],
     ["--model", "llama-2-13b", "--gpus", "8", "--nodes", "2", "--gpu-model", "A100-40GB", "--link", "NV12",
      "--inter-node-gbps", "200Gb/s", "--batch-size", "2", "--global-batch", "64", "--grad-checkpointing",
      "--cpu-mem", "1TB"],
@@ -801,7 +810,8 @@ def test_explicit_nvme_free_wins_over_the_folder_with_a_note(tmp_path):
 
 
 def test_explicit_cpu_mem_wins():
-    a = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "8GB", "--cpu-mem", "3GB").stdout)
+    a = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "8GB",
+                       "--cpu-mem", "3GB").stdout)
     assert a["layout"]["cpu_mem_bytes"] == 3 * GIB and not any("CPU RAM" in n for n in a["notes"])
     b = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "8GB").stdout)
     assert any(n.startswith("CPU RAM: ") and "this machine's" in n for n in b["notes"])

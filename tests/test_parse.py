@@ -68,7 +68,8 @@ def test_rows_cut_under_a_whole_header():
     with pytest.raises(BadInput, match=r"row GPU0 has 11 of 12 cells \(missing mlx5_3\).*cut at the right.*topo.txt"):
         parse.texts([text])
     text = "\n".join(lines[:2] + [l[:94] for l in lines[2:]])
-    with pytest.raises(BadInput, match=r"row GPU0, column mlx5_2: 'SY' is a link type cut mid-word.*cut at the right.*topo.txt"):
+    with pytest.raises(BadInput, match=r"row GPU0, column mlx5_2: 'SY' is a link type cut mid-word"
+                                       r".*cut at the right.*topo.txt"):
         parse.texts([text])
 
 
@@ -114,7 +115,8 @@ def test_nvlink_status_and_p2p_combine_with_matrix():
     topo = parse.texts([fixture_text("h100x8_nv18_no_nic_spaces.txt"), fixture_text("p2p_matrix_h100x8_ok.txt"),
                         fixture_text("nvlink_status_h800_elided.txt")])
     assert topo.gpu("GPU0").model == "NVIDIA H800" and topo.gpu("GPU3").model is None
-    assert len(topo.gpu("GPU7").nvlinks) == 8 and all(n.active and n.speed_gbps == 26.562 for n in topo.gpu("GPU7").nvlinks)
+    assert len(topo.gpu("GPU7").nvlinks) == 8 and all(n.active and n.speed_gbps == 26.562
+                                                      for n in topo.gpu("GPU7").nvlinks)
     assert topo.link("GPU0", "GPU5").p2p == {"r": "OK"}
 
 
@@ -131,8 +133,10 @@ def test_nvlink_inactive_and_blank_lines():
 
 
 def test_nvidia_smi_L():
-    gpus = parse.gpu_list("GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-abc)\nGPU 1: NVIDIA GeForce RTX 4090 (UUID: GPU-def)\n")
-    assert [g.model for g in gpus] == ["NVIDIA GeForce RTX 4090"] * 2 and gpus[1].uuid == "GPU-def" and gpus[0].nvlinks is None
+    gpus = parse.gpu_list("GPU 0: NVIDIA GeForce RTX 4090 (UUID: GPU-abc)\n"
+                          "GPU 1: NVIDIA GeForce RTX 4090 (UUID: GPU-def)\n")
+    assert [g.model for g in gpus] == ["NVIDIA GeForce RTX 4090"] * 2 and gpus[1].uuid == "GPU-def" \
+        and gpus[0].nvlinks is None
 
 
 @pytest.mark.parametrize("text,msg", [
@@ -214,7 +218,8 @@ def test_one_gpu_without_legend_or_escapes_still_topo_m():
     assert parse.kind(bare) == "topo" and parse.topo_matrix(bare).gpus[0].cpu_affinity == "0-15"
     # The same single row with a multi-range affinity and NUMA N/A, as consumer boards print it.
     na = bare.replace("0-15\t0\t", "0-51,104-155\tN/A\t")
-    assert (parse.topo_matrix(na).gpus[0].cpu_affinity, parse.topo_matrix(na).gpus[0].numa_affinity) == ("0-51,104-155", None)
+    assert (parse.topo_matrix(na).gpus[0].cpu_affinity, parse.topo_matrix(na).gpus[0].numa_affinity) == \
+        ("0-51,104-155", None)
 
 
 P2P_ONE_GPU = " \tGPU0\n GPU0\tX\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n"
@@ -228,7 +233,8 @@ def test_p2p_told_apart_by_cells_and_legend_not_gpu_count():
         parse.topo_matrix(P2P_ONE_GPU)
     with pytest.raises(BadInput, match="not a `nvidia-smi topo -p2p`"):
         parse.p2p_matrix(fixture_text("h100x1_lmdeploy_check_env_preface.txt"))
-    mixed = fixture_text("h100x1_lmdeploy_check_env_preface.txt").replace("  X    = Self", "  X    = Self\n  OK   = Status Ok")
+    mixed = fixture_text("h100x1_lmdeploy_check_env_preface.txt").replace("  X    = Self",
+                                                                          "  X    = Self\n  OK   = Status Ok")
     with pytest.raises(BadInput, match="mixes `topo -p2p`.*a P2P legend.*`topo -m`.*affinity columns"):
         parse.texts([mixed])
 
@@ -367,7 +373,8 @@ def test_wrapped_legend_and_a_second_matrix_in_one_report():
 
 def test_paste_ending_inside_a_row_is_cut_at_the_bottom():
     text = fixture_text("a100x1_5nic_sglang_check_env.txt").split("NIC3\tPXB")[0] + "NIC3"
-    with pytest.raises(BadInput, match=r"ends inside row NIC3 \(0 of 6 cells\): it was cut off at the bottom.*topo.txt"):
+    with pytest.raises(BadInput,
+                       match=r"ends inside row NIC3 \(0 of 6 cells\): it was cut off at the bottom.*topo.txt"):
         parse.texts([text])
 
 

@@ -144,7 +144,8 @@ def test_every_strategy_total_is_states_overhead_and_the_step_peak():
 
 
 def test_gpt2_on_two_24gb_nvlink_is_ddp():
-    data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--link", "NV2", "--gpu-model", "TITAN RTX")
+    data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--link", "NV2",
+                     "--gpu-model", "TITAN RTX")
     assert data["recommendation"]["strategy"] == "ddp"
     assert data["training"]["precision"] == "fp16"  # TITAN RTX is Turing: no bf16
     assert by_name(data)["ddp"]["comm_bytes_per_step"] == 4 * models.named("gpt2").params  # 2(n-1)/n x fp32 grads
@@ -152,7 +153,8 @@ def test_gpt2_on_two_24gb_nvlink_is_ddp():
 
 
 def test_t5_3b_on_one_16gb_gpu_needs_offload():
-    data = plan_json("--model", "t5-3b", "--gpus", "1", "--gpu-mem", "16GiB", "--batch-size", "1", "--cpu-mem", "128GiB")
+    data = plan_json("--model", "t5-3b", "--gpus", "1", "--gpu-mem", "16GiB", "--batch-size", "1",
+                     "--cpu-mem", "128GiB")
     assert not by_name(data)["single"]["fits"]
     assert data["recommendation"]["strategy"] in ("zero2_offload_cpu", "zero3_offload_cpu")
 
@@ -165,8 +167,9 @@ def test_7b_on_8x80_nv12_is_zero_without_offload():
 
 
 def test_70b_on_8x80_with_little_ram_goes_to_nvme(tmp_path):
-    data = plan_json("--model", "llama-2-70b", "--gpus", "8", "--gpu-mem", "80GiB", "--link", "NV12", "--batch-size", "1",
-                     "--grad-checkpointing", "--cpu-mem", "256GiB", "--nvme-path", str(tmp_path), "--nvme-free", "4TB")
+    data = plan_json("--model", "llama-2-70b", "--gpus", "8", "--gpu-mem", "80GiB", "--link", "NV12",
+                     "--batch-size", "1", "--grad-checkpointing", "--cpu-mem", "256GiB", "--nvme-path", str(tmp_path),
+                     "--nvme-free", "4TB")
     assert data["recommendation"]["strategy"] == "zero3_offload_nvme"
     assert "CPU RAM" in by_name(data)["zero3_offload_cpu"]["why_not"][0]
     nvme = by_name(data)["zero3_offload_nvme"]["nvme_bytes"]
@@ -183,14 +186,15 @@ def test_pcie_layout_prefers_less_traffic():
 
 
 def test_global_batch_derives_accumulation():
-    data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--batch-size", "8", "--global-batch", "64")
+    data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--batch-size", "8",
+                     "--global-batch", "64")
     assert data["training"]["grad_accum"] == 4
     assert any("8 per GPU x 2 GPUs x 4 accumulation" in r for r in data["recommendation"]["reasons"])
 
 
 def test_8bit_adam_hint_when_optimizer_states_do_not_fit():
-    data = plan_json("--model", "gpt2-xl", "--gpus", "1", "--gpu-mem", "24GiB", "--batch-size", "1", "--cpu-mem", "64GiB",
-                     "--grad-checkpointing")
+    data = plan_json("--model", "gpt2-xl", "--gpus", "1", "--gpu-mem", "24GiB", "--batch-size", "1",
+                     "--cpu-mem", "64GiB", "--grad-checkpointing")
     assert any("8-bit Adam" in r for r in data["recommendation"]["reasons"])
 
 
@@ -198,7 +202,8 @@ def test_8bit_adam_hint_when_optimizer_states_do_not_fit():
     (["--model", "gpt2", "--gpus", "0", "--gpu-mem", "24GiB"], "--gpus must be 1 or more"),
     (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "-3GiB"], "--gpu-mem -3GiB: expected a positive size"),
     (["--model", "nope", "--gpus", "2", "--gpu-mem", "24GiB"], "--model nope: not a known model"),
-    (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--gpu-model", "Tesla V100-SXM2-16GB", "--precision", "bf16"],
+    (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--gpu-model", "Tesla V100-SXM2-16GB",
+      "--precision", "bf16"],
      "bf16 needs an Ampere"),
     (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--link", "QQ"], "--link QQ: not a link type"),
     (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--batch-size", "0"], "must be 1 or more"),
@@ -217,11 +222,13 @@ def test_plan_without_gpu_or_layout_says_what_to_give(fake_nvml):
 
 
 def test_inspect_with_model_uses_the_topology():
-    r = run("inspect", "--json", "--example", "dgx-a100", "--model", "llama-2-7b", "--gpu-mem", "80GiB", "--batch-size", "1")
+    r = run("inspect", "--json", "--example", "dgx-a100", "--model", "llama-2-7b", "--gpu-mem", "80GiB",
+            "--batch-size", "1")
     data = json.loads(r.output)
     assert data["plan"]["layout"]["gpus_per_node"] == 8 and data["plan"]["layout"]["link_type"] == "NV12"
     assert data["recommendation"]["basis"] == "memory+interconnect"
-    text = run("inspect", "--example", "dgx-a100", "--model", "llama-2-7b", "--gpu-mem", "80GiB", "--batch-size", "1").output
+    text = run("inspect", "--example", "dgx-a100", "--model", "llama-2-7b", "--gpu-mem", "80GiB",
+               "--batch-size", "1").output
     assert "zero3_offload_nvme" in text and "Recommendation: zero" in text
 
 

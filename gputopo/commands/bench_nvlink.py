@@ -65,7 +65,8 @@ def _run(prepared, output: str | None, verbose: bool) -> dict:
         return bench.run(prepared.options, prepared.link, save, progress)
     except KeyboardInterrupt:
         raise BadInput("interrupted: the children were stopped" + (
-            f"; finished arms are in {output}" if output and any(saved.values()) else "; nothing was written")) from None
+            f"; finished arms are in {output}" if output and any(saved.values())
+            else "; nothing was written")) from None
     except GputopoError as e:
         if output:
             e.args = (f"{e}\n" + (f"Finished arms are kept in {output}" if any(saved.values()) else
@@ -88,7 +89,8 @@ def _run(prepared, output: str | None, verbose: bool) -> dict:
 @click.option("--dataset", default="auto", show_default=True,
               help="wikitext-2-raw-v1 (local cache only), a .txt file, synthetic, or auto (wikitext if cached).")
 @click.option("--repeat", type=COUNT, default=1, show_default=True, help="Runs per arm, interleaved.")
-@click.option("--timeout", type=click.FloatRange(0, min_open=True), help="Seconds one torchrun may take [default: 3600].")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True),
+              help="Seconds one torchrun may take [default: 3600].")
 @click.option("--train-only", is_flag=True, help="Skip the all-reduce sweep.")
 @click.option("--allreduce-only", is_flag=True, help="Skip the training arms.")
 @click.option("--allreduce-sizes", type=SIZES, help="Sizes of the sweep, e.g. 1MB,64MB (binary: 1MB = 1 MiB)"
@@ -96,7 +98,8 @@ def _run(prepared, output: str | None, verbose: bool) -> dict:
 @click.option("--nnodes", type=COUNT, default=1, show_default=True, help="Nodes taking part (one torchrun each).")
 @click.option("--node-rank", type=Count(0), default=0, show_default=True, help="This node's rank, 0 on the first.")
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous for several nodes (node 0's address).")
-@click.option("--output", metavar="PATH", help="Results JSON, written after every finished arm ('-': stdout, as --json).")
+@click.option("--output", metavar="PATH",
+              help="Results JSON, written after every finished arm ('-': stdout, as --json).")
 @click.option("--force", is_flag=True, help="Overwrite --output / --plot.")
 @click.option("--plot", metavar="PATH.png", help="A PNG of step times and the all-reduce sweep (matplotlib).")
 @click.option("--verbose", is_flag=True, help="Stream every line of the children.")

@@ -52,7 +52,8 @@ def _show(result, output: str | None) -> None:
 @click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True,
               help="Rendezvous port on the head node for --launcher.")
 @click.option("--check", is_flag=True,
-              help="Run `gputopo doctor` on this config before writing it: refuse (exit 1) if its ops cannot build here.")
+              help="Run `gputopo doctor` on this config before writing it:"
+                   " refuse (exit 1) if its ops cannot build here.")
 @click.option("--no-compile-ops", is_flag=True,
               help='Adam/AdamW through torch ("torch_adam": true): no FusedAdam/CPUAdam to compile (slower step).')
 @model_options

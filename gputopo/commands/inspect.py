@@ -50,7 +50,8 @@ def _list_examples(as_json: bool) -> None:
 @click.option("--example", metavar="NAME", help="Show a bundled real machine; `--example list` lists them.")
 @click.option("--gpu-ids", type=GPU_IDS, help="Look at these GPUs only (indices as nvidia-smi prints them).")
 @click.option("--best", type=COUNT, metavar="K", help="Pick the K GPUs with the best interconnect.")
-@click.option("--gpu-model", type=GPU_MODEL, help="GPU model when the paste does not name it (bandwidth, memory, bf16).")
+@click.option("--gpu-model", type=GPU_MODEL,
+              help="GPU model when the paste does not name it (bandwidth, memory, bf16).")
 @click.option("--gpu-mem", type=SIZE, help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
 @model_options
 @training_options
