@@ -64,7 +64,8 @@ def summary(report: dict) -> str:
     order = sorted(types, key=lambda t: rank(t if t != "unknown" else None), reverse=True)
     links = ", ".join(f"{t} ({n} pair{'s' * (n != 1)})" for t, n in ((t, types[t]) for t in order)) or "none"
     isl = report["islands"]
-    islands = ("NVLink islands: " + " ".join("{" + ",".join(n[3:] for n in i) + "}" for i in isl)) if isl else "no NVLink"
+    islands = ("NVLink islands: " + " ".join("{" + ",".join(n[3:] for n in i) + "}" for i in isl)) if isl \
+        else "no NVLink"
     numa = {g["numa_affinity"] for g in gpus} - {None}
     parts = [what, f"driver {report.get('driver') or 'N/A'}", f"links: {links}", islands,
              f"{len(report['nics'])} NIC(s)", f"{len(numa)} NUMA node(s)" if numa else "NUMA N/A"]
@@ -90,7 +91,8 @@ def report(data: dict, pasted: list[tuple[str, str]]) -> str:
     out += [f"- ℹ️ {n}" for n in data["notes"] + g.notes]
     r = data["recommendation"]
     if r:
-        out += ["", f"**Recommendation ({r['basis']}): {r['strategy'] or 'none yet'}**"] + [f"- {x}" for x in r["reasons"]]
+        out += ["", f"**Recommendation ({r['basis']}): {r['strategy'] or 'none yet'}**"]
+        out += [f"- {x}" for x in r["reasons"]]
     out += ["", "<details><summary>Source text (<code>gputopo inspect -f</code> reads this report back)</summary>", ""]
     for name, text in source_texts(data, pasted):
         out += [name, "", _fence(text), ""]
@@ -113,7 +115,8 @@ def source_texts(data: dict, pasted: list[tuple[str, str]]) -> list[tuple[str, s
     named = [g for g in data["gpus"] if g["model"] and g["name"] not in listed]
     if named:
         # Placed first: a pasted `nvlink -s` read after it keeps its own NVLink states.
-        out.append((f"GPU models{' (from --gpu-model or the example)' if pasted else ''}, as `nvidia-smi -L` prints them:",
+        out.append((f"GPU models{' (from --gpu-model or the example)' if pasted else ''},"
+                    " as `nvidia-smi -L` prints them:",
                     gpu_list_text(data)))
     if pasted:
         out += [(f"`{name}` as given:", "\n".join(parse.clean(text))) for name, text in pasted]

@@ -112,7 +112,7 @@ def _nics(v: _View) -> dict[str, str]:
         note = n.note or (f"{inside[0].type} to the GPUs here" if inside else "")
         targets = tuple((e.b, e.type) for e in out if e.b != n.group)
         by_key.setdefault((n.group, targets, note), []).append(n)
-    for (group, targets, note), nics in by_key.items():
+    for (_group, targets, note), nics in by_key.items():
         key = nics[0].id if len(nics) == 1 else f"nics_{nics[0].id}"
         names = [n.label.split(" · ")[0] + (f" ({n.label.split(' · ')[1]})" if " · " in n.label else "")
                  for n in nics]

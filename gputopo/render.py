@@ -169,9 +169,10 @@ def plan(data: dict) -> str:
                      size(s["cpu_bytes"]), size(s["nvme_bytes"]) if s["nvme_bytes"] else "-", comm])
     out.append(table(rows, ["strategy", "fits", "weights", "grads", "optim", "activ", "temps", "overhead", "total/GPU",
                             "nvidia-smi", "peak falls", "CPU/node", "NVMe/node", "comm/step"]))
+    first = data["strategies"][0]
     out.append("  total/GPU = weights + optimizer + overhead + the step's peak (the gradients alive then, activations"
                " kept for backward, temporaries); nvidia-smi adds the allocator's reserve (about"
-               f" {size(data['strategies'][0]['nvidia_smi_bytes'] - data['strategies'][0]['per_gpu_bytes']['total'])}).")
+               f" {size(first['nvidia_smi_bytes'] - first['per_gpu_bytes']['total'])}).")
     if data.get("measured"):
         out += ["", measured(data["measured"])]
     r = data["recommendation"]
@@ -213,7 +214,8 @@ def bench(data: dict) -> str:
         ref = data["reference"]
         out.append(f"no-P2P / P2P median step: {cmp_['ratio']:.3f}x. Verdict: {cmp_['message']}")
         out.append(f"(reference {ref['hardware']}, {ref['model']} on {ref['dataset']}, {ref['steps']} steps:"
-                   f" {ref['p2p_s']:.1f} s with P2P vs {ref['no_p2p_s']:.1f} s without, {ref['no_p2p_s'] / ref['p2p_s']:.2f}x)")
+                   f" {ref['p2p_s']:.1f} s with P2P vs {ref['no_p2p_s']:.1f} s without,"
+                   f" {ref['no_p2p_s'] / ref['p2p_s']:.2f}x)")
     if data["allreduce"]:
         by = {}
         for r in data["allreduce"]:
@@ -247,7 +249,8 @@ def doctor(data: dict) -> str:
     """Human text for `gputopo doctor`: the checks worst first, why and fix under the ones that need action."""
     c = data["counts"]
     out = [f"gputopo doctor: {c['fail']} blocking, {c['warn']} warning(s), {c['unknown']} not checkable"
-           + (f"; DeepSpeed config {data['config']}" if data.get("config") else "") + f" ({data['elapsed_s']:.2f} s)", ""]
+           + (f"; DeepSpeed config {data['config']}" if data.get("config") else "")
+           + f" ({data['elapsed_s']:.2f} s)", ""]
     rows = []
     for ch in data["checks"]:
         rows.append([DOCTOR_MARK[ch["status"]], ch["id"], ch["found"]])

@@ -4,8 +4,8 @@ import re
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import FIXTURES
+
 from gputopo import graph, markdown, parse, sources
 from gputopo.cli import cli
 from gputopo.sources import examples as _examples
@@ -71,7 +71,8 @@ def test_there_are_fixtures_to_round_trip():
 
 
 def test_several_texts_and_selection_round_trip(tmp_path):
-    round_trip(tmp_path, ["-f", str(TOPO / "consumer_x2_pcie_phb_numa_na.txt"), "-f", str(TOPO / "p2p_matrix_l4x2_cns.txt"),
+    round_trip(tmp_path, ["-f", str(TOPO / "consumer_x2_pcie_phb_numa_na.txt"),
+                          "-f", str(TOPO / "p2p_matrix_l4x2_cns.txt"),
                           "--gpu-model", "NVIDIA L4"])
     out = round_trip(tmp_path, ["--example", "dgx1-v100", "--best", "4"])
     assert "Best 4 GPU(s): GPU0, GPU1, GPU2, GPU3 (highlighted)" in out or "GPU4, GPU5, GPU6, GPU7 (highlighted)" in out
@@ -139,8 +140,9 @@ def test_mermaid_groups_edges_and_nics():
     assert out.count("  subgraph ") == 2 and "CPUs 0-19,40-59" in out
     # A dense NVLink mesh lists each GPU's peers; the class between boxes is said once, in the title.
     assert 'n_GPU0["GPU0<br/>NV2: GPU3, GPU4<br/>NV1: GPU1, GPU2"]' in out
-    assert 'title: "8x V100-SXM2-16GB · NVLink per direction: NV1 25 GB/s, NV2 50 GB/s · GPUs in different boxes: SYS"' \
-        in out and "n_box0 -.-" not in out
+    assert ('title: "8x V100-SXM2-16GB · NVLink per direction: NV1 25 GB/s, NV2 50 GB/s'
+            ' · GPUs in different boxes: SYS"') in out \
+        and "n_box0 -.-" not in out
     assert 'n_GPU0 ---|"PIX"| n_mlx5_0' in out and 'n_GPU1 ---|"PIX"| n_mlx5_0' in out
     dgx = run("inspect", "--markdown", "--example", "dgx-a100").output
     assert "NVLink NV12 between all 8 GPUs · 300 GB/s per pair, per direction" in dgx and "n_nvl0" not in dgx

@@ -23,9 +23,9 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from conftest import FIXTURES
+from conftest import FIXTURES  # noqa: E402 (conftest's folder is on sys.path only after the insert above)
 
-from gputopo import markdown
+from gputopo import markdown  # noqa: E402
 
 MERMAID_DIR = HERE / "mermaid"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -188,7 +188,8 @@ def render(codes: dict[str, str], png_dir: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "in.json", Path(tmp) / "out.json"
         src.write_text(json.dumps([{"name": k, "code": v} for k, v in codes.items()]))
-        r = subprocess.run(["node", str(MERMAID_DIR / "render.mjs"), str(src), str(out)] + ([png_dir] if png_dir else []),
+        cmd = ["node", str(MERMAID_DIR / "render.mjs"), str(src), str(out)] + ([png_dir] if png_dir else [])
+        r = subprocess.run(cmd,
                            capture_output=True, text=True, timeout=600, check=False)
         assert r.returncode == 0, r.stderr[-3000:]
         return json.loads(out.read_text())

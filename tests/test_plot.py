@@ -1,5 +1,4 @@
 """inspect --plot: a valid PNG/SVG for every bundled example, labels that do not overlap, refusals."""
-import builtins
 import itertools
 
 import pytest
@@ -25,7 +24,8 @@ def overlaps(fig):
     """Pairs of texts whose boxes overlap once drawn (node labels, edge labels, titles, legend)."""
     renderer = fig.canvas.get_renderer()
     fig.draw(renderer)
-    texts = [t for t in fig.findobj(lambda a: a.__class__.__name__ == "Text") if t.get_text().strip() and t.get_visible()]
+    texts = [t for t in fig.findobj(lambda a: a.__class__.__name__ == "Text")
+             if t.get_text().strip() and t.get_visible()]
     boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
     return [(a, b) for (a, ba), (b, bb) in itertools.combinations(boxes, 2) if ba.overlaps(bb)]
 
@@ -38,6 +38,7 @@ def test_every_example_draws_without_overlapping_labels(name):
 
 def test_many_nics_and_selection_without_overlaps():
     from conftest import FIXTURES
+
     from gputopo import plot
     for args in (["-f", str(FIXTURES / "topo" / "h200x8_nv18_10nic.txt"), "--best", "4"],
                  ["--example", "dgx-a100", "--gpu-ids", "0,3"],
@@ -134,7 +135,8 @@ def test_eight_gpus_sixteen_nics_readable(tmp_path):
 def test_bench_plot_png_from_plot_module():
     """bench-nvlink --plot's drawing lives in plot.bench, with the rest of matplotlib."""
     from gputopo import plot
-    runs = [{"label": label, "step_times_s": [0.1, 0.12, 0.11], "step_time_s": {"median": 0.11}} for label in ("P2P", "no P2P")]
+    runs = [{"label": label, "step_times_s": [0.1, 0.12, 0.11], "step_time_s": {"median": 0.11}}
+            for label in ("P2P", "no P2P")]
     allreduce = [{"bytes": 2 ** k, "busbw_gbps": k / 10, "p2p": p2p} for k in (20, 24, 28) for p2p in (True, False)]
     data = {"runs": runs, "allreduce": allreduce}
     png = plot.bench(data)
@@ -145,6 +147,7 @@ def test_only_plot_imports_matplotlib():
     """matplotlib is imported in plot.py only, and there inside functions (the CLI must start fast)."""
     import ast
     from pathlib import Path
+
     import gputopo
     for path in Path(gputopo.__file__).parent.glob("*.py"):
         tree = ast.parse(path.read_text())

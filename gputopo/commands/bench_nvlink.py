@@ -107,7 +107,8 @@ def _run(prepared, output: str | None, verbose: bool) -> dict:
 @click.pass_context
 def bench_nvlink(ctx, output, force, plot, verbose, as_json, **options):
     """Train the same DDP run with and without NCCL_P2P_DISABLE=1 through torchrun, and sweep all-reduce."""
-    from .. import bench, files, plot as drawing, render
+    from .. import bench, files, render
+    from .. import plot as drawing
     if output == "-":  # results on stdout
         output, as_json = None, True
     _check_outputs(output, plot, force)
