@@ -96,6 +96,8 @@ def attention_bytes(m, x: Shape, attention: str) -> int:
         elif x.mixed:
             probs += x.S * v                             # the cast back to the value dtype, kept by the matmul
         core = qkv + probs
+    elif attention == "math":
+        core = math_sdpa_bytes(m, x)
     else:
         # SDPA (flash / memory-efficient / CPU flash) keeps Q, K, V at their own head counts (transformers
         # passes enable_gqa when there is no padding mask), its output and an fp32 log-sum-exp per row.
@@ -103,6 +105,22 @@ def attention_bytes(m, x: Shape, attention: str) -> int:
     out_proj = T * hq * v
     drop = T * x.h * x.mask if m.hidden_dropout else 0
     return core + out_proj + drop
+
+
+def math_sdpa_bytes(m, x: Shape) -> int:
+    """What PyTorch's math SDPA kernel keeps, `_scaled_dot_product_attention_math` in
+    https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/transformers/attention.cpp. It runs on
+    CPU whenever attention dropout is on: the CPU flash kernel refuses dropout > 0 (TORCH_CHECK in
+    `_scaled_dot_product_flash_attention_cpu`, same file). It first upcasts 16-bit Q, K and V to fp32 ("Keep
+    query, key, value in high precision for accuracy"), so under autocast everything it saves is fp32, unlike
+    eager attention: the scaled Q and K^T the first matmul keeps and V (K/V repeated to every head for GQA),
+    the softmax output, and with dropout the mask (CPU dropout multiplies by a mask of its input's dtype) and
+    the dropped-out probabilities the second matmul keeps. Its output is cast back to the value dtype.
+    Listed with torch.autograd's saved tensors (grad_fn._saved_*) for gpt2 under CPU bf16 autocast."""
+    fp32 = 4
+    qkv = 3 * x.T * x.a * x.d * fp32
+    probs = x.S * fp32 + (2 * x.S * fp32 if m.attn_dropout else 0)
+    return qkv + probs
 
 
 def mlp_bytes(m, x: Shape) -> int:
@@ -140,7 +158,7 @@ def block_backward_peak(m, x: Shape, attention: str) -> tuple[int, int]:
     Returns (saved bytes still held, temporaries) at the worse of the two moments."""
     block = block_bytes(m, x, attention)
     mlp_half = (block, 3 * x.T * x.I * max(x.v, 4))
-    attn_grads = 2 * x.S * 4 if attention == "eager" else 3 * x.T * x.a * x.d * x.v
+    attn_grads = 2 * x.S * 4 if attention in ("eager", "math") else 3 * x.T * x.a * x.d * x.v
     attn_half = (block - mlp_bytes(m, x) - norm_bytes(m, x, 2 if m.gated_mlp else 1), attn_grads)
     saved, temp = max(mlp_half, attn_half, key=sum)
     return saved, temp + x.T * x.h * 4
@@ -182,7 +200,7 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
     x = shape(m, t, device)
     attention = resolve_attention(m, attention)
     if attention == "sdpa" and m.attn_dropout and device == "cpu":
-        attention = "eager"   # CPU SDPA has no fused dropout: its math kernel keeps the scores as eager does
+        attention = "math"    # CPU SDPA has no fused dropout: its math kernel keeps fp32 scores (math_sdpa_bytes)
     P, L = m.params, m.layers
     emb, per_block = param_split(m)
     block = block_bytes(m, x, attention)

@@ -60,6 +60,27 @@ def test_sdpa_with_dropout_on_cpu_keeps_scores():
     assert cuda["backward, at the loss"].activations < cpu["backward, at the loss"].activations
 
 
+def test_cpu_sdpa_with_dropout_stays_fp32_under_autocast():
+    # PyTorch's math SDPA upcasts 16-bit Q, K, V to fp32: scaled Q, K^T and V (K/V repeated to both heads)
+    # 3*6*8*4, softmax output, dropout mask and dropped probabilities 3*36*4, all fp32; out-proj input 6*8*2.
+    drop = replace(TOY, attn_dropout=0.1)
+    xb = x(drop, BF16, "cpu")
+    assert memory.attention_bytes(drop, xb, "math") == 576 + 432 + 96
+    # eager under CPU autocast keeps Q, K^T, V, the mask and the dropped probabilities in bf16 instead
+    assert memory.attention_bytes(drop, xb, "eager") == 288 + 144 + 36 * (2 + 2) + 96
+    t = replace(BF16, attention="sdpa")
+    cpu = {p.name: p for p in memory.phases(drop, t, "sdpa", device="cpu")}
+    eager = {p.name: p for p in memory.phases(drop, replace(t, attention="eager"), "eager", device="cpu")}
+    at_loss = "backward, at the loss"
+    assert cpu[at_loss].activations - eager[at_loss].activations == 2 * (1104 - 672)   # 2 layers
+    # without attention dropout CPU SDPA is its flash kernel: nothing s^2 and nothing upcast
+    no_drop = [{p.name: p for p in memory.phases(TOY, t, "sdpa", device=dev)}[at_loss] for dev in ("cpu", "cuda")]
+    assert no_drop[0] == no_drop[1]
+    # CUDA runs dropout inside its fused kernels: unchanged
+    assert {p.name: p for p in memory.phases(drop, t, "sdpa", device="cuda")}[at_loss].activations < \
+        eager[at_loss].activations
+
+
 def test_mlps():
     TI = 6 * 32
     assert memory.mlp_bytes(TOY, x()) == 4 * TI * 4                         # SwiGLU: gate, act, up, product
