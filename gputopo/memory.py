@@ -92,7 +92,7 @@ def attention_bytes(m, x: Shape, attention: str) -> int:
         qkv = 3 * T * hq * v
         probs = x.S * 4                                  # softmax output, fp32 (autocast's fp32 list / dtype=)
         if m.attn_dropout:
-            probs += x.S * (x.mask + v)                  # dropout mask and its output, kept by the matmul
+            probs += x.S * (eager_dropout_mask(m, x) + v)  # dropout mask and its output, kept by the matmul
         elif x.mixed:
             probs += x.S * v                             # the cast back to the value dtype, kept by the matmul
         core = qkv + probs
@@ -105,6 +105,18 @@ def attention_bytes(m, x: Shape, attention: str) -> int:
     out_proj = T * hq * v
     drop = T * x.h * x.mask if m.hidden_dropout else 0
     return core + out_proj + drop
+
+
+def eager_dropout_mask(m, x: Shape) -> int:
+    """Bytes per element of eager attention's dropout mask. CUDA: 1 (bool). CPU: the probabilities' dtype,
+    which is the query's (transformers' eager_attention_forward: softmax(..., dtype=float32).to(query.dtype)).
+    Under autocast a rotary model's query is fp32: the bf16 projection is multiplied by cos/sin that the
+    rotary module casts to its input's dtype, the fp32 residual stream (LlamaRotaryEmbedding.forward returns
+    cos.to(dtype=x.dtype), https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama/
+    modeling_llama.py), so the mask is fp32 there; GPT-2 casts to the value's dtype (16-bit)."""
+    if x.cuda:
+        return x.mask
+    return 4 if m.rotary else x.v
 
 
 def math_sdpa_bytes(m, x: Shape) -> int:

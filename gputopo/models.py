@@ -36,6 +36,7 @@ class ModelSpec:
     hidden_dropout: float = 0.0    # after the attention and MLP outputs
     embd_dropout: float = 0.0      # after the embeddings
     sdpa: bool = True              # transformers runs this architecture with SDPA when not told otherwise
+    rotary: bool = False           # rotary position embeddings (transformers' *RotaryEmbedding modules)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,7 +71,7 @@ FAMILY = {
     "gpt2": dict(norm="layernorm", fused_qkv=True, tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
     "bert": dict(norm="layernorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
     "t5": dict(norm="rmsnorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
-    "llama": dict(norm="rmsnorm", gated_mlp=True),
+    "llama": dict(norm="rmsnorm", gated_mlp=True, rotary=True),
 }
 ALIASES = {"openai-community/gpt2": "gpt2", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b", "Qwen/Qwen2.5-7B": "qwen2.5-7b", "meta-llama/Llama-2-7b-hf": "llama-2-7b",
            "meta-llama/Meta-Llama-3-8B": "llama-3-8b", "mistralai/Mistral-7B-v0.1": "mistral-7b",
@@ -178,7 +179,8 @@ def structure(model, cfg) -> dict:
                 attn_dropout=get("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob", "dropout_rate"),
                 hidden_dropout=get("resid_pdrop", "hidden_dropout", "hidden_dropout_prob", "dropout_rate"),
                 embd_dropout=get("embd_pdrop", "embedding_dropout", "hidden_dropout_prob", "dropout_rate"),
-                sdpa=bool(getattr(type(model), "_supports_sdpa", False)))
+                sdpa=bool(getattr(type(model), "_supports_sdpa", False)),
+                rotary=any("rotaryembedding" in k for k in kinds))
 
 
 def hf_config(spec: ModelSpec) -> dict:

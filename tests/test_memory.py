@@ -81,6 +81,19 @@ def test_cpu_sdpa_with_dropout_stays_fp32_under_autocast():
         eager[at_loss].activations
 
 
+def test_eager_dropout_mask_takes_the_query_dtype_on_cpu(tmp_path):
+    # transformers' eager attention drops out softmax(..., dtype=fp32).to(query.dtype); a rotary model's query
+    # is fp32 under autocast (cos/sin in the residual stream's fp32), so its CPU mask is fp32, GPT-2's bf16.
+    rot = replace(TOY, attn_dropout=0.1, rotary=True)
+    assert memory.eager_dropout_mask(rot, x(rot, BF16, "cpu")) == 4
+    assert memory.eager_dropout_mask(replace(rot, rotary=False), x(rot, BF16, "cpu")) == 2
+    assert memory.eager_dropout_mask(rot, x(rot, BF16, "cuda")) == 1          # CUDA: a bool mask
+    assert memory.attention_bytes(rot, x(rot, BF16, "cpu"), "eager") == 288 + 144 + 36 * (4 + 2) + 96
+    assert models.from_path(str(FIXTURES / "models" / "tinyllama-1.1b")).rotary
+    assert models.named("llama-2-7b").rotary and not models.named("gpt2").rotary
+    assert not models.from_path(str(make_model_dir(tmp_path / "g"))).rotary
+
+
 def test_mlps():
     TI = 6 * 32
     assert memory.mlp_bytes(TOY, x()) == 4 * TI * 4                         # SwiGLU: gate, act, up, product
