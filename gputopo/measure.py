@@ -102,8 +102,8 @@ def compare(model, training, result: dict) -> dict:
                   " every block >= 64 KiB")
         if model.attn_dropout or model.hidden_dropout or model.embd_dropout:
             notes.append("dropout > 0: on CPU PyTorch keeps dropout masks in the value dtype (CUDA: 1 byte) and SDPA"
-                         " runs dropout through its math kernel, which keeps the scores (CUDA: fused); the prediction"
-                         " above is the CPU one")
+                         " runs dropout through its math kernel, which keeps the scores and Q/K/V in fp32 even under"
+                         " autocast (CUDA: fused); the prediction above is the CPU one")
         if training.precision != "fp32":
             notes.append("autocast on CPU casts a different set of ops than on CUDA (e.g. HF's Python GeLU stays 16-bit"
                          " on CPU, fp32 on CUDA); the prediction above is the CPU one")

@@ -170,10 +170,29 @@ def block_backward_peak(m, x: Shape, attention: str) -> tuple[int, int]:
     Returns (saved bytes still held, temporaries) at the worse of the two moments."""
     block = block_bytes(m, x, attention)
     mlp_half = (block, 3 * x.T * x.I * max(x.v, 4))
-    attn_grads = 2 * x.S * 4 if attention in ("eager", "math") else 3 * x.T * x.a * x.d * x.v
+    attn_grads = attention_backward_grads(m, x, attention)
     attn_half = (block - mlp_bytes(m, x) - norm_bytes(m, x, 2 if m.gated_mlp else 1), attn_grads)
     saved, temp = max(mlp_half, attn_half, key=sum)
     return saved, temp + x.T * x.h * 4
+
+
+def attention_backward_grads(m, x: Shape, attention: str) -> int:
+    """The gradients the attention's backward holds on top of the tensors it saved, at its worst moment.
+    Fused SDPA: dQ, dK, dV. Scores kept (eager, math): softmax's backward holds the fp32 gradients of the
+    probabilities and of the scores while the probabilities are still saved. With attention dropout on CPU,
+    autograd frees each node's saved tensors as soon as that node's backward ran (`fn.release_variables()` in
+    https://github.com/pytorch/pytorch/blob/main/torch/csrc/autograd/engine.cpp), so a later gradient takes
+    the place of the dropout's output (as the second matmul kept it) and of its mask: the worst moment is the
+    dropout's backward (gradients of its output and input, both in its dtype, the matmul's copy freed) or
+    softmax's (two fp32 gradients, copy and mask freed). Measured: gpt2 h64 L1 2x1024, eager and SDPA, fp32
+    and bf16 (benchmarks/memory_accuracy.py). CUDA keeps the rule the H100 table holds."""
+    if attention not in ("eager", "math"):
+        return 3 * x.T * x.a * x.d * x.v
+    if x.cuda or not m.attn_dropout:
+        return 2 * x.S * 4
+    drop = 4 if attention == "math" else eager_dropout_mask(m, x)   # the dropout's dtype (CPU: its mask's)
+    kept = 4 if attention == "math" else x.v                         # what the second matmul keeps of its output
+    return x.S * max(2 * drop - kept, 2 * 4 - drop - kept, kept)
 
 
 def head_bytes(m, x: Shape) -> int:

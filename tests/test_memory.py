@@ -94,6 +94,22 @@ def test_eager_dropout_mask_takes_the_query_dtype_on_cpu(tmp_path):
     assert not models.from_path(str(make_model_dir(tmp_path / "g"))).rotary
 
 
+def test_attention_backward_with_dropout_on_cpu():
+    # S = 36 scores. Eager without dropout, or on CUDA: the fp32 gradients of probabilities and scores, 2*36*4.
+    drop = replace(TOY, attn_dropout=0.1)
+    assert memory.attention_backward_grads(TOY, x(TOY, BF16, "cpu"), "eager") == 288
+    assert memory.attention_backward_grads(drop, x(drop, BF16, "cuda"), "eager") == 288
+    # CPU with dropout, autograd having freed what each node saved: math kernel (all fp32) 36*4; eager bf16
+    # without rotary: softmax's two fp32 gradients less the bf16 mask and dropout output, 36*(8-2-2);
+    # rotary (fp32 dropout, bf16 copy for the matmul): the dropout's two fp32 gradients less that copy, 36*(8-2).
+    assert memory.attention_backward_grads(drop, x(drop, BF16, "cpu"), "math") == 144
+    assert memory.attention_backward_grads(drop, x(drop, BF16, "cpu"), "eager") == 144
+    rot = replace(drop, rotary=True)
+    assert memory.attention_backward_grads(rot, x(rot, BF16, "cpu"), "eager") == 216
+    assert memory.attention_backward_grads(drop, x(drop, FP32, "cpu"), "eager") == 144
+    assert memory.attention_backward_grads(drop, x(drop, BF16, "cpu"), "sdpa") == 3 * 6 * 8 * 2   # dQ, dK, dV
+
+
 def test_mlps():
     TI = 6 * 32
     assert memory.mlp_bytes(TOY, x()) == 4 * TI * 4                         # SwiGLU: gate, act, up, product
@@ -253,3 +269,18 @@ def test_measure_tiny_model_on_cpu(tmp_path, attention, ckpt):
     step = rows["step (peak above weights and optimizer)"]
     assert step["measured"] > 30 * 2 ** 20                     # large enough for the high-water mark to mean it
     assert abs(step["error"]) < (0.10 if attention == "eager" else 0.15)
+
+
+@pytest.mark.slow
+def test_measure_default_dropout_bf16_sdpa_on_cpu(tmp_path):
+    # GPT-2's default dropout 0.1 under bf16 autocast: CPU SDPA is PyTorch's fp32 math kernel (scores, mask,
+    # dropped probabilities, Q/K/V all fp32). Counted as eager's 16-bit tensors this was predicted -24 %.
+    model = make_model_dir(tmp_path / "tiny", n_head=4, n_positions=512)
+    r = run("plan", "--json", "--model", str(model), "--gpus", "1", "--gpu-mem", "8GiB", "--precision", "bf16",
+            "--batch-size", "2", "--seq-len", "512", "--attention", "sdpa", "--measure")
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.output)["measured"]
+    assert m["device"] == "cpu" and m["attention"] == "sdpa"
+    step = {row["component"]: row for row in m["rows"]}["step (peak above weights and optimizer)"]
+    assert step["measured"] > 30 * 2 ** 20
+    assert abs(step["error"]) < 0.03, step
