@@ -9,8 +9,9 @@ weights and optimizer states: the gradients, activations and temporaries alive a
 is what gputopo.memory predicts. fp32 with dropout 0 on CPU (a CPU step then allocates what a CUDA step
 does); on a CUDA machine (or with --bf16) every configuration also runs under bf16 autocast. Targets: within 10 % (eager
 attention) and 15 % (sdpa). Then `--measure`'s defaults on CPU (DEFAULT_CASES, --skip-defaults leaves them out):
-GPT-2 with dropout 0.1 under bf16 autocast, where SDPA runs PyTorch's fp32 math kernel. Models are small (weights of a few MB to ~30 MB) so the run fits a shared 2-core
-machine in a few minutes; the step memory of each is 50-400 MB.
+GPT-2 with dropout 0.1 under bf16 autocast, where SDPA runs PyTorch's fp32 math kernel. Models are small
+(weights of a few MB to ~30 MB; stock GPT-2 for the default case) so the run fits a shared 2-core machine in
+a few minutes; the step memory of each is 50-400 MB (stock GPT-2: 1.9 GiB).
 """
 import argparse
 import json
