@@ -8,8 +8,10 @@ glibc mmapping every block >= 64 KiB), on CUDA torch.cuda.max_memory_allocated()
 weights and optimizer states: the gradients, activations and temporaries alive at the worst moment, which
 is what gputopo.memory predicts. fp32 with dropout 0 on CPU (a CPU step then allocates what a CUDA step
 does); on a CUDA machine (or with --bf16) every configuration also runs under bf16 autocast. Targets: within 10 % (eager
-attention) and 15 % (sdpa). Models are small (weights of a few MB to ~30 MB) so the run fits a shared 2-core
-machine in a few minutes; the step memory of each is 50-400 MB.
+attention) and 15 % (sdpa). Then `--measure`'s defaults on CPU (DEFAULT_CASES, --skip-defaults leaves them out):
+GPT-2 with dropout 0.1 under bf16 autocast, where SDPA runs PyTorch's fp32 math kernel. Models are small
+(weights of a few MB to ~30 MB; stock GPT-2 for the default case) so the run fits a shared 2-core machine in
+a few minutes; the step memory of each is 50-400 MB (stock GPT-2: 1.9 GiB).
 """
 import argparse
 import json
@@ -49,6 +51,23 @@ CASES = [
     ("qwen2-tied-h128-V32k", "eager", False), ("qwen2-tied-h128-V32k", "sdpa", True),
     ("mistral-h256-L4", "sdpa", False), ("mistral-h256-L4", "eager", True),
 ]
+# `plan --measure`'s defaults on a CPU machine: stock GPT-2 (dropout 0.1) under bf16 autocast, where SDPA with
+# attention dropout runs PyTorch's math kernel in fp32 (gputopo.memory.math_sdpa_bytes), and a small GPT-2 with
+# dropout 0.1 at a long sequence (the s^2 tensors dominate). (config, attention, checkpointing, precision).
+CONFIGS["gpt2-stock-dropout0.1"] = (dict(model_type="gpt2", n_embd=768, n_layer=12, n_head=12, vocab_size=50257,
+                                         n_positions=1024), 4, 256)
+CONFIGS["gpt2-h256-L4-dropout0.1"] = (dict(model_type="gpt2", n_embd=256, n_layer=4, n_head=4, vocab_size=8000,
+                                           n_positions=1024), 2, 1024)
+# One block, long sequence, small vocabulary: the peak falls in the block's backward (the scores' gradients).
+CONFIGS["gpt2-h64-L1-V256-dropout0.1"] = (dict(model_type="gpt2", n_embd=64, n_layer=1, n_head=4, vocab_size=256,
+                                               n_positions=1024), 2, 1024)
+DEFAULT_CASES = [
+    ("gpt2-stock-dropout0.1", "sdpa", False, "bf16"),
+    ("gpt2-h64-L1-V256-dropout0.1", "sdpa", False, "bf16"), ("gpt2-h64-L1-V256-dropout0.1", "eager", False, "bf16"),
+    ("gpt2-h64-L1-V256-dropout0.1", "sdpa", False, "fp32"),
+    ("gpt2-h256-L4-dropout0.1", "sdpa", False, "bf16"), ("gpt2-h256-L4-dropout0.1", "sdpa", True, "bf16"),
+    ("gpt2-h256-L4-dropout0.1", "eager", False, "bf16"), ("gpt2-h256-L4-dropout0.1", "sdpa", False, "fp32"),
+]
 
 
 def spec_of(name: str) -> ModelSpec:
@@ -68,13 +87,15 @@ def main():
     ap.add_argument("--only", nargs="*", help="run only these configurations (names from --list)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--bf16", action="store_true", help="also bf16 autocast on CPU (always on a CUDA machine)")
+    ap.add_argument("--skip-defaults", action="store_true",
+                    help="leave out the dropout-0.1 cases (--measure's defaults on CPU; stock GPT-2 takes ~1 min)")
     ap.add_argument("--save", metavar="JSON", help="also write the raw measurements here")
     ap.add_argument("--load", metavar="JSON", help="compare with measurements saved by --save (no training)")
     args = ap.parse_args()
     if args.list:
-        print("\n".join(f"{c} {a} ckpt={k}" for c, a, k in CASES))
+        print("\n".join([f"{c} {a} ckpt={k}" for c, a, k in CASES]
+                        + [f"{c} {a} ckpt={k} {p}" for c, a, k, p in DEFAULT_CASES]))
         return
-    cases = [c for c in CASES if not args.only or c[0] in args.only]
     precisions = ["fp32"] + (["bf16"] if args.bf16 else [])
     try:
         import torch
@@ -82,15 +103,17 @@ def main():
             precisions.append("bf16")
     except ImportError:
         pass
+    items = [(c, a, k, p) for c, a, k in CASES for p in precisions]
+    items += [] if args.skip_defaults else DEFAULT_CASES
     reqs, plans = [], []
-    for name, attention, ckpt in cases:
+    for name, attention, ckpt, precision in items:
+        if args.only and name not in args.only:
+            continue
         cfg, batch, seq = CONFIGS[name]
-        spec = spec_of(name)
-        for precision in precisions:
-            t = Training(precision=precision, batch_size=batch, seq_len=seq, grad_checkpointing=ckpt, attention=attention)
-            reqs.append({"config": cfg, "attention": attention, "precision": precision, "optimizer": "adamw",
-                         "batch_size": batch, "seq_len": seq, "grad_checkpointing": ckpt})
-            plans.append((name, spec, t))
+        t = Training(precision=precision, batch_size=batch, seq_len=seq, grad_checkpointing=ckpt, attention=attention)
+        reqs.append({"config": cfg, "attention": attention, "precision": precision, "optimizer": "adamw",
+                     "batch_size": batch, "seq_len": seq, "grad_checkpointing": ckpt})
+        plans.append((name, spec_of(name), t))
     t0 = time.perf_counter()
     if args.load:
         with open(args.load) as f:
@@ -113,13 +136,14 @@ def main():
     for (name, spec, t), res in zip(plans, results):
         pk = memory.peak(spec, t, res["attention"], 4 * spec.params, device=device)
         err = pk["bytes"] / res["step"] - 1
-        key = (res["attention"], t.precision)
+        key = (res["attention"], t.precision, f"dropout {spec.attn_dropout:g}")
         worst[key] = max(worst.get(key, 0.0), abs(err))
         print(f"{name:30} {t.precision:5} {res['attention']:5} {str(t.grad_checkpointing):5} {spec.params / 1e6:6.1f}M"
               f" {pk['bytes'] / 2 ** 20:8.1f}Mi {res['step'] / 2 ** 20:8.1f}Mi {err:+7.1%}  {pk['phase']}")
-    for (attention, precision), w in sorted(worst.items()):
-        target = f" (target {TARGET[attention]:.0%})" if precision == "fp32" else " (bf16: for information)"
-        print(f"worst error, {precision} {attention}: {w:.1%}{target}")
+    for (attention, precision, dropout), w in sorted(worst.items()):
+        plain = precision == "fp32" and dropout == "dropout 0"
+        target = f" (target {TARGET[attention]:.0%})" if plain else " (for information)"
+        print(f"worst error, {precision} {attention} {dropout}: {w:.1%}{target}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 from . import dsops, health, nvme, system
 from .errors import GputopoError
+from .plan import value_bytes
 from .topology import Topology
 from .units import gib, size
 
@@ -119,10 +120,11 @@ def pinned_bytes(cfg: dict | None) -> int | None:
     zero = dsops.block(cfg, "zero_optimization")
     total, any_nvme = 0, False
     half = dsops.block(cfg, "bf16").get("enabled") is True or dsops.block(cfg, "fp16").get("enabled") is True
+    param_bytes = value_bytes("bf16" if half else "fp32")
     par, opt = dsops.block(zero, "offload_param"), dsops.block(zero, "offload_optimizer")
     if par.get("device") == "nvme":
         any_nvme = True
-        total += _int(par.get("buffer_count"), 5) * _int(par.get("buffer_size"), 100_000_000) * (2 if half else 4)
+        total += _int(par.get("buffer_count"), 5) * _int(par.get("buffer_size"), 100_000_000) * param_bytes
     if opt.get("device") == "nvme":
         any_nvme = True
         total += _int(opt.get("buffer_count"), 4) * _int(zero.get("sub_group_size"), 1_000_000_000) * 4

@@ -50,7 +50,8 @@ def run_many(reqs: list[dict], *, need_bytes: int, timeout: float = 3600) -> lis
         proc = subprocess.run([sys.executable, "-m", "gputopo.measure", json.dumps(reqs)], env=env,
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise BenchmarkFailed(f"--measure: the measuring process took more than {timeout:.0f} s and was stopped")
+        raise BenchmarkFailed(f"--measure: the measuring process took more than {timeout:.0f} s and was stopped") \
+            from None
     lines = [json.loads(l[len(RESULT):]) for l in proc.stdout.splitlines() if l.startswith(RESULT)]
     if proc.returncode or len(lines) != len(reqs):
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -102,8 +103,8 @@ def compare(model, training, result: dict) -> dict:
                   " every block >= 64 KiB")
         if model.attn_dropout or model.hidden_dropout or model.embd_dropout:
             notes.append("dropout > 0: on CPU PyTorch keeps dropout masks in the value dtype (CUDA: 1 byte) and SDPA"
-                         " runs dropout through its math kernel, which keeps the scores (CUDA: fused); the prediction"
-                         " above is the CPU one")
+                         " runs dropout through its math kernel, which keeps the scores and Q/K/V in fp32 even under"
+                         " autocast (CUDA: fused); the prediction above is the CPU one")
         if training.precision != "fp32":
             notes.append("autocast on CPU casts a different set of ops than on CUDA (e.g. HF's Python GeLU stays 16-bit"
                          " on CPU, fp32 on CUDA); the prediction above is the CPU one")

@@ -4,7 +4,7 @@ A step's peak is not "model states + saved activations": it falls in one phase, 
 mix of gradients, tensors saved for backward and temporaries. Every term below names the tensor it stands
 for; each was checked against what transformers' modeling code and PyTorch's autograd/autocast really keep
 (`benchmarks/memory_accuracy.py` measures the whole step on CPU, tests/test_memory.py holds one
-hand-computed case per term and the H100 measurements of /work/shared/real-gpu/H100-2026-11.md).
+hand-computed case per term and the H100 measurements of docs/measurements/h100-2026-11.md).
 
 Shapes: T = batch x seq tokens, h hidden, I intermediate, a heads of d, kv K/V heads, S = a x seq^2 x batch
 attention scores, V vocabulary. Bytes: v = the compute dtype (4 fp32, 2 under autocast); the residual
@@ -65,7 +65,7 @@ class Shape:
 
 def shape(m, t, device: str = "cuda") -> Shape:
     mixed = t.precision != "fp32"
-    v = 2 if mixed else 4
+    v = t.value_bytes  # 16-bit in mixed precision: plan.Training owns the rule
     a = m.heads or 1
     d = m.head_dim or m.hidden_size // a
     return Shape(T=t.batch_size * t.seq_len, s=t.seq_len, b=t.batch_size, h=m.hidden_size,
@@ -92,10 +92,12 @@ def attention_bytes(m, x: Shape, attention: str) -> int:
         qkv = 3 * T * hq * v
         probs = x.S * 4                                  # softmax output, fp32 (autocast's fp32 list / dtype=)
         if m.attn_dropout:
-            probs += x.S * (x.mask + v)                  # dropout mask and its output, kept by the matmul
+            probs += x.S * (eager_dropout_mask(m, x) + v)  # dropout mask and its output, kept by the matmul
         elif x.mixed:
             probs += x.S * v                             # the cast back to the value dtype, kept by the matmul
         core = qkv + probs
+    elif attention == "math":
+        core = math_sdpa_bytes(m, x)
     else:
         # SDPA (flash / memory-efficient / CPU flash) keeps Q, K, V at their own head counts (transformers
         # passes enable_gqa when there is no padding mask), its output and an fp32 log-sum-exp per row.
@@ -103,6 +105,34 @@ def attention_bytes(m, x: Shape, attention: str) -> int:
     out_proj = T * hq * v
     drop = T * x.h * x.mask if m.hidden_dropout else 0
     return core + out_proj + drop
+
+
+def eager_dropout_mask(m, x: Shape) -> int:
+    """Bytes per element of eager attention's dropout mask. CUDA: 1 (bool). CPU: the probabilities' dtype,
+    which is the query's (transformers' eager_attention_forward: softmax(..., dtype=float32).to(query.dtype)).
+    Under autocast a rotary model's query is fp32: the bf16 projection is multiplied by cos/sin that the
+    rotary module casts to its input's dtype, the fp32 residual stream (LlamaRotaryEmbedding.forward returns
+    cos.to(dtype=x.dtype), https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama/
+    modeling_llama.py), so the mask is fp32 there; GPT-2 casts to the value's dtype (16-bit)."""
+    if x.cuda:
+        return x.mask
+    return 4 if m.rotary else x.v
+
+
+def math_sdpa_bytes(m, x: Shape) -> int:
+    """What PyTorch's math SDPA kernel keeps, `_scaled_dot_product_attention_math` in
+    https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/transformers/attention.cpp. It runs on
+    CPU whenever attention dropout is on: the CPU flash kernel refuses dropout > 0 (TORCH_CHECK in
+    `_scaled_dot_product_flash_attention_cpu`, same file). It first upcasts 16-bit Q, K and V to fp32 ("Keep
+    query, key, value in high precision for accuracy"), so under autocast everything it saves is fp32, unlike
+    eager attention: the scaled Q and K^T the first matmul keeps and V (K/V repeated to every head for GQA),
+    the softmax output, and with dropout the mask (CPU dropout multiplies by a mask of its input's dtype) and
+    the dropped-out probabilities the second matmul keeps. Its output is cast back to the value dtype.
+    Listed with torch.autograd's saved tensors (grad_fn._saved_*) for gpt2 under CPU bf16 autocast."""
+    fp32 = 4
+    qkv = 3 * x.T * x.a * x.d * fp32
+    probs = x.S * fp32 + (2 * x.S * fp32 if m.attn_dropout else 0)
+    return qkv + probs
 
 
 def mlp_bytes(m, x: Shape) -> int:
@@ -140,10 +170,29 @@ def block_backward_peak(m, x: Shape, attention: str) -> tuple[int, int]:
     Returns (saved bytes still held, temporaries) at the worse of the two moments."""
     block = block_bytes(m, x, attention)
     mlp_half = (block, 3 * x.T * x.I * max(x.v, 4))
-    attn_grads = 2 * x.S * 4 if attention == "eager" else 3 * x.T * x.a * x.d * x.v
+    attn_grads = attention_backward_grads(m, x, attention)
     attn_half = (block - mlp_bytes(m, x) - norm_bytes(m, x, 2 if m.gated_mlp else 1), attn_grads)
     saved, temp = max(mlp_half, attn_half, key=sum)
     return saved, temp + x.T * x.h * 4
+
+
+def attention_backward_grads(m, x: Shape, attention: str) -> int:
+    """The gradients the attention's backward holds on top of the tensors it saved, at its worst moment.
+    Fused SDPA: dQ, dK, dV. Scores kept (eager, math): softmax's backward holds the fp32 gradients of the
+    probabilities and of the scores while the probabilities are still saved. With attention dropout on CPU,
+    autograd frees each node's saved tensors as soon as that node's backward ran (`fn.release_variables()` in
+    https://github.com/pytorch/pytorch/blob/main/torch/csrc/autograd/engine.cpp), so a later gradient takes
+    the place of the dropout's output (as the second matmul kept it) and of its mask: the worst moment is the
+    dropout's backward (gradients of its output and input, both in its dtype, the matmul's copy freed) or
+    softmax's (two fp32 gradients, copy and mask freed). Measured: gpt2 h64 L1 2x1024, eager and SDPA, fp32
+    and bf16 (benchmarks/memory_accuracy.py). CUDA keeps the rule the H100 table holds."""
+    if attention not in ("eager", "math"):
+        return 3 * x.T * x.a * x.d * x.v
+    if x.cuda or not m.attn_dropout:
+        return 2 * x.S * 4
+    drop = 4 if attention == "math" else eager_dropout_mask(m, x)   # the dropout's dtype (CPU: its mask's)
+    kept = 4 if attention == "math" else x.v                         # what the second matmul keeps of its output
+    return x.S * max(2 * drop - kept, 2 * 4 - drop - kept, kept)
 
 
 def head_bytes(m, x: Shape) -> int:
@@ -182,7 +231,7 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
     x = shape(m, t, device)
     attention = resolve_attention(m, attention)
     if attention == "sdpa" and m.attn_dropout and device == "cpu":
-        attention = "eager"   # CPU SDPA has no fused dropout: its math kernel keeps the scores as eager does
+        attention = "math"    # CPU SDPA has no fused dropout: its math kernel keeps fp32 scores (math_sdpa_bytes)
     P, L = m.params, m.layers
     emb, per_block = param_split(m)
     block = block_bytes(m, x, attention)

@@ -182,7 +182,7 @@ def structure(model, cfg) -> dict:
                 hidden_dropout=get("resid_pdrop", "hidden_dropout", "hidden_dropout_prob", "dropout_rate"),
                 embd_dropout=get("embd_pdrop", "embedding_dropout", "hidden_dropout_prob", "dropout_rate"),
                 sdpa=bool(getattr(type(model), "_supports_sdpa", False)),
-                rotary=any("rotary" in k for k in kinds))  # LlamaRotaryEmbedding, GPTNeoXRotaryEmbedding, ...
+                rotary=any("rotaryembedding" in k for k in kinds))  # LlamaRotaryEmbedding, GPTNeoXRotaryEmbedding
 
 
 def hf_config(spec: ModelSpec) -> dict:

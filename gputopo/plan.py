@@ -34,6 +34,11 @@ DS_SUB_GROUP = 10 ** 9               # DeepSpeed's default sub_group_size
 PARAM_BUFFER = 10 ** 8              # DeepSpeed's smallest NVMe parameter buffer (elements): max(1e8, largest layer)
 
 
+def value_bytes(precision: str) -> int:
+    """Bytes of a weight, gradient or activation in the compute dtype: 16-bit in mixed precision, else fp32."""
+    return 4 if precision == "fp32" else 2
+
+
 def zero3_buckets(hidden_size: int) -> tuple[int, int]:
     """(prefetch, reduce) bucket elements at ZeRO-3: 0.9 h^2 and h^2, what the HF Trainer fills for "auto"
     (transformers/integrations/deepspeed.py) and what gputopo writes; the plan counts them in 16-bit."""
@@ -77,7 +82,7 @@ class Training:
 
     @property
     def value_bytes(self) -> int:
-        return 4 if self.precision == "fp32" else 2
+        return value_bytes(self.precision)
 
     def to_dict(self) -> dict:
         # flash_attention: kept from schema 1's first fields (true when the attention is a fused SDPA kernel)

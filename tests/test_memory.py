@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import FIXTURES, make_model_dir
+
 from gputopo import memory, models
 from gputopo.cli import cli
 from gputopo.models import ModelSpec
@@ -60,6 +60,56 @@ def test_sdpa_with_dropout_on_cpu_keeps_scores():
     assert cuda["backward, at the loss"].activations < cpu["backward, at the loss"].activations
 
 
+def test_cpu_sdpa_with_dropout_stays_fp32_under_autocast():
+    # PyTorch's math SDPA upcasts 16-bit Q, K, V to fp32: scaled Q, K^T and V (K/V repeated to both heads)
+    # 3*6*8*4, softmax output, dropout mask and dropped probabilities 3*36*4, all fp32; out-proj input 6*8*2.
+    drop = replace(TOY, attn_dropout=0.1)
+    xb = x(drop, BF16, "cpu")
+    assert memory.attention_bytes(drop, xb, "math") == 576 + 432 + 96
+    # eager under CPU autocast keeps Q, K^T, V, the mask and the dropped probabilities in bf16 instead
+    assert memory.attention_bytes(drop, xb, "eager") == 288 + 144 + 36 * (2 + 2) + 96
+    t = replace(BF16, attention="sdpa")
+    cpu = {p.name: p for p in memory.phases(drop, t, "sdpa", device="cpu")}
+    eager = {p.name: p for p in memory.phases(drop, replace(t, attention="eager"), "eager", device="cpu")}
+    at_loss = "backward, at the loss"
+    assert cpu[at_loss].activations - eager[at_loss].activations == 2 * (1104 - 672)   # 2 layers
+    # without attention dropout CPU SDPA is its flash kernel: nothing s^2 and nothing upcast
+    no_drop = [{p.name: p for p in memory.phases(TOY, t, "sdpa", device=dev)}[at_loss] for dev in ("cpu", "cuda")]
+    assert no_drop[0] == no_drop[1]
+    # CUDA runs dropout inside its fused kernels: unchanged
+    assert {p.name: p for p in memory.phases(drop, t, "sdpa", device="cuda")}[at_loss].activations < \
+        eager[at_loss].activations
+
+
+def test_eager_dropout_mask_takes_the_query_dtype_on_cpu(tmp_path):
+    # transformers' eager attention drops out softmax(..., dtype=fp32).to(query.dtype); a rotary model's query
+    # is fp32 under autocast (cos/sin in the residual stream's fp32), so its CPU mask is fp32, GPT-2's bf16.
+    rot = replace(TOY, attn_dropout=0.1, rotary=True)
+    assert memory.eager_dropout_mask(rot, x(rot, BF16, "cpu")) == 4
+    assert memory.eager_dropout_mask(replace(rot, rotary=False), x(rot, BF16, "cpu")) == 2
+    assert memory.eager_dropout_mask(rot, x(rot, BF16, "cuda")) == 1          # CUDA: a bool mask
+    assert memory.attention_bytes(rot, x(rot, BF16, "cpu"), "eager") == 288 + 144 + 36 * (4 + 2) + 96
+    assert models.from_path(str(FIXTURES / "models" / "tinyllama-1.1b")).rotary
+    assert models.named("llama-2-7b").rotary and not models.named("gpt2").rotary
+    assert not models.from_path(str(make_model_dir(tmp_path / "g"))).rotary
+
+
+def test_attention_backward_with_dropout_on_cpu():
+    # S = 36 scores. Eager without dropout, or on CUDA: the fp32 gradients of probabilities and scores, 2*36*4.
+    drop = replace(TOY, attn_dropout=0.1)
+    assert memory.attention_backward_grads(TOY, x(TOY, BF16, "cpu"), "eager") == 288
+    assert memory.attention_backward_grads(drop, x(drop, BF16, "cuda"), "eager") == 288
+    # CPU with dropout, autograd having freed what each node saved: math kernel (all fp32) 36*4; eager bf16
+    # without rotary: softmax's two fp32 gradients less the bf16 mask and dropout output, 36*(8-2-2);
+    # rotary (fp32 dropout, bf16 copy for the matmul): the dropout's two fp32 gradients less that copy, 36*(8-2).
+    assert memory.attention_backward_grads(drop, x(drop, BF16, "cpu"), "math") == 144
+    assert memory.attention_backward_grads(drop, x(drop, BF16, "cpu"), "eager") == 144
+    rot = replace(drop, rotary=True)
+    assert memory.attention_backward_grads(rot, x(rot, BF16, "cpu"), "eager") == 216
+    assert memory.attention_backward_grads(drop, x(drop, FP32, "cpu"), "eager") == 144
+    assert memory.attention_backward_grads(drop, x(drop, BF16, "cpu"), "sdpa") == 3 * 6 * 8 * 2   # dQ, dK, dV
+
+
 def test_mlps():
     TI = 6 * 32
     assert memory.mlp_bytes(TOY, x()) == 4 * TI * 4                         # SwiGLU: gate, act, up, product
@@ -86,7 +136,8 @@ def test_autocast_weight_copies_and_checkpointing():
     fwd = {p.name: p for p in memory.phases(TOY, BF16, "eager")}["forward, at the loss"]
     no_copies = {p.name: p for p in memory.phases(TOY, BF16, "eager", plain_torch=False)}["forward, at the loss"]
     assert fwd.activations - no_copies.activations == 2 * (80 + 2 * per_block)  # 16-bit lm_head and blocks
-    ck = {p.name: p for p in memory.phases(TOY, replace(FP32, grad_checkpointing=True), "eager")}["forward, at the loss"]
+    ck = {p.name: p for p in memory.phases(TOY, replace(FP32, grad_checkpointing=True), "eager")}[
+        "forward, at the loss"]
     # each block's fp32 input plus the 4D causal mask the blocks share, and the head
     assert ck.activations == 2 * 6 * 8 * 4 + 2 * 3 * 3 * 4 + memory.head_bytes(TOY, x())
 
@@ -113,7 +164,8 @@ def test_auto_attention_is_what_transformers_picks():
     assert memory.resolve_attention(models.named("gpt2"), "auto") == "sdpa"
     assert memory.resolve_attention(replace(TOY, sdpa=False), "auto") == "eager"
     transformers = pytest.importorskip("transformers")
-    for name, cls in (("gpt2", "GPT2LMHeadModel"), ("llama-2-7b", "LlamaForCausalLM"), ("t5-3b", "T5ForConditionalGeneration"),
+    for name, cls in (("gpt2", "GPT2LMHeadModel"), ("llama-2-7b", "LlamaForCausalLM"),
+                      ("t5-3b", "T5ForConditionalGeneration"),
                       ("bert-base-uncased", "BertForMaskedLM"), ("mistral-7b", "MistralForCausalLM"),
                       ("qwen2.5-0.5b", "Qwen2ForCausalLM")):
         assert models.named(name).sdpa == getattr(transformers, cls)._supports_sdpa, name
@@ -124,7 +176,8 @@ def test_config_json_structure_read_from_the_model(tmp_path):
     assert (spec.kv_heads, spec.norm, spec.gated_mlp, spec.tied, spec.fused_qkv, spec.attn_dropout) == \
         (4, "rmsnorm", True, False, False, 0.0)
     gpt = models.from_path(str(make_model_dir(tmp_path / "g")))        # config.json without dropout keys
-    assert (gpt.activation, gpt.attn_dropout, gpt.tied, gpt.fused_qkv, gpt.norm) == ("gelu_new", 0.1, True, True, "layernorm")
+    assert (gpt.activation, gpt.attn_dropout, gpt.tied, gpt.fused_qkv, gpt.norm) == \
+        ("gelu_new", 0.1, True, True, "layernorm")
     qwen = models.named("qwen2.5-0.5b")
     assert qwen.tied and qwen.params == 494032768                       # Qwen2.5-0.5B's published count
 
@@ -147,7 +200,8 @@ H100 = [
 ]
 
 
-@pytest.mark.parametrize("args,old,error", H100, ids=[f"{a[1].rsplit('/', 1)[-1]}-{i}" for i, (a, _, _) in enumerate(H100)])
+@pytest.mark.parametrize("args,old,error", H100,
+                         ids=[f"{a[1].rsplit('/', 1)[-1]}-{i}" for i, (a, _, _) in enumerate(H100)])
 def test_h100_peaks_within_10_percent(args, old, error):
     r = CliRunner().invoke(cli, ["plan", "--json", "--gpus", "1", "--gpu-mem", "80GiB", *args])
     assert r.exit_code == 0, r.output
@@ -168,7 +222,8 @@ def test_attention_options():
     auto, eager = json.loads(run(*base).output), json.loads(run(*base, "--attention", "eager").output)
     assert auto["training"]["attention"] == "sdpa" and auto["training"]["flash_attention"] is True
     assert eager["training"]["attention"] == "eager"
-    assert eager["strategies"][0]["per_gpu_bytes"]["activations"] > auto["strategies"][0]["per_gpu_bytes"]["activations"]
+    activations = lambda d: d["strategies"][0]["per_gpu_bytes"]["activations"]  # noqa: E731
+    assert activations(eager) > activations(auto)
     assert json.loads(run(*base, "--flash-attention").output)["training"] == auto["training"]
     bad = run(*base[:1], *base[2:], "--flash-attention", "--attention", "eager")
     assert bad.exit_code == 2 and "contradicts --attention eager" in bad.output and "Traceback" not in bad.output
@@ -219,3 +274,18 @@ def test_measure_tiny_model_on_cpu(tmp_path, attention, ckpt):
     step = rows["step (peak above weights and optimizer)"]
     assert step["measured"] > 30 * 2 ** 20                     # large enough for the high-water mark to mean it
     assert abs(step["error"]) < (0.10 if attention == "eager" else 0.15)
+
+
+@pytest.mark.slow
+def test_measure_default_dropout_bf16_sdpa_on_cpu(tmp_path):
+    # GPT-2's default dropout 0.1 under bf16 autocast: CPU SDPA is PyTorch's fp32 math kernel (scores, mask,
+    # dropped probabilities, Q/K/V all fp32). Counted as eager's 16-bit tensors this was predicted -24 %.
+    model = make_model_dir(tmp_path / "tiny", n_head=4, n_positions=512)
+    r = run("plan", "--json", "--model", str(model), "--gpus", "1", "--gpu-mem", "8GiB", "--precision", "bf16",
+            "--batch-size", "2", "--seq-len", "512", "--attention", "sdpa", "--measure")
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.output)["measured"]
+    assert m["device"] == "cpu" and m["attention"] == "sdpa"
+    step = {row["component"]: row for row in m["rows"]}["step (peak above weights and optimizer)"]
+    assert step["measured"] > 30 * 2 ** 20
+    assert abs(step["error"]) < 0.03, step
