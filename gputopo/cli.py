@@ -14,6 +14,9 @@ from .errors import GputopoError
 
 def _usage_error(e: click.UsageError) -> click.exceptions.Exit:
     """Click's usage errors as one line, like every other refusal: `Error: --gpu-mem 24: give a unit ...`."""
+    if isinstance(e, click.exceptions.NoArgsIsHelpError):  # bare `gputopo`: the help, not an error
+        click.echo(e.ctx.get_help())
+        return click.exceptions.Exit(0)
     if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:
         opts = [o for o in getattr(e.param, "opts", []) if o.startswith("--")] or getattr(e.param, "opts", [])
         name = max(opts, key=len) if opts else e.param.name
@@ -50,13 +53,13 @@ class Group(click.Group):
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
              epilog="Sizes (--gpu-mem, --cpu-mem, --nvme-free, ...) are binary, as GPUs are sold and nvidia-smi and"
                     " `free -g` print them: 80GB = 80 GiB; a number without a unit is refused, and a lowercase b is"
-                    " bits (100Gb/s). Refusals are one `Error:` line and exit 2; docs/options.md lists every exit"
-                    " status.")
+                    " bits (100Gb/s). Refusals are one `Error:` line and exit 2; nothing fits: 1; no GPU/NVML: 3; too"
+                    " few GPUs: 4; a launched benchmark failed: 5 (docs/options.md).")
 @click.version_option(__version__, prog_name="gputopo")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def cli(ctx, debug):
-    """Multi-GPU topology, strategy and launch advice: inspect, plan, deepspeed-config, bench-nvlink."""
+    """Multi-GPU topology, strategy and launch advice: inspect, plan, deepspeed-config, doctor, bench-nvlink."""
     ctx.obj = {"debug": debug}
 
 

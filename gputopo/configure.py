@@ -36,6 +36,7 @@ class Ask:
     torch_adam: bool = False        # --no-compile-ops
     nvme_path: str | None = None
     nvme_free: int | None = None
+    offload_params: bool | None = None
     given: frozenset = frozenset()  # the click names typed on the command line
 
 
@@ -72,17 +73,30 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
         raise BadInput("--auto needs --model (or --params) to plan for")
     if a.stage is None and not a.auto:
         raise BadInput("give --stage 0|1|2|3, or --auto with --model")
+    if a.auto and "offload" in a.given:
+        raise BadInput("--auto takes the offload from the plan: give --stage and --offload, or --auto")
+    if "force" in a.given and not a.output:
+        raise BadInput("--force overwrites --output; give -o PATH")
+    if a.offload_params is False and a.offload == "none" and not a.auto:  # --offload-params: dsconfig.check
+        raise BadInput("--no-offload-params needs --offload cpu or nvme (with nothing offloaded it changes nothing)")
+    if a.stage == 0 and has_model and not a.auto and a.offload == "none":
+        raise BadInput("--model sizes ZeRO's buckets and offload; stage 0 has neither: drop it, or give --stage 1-3"
+                       " or --auto")
     if not a.auto:
         unused = [f"--{k.replace('_', '-')}" for k in PLAN_ONLY if k in a.given
                   and not (k == "grad_checkpointing" and a.hf)]
         if a.nvme_free is not None and a.offload == "nvme" and not has_model:
             raise BadInput("--nvme-free is checked against what the offload needs: give --model too")
-        if a.nvme_free is not None and a.offload != "nvme":
-            unused.append("--nvme-free")
+        unused += [f"--{k.replace('_', '-')}" for k in ("nvme_free", "nvme_path") if k in a.given
+                   and a.offload != "nvme"]
         if unused:
             raise BadInput(f"{', '.join(unused)} only {'feeds' if len(unused) == 1 else 'feed'} the memory plan:"
                            " add --auto (with --model), or drop " + ("it" if len(unused) == 1 else "them"))
-    launch.check_options(a.launcher, nodes, a.master_addr, a.master_port)
+    launch.check_options(a.launcher, nodes, a.master_addr, a.master_port if "master_port" in a.given else None,
+                         script_given="script" in a.given)
+    if a.launcher and a.output and os.path.basename(a.output) in launch.file_names(a.launcher, nodes):
+        raise BadInput(f"--output {a.output}: --launcher {a.launcher} writes a file of that name beside the config;"
+                       " name the config otherwise (ds_config.json)")
 
 
 def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list]:
@@ -174,6 +188,9 @@ def generate(a: Ask, req) -> Result:
     targs = dsconfig.training_arguments(req.training, precision) if hf_trainer else None
     notes += _trainer_note(a, req, targs)
     shape = "accelerate" if a.launcher == "accelerate" else "trainer" if a.hf else "initialize"
+    if a.launcher and req.gpus_assumed:
+        notes.append("no GPU visible here and no --gpus: the launch assumes 1 GPU per node; give --gpus N for"
+                     " the machines you launch on")
     launch_info = launch.command(a.launcher, a.output or "ds_config.json", gpus=req.gpus_per_node, nodes=req.nodes,
                                  script=a.script, master=a.master_addr, port=a.master_port, stage=stage,
                                  folder=os.path.dirname(a.output) if a.output else "", shape=shape,

@@ -441,17 +441,19 @@ def _tmpdir(host) -> str:
 
 
 def read_config(path: str) -> dict:
-    """A DeepSpeed config file as a dict; a bad file gets one line."""
+    """A DeepSpeed config file (or '-', stdin) as a dict; a bad file gets one line naming --config."""
     import json
 
     from .errors import BadInput
     from .sources import read_text
     try:
-        cfg = json.loads(read_text(path))
+        cfg = json.loads(read_text(path, expect="a DeepSpeed config (JSON)"))
+    except BadInput as e:
+        raise BadInput(f"--config {e}") from None
     except ValueError as e:
-        raise BadInput(f"{path}: not JSON ({e})") from None
+        raise BadInput(f"--config {path}: not JSON ({e})") from None
     if not isinstance(cfg, dict):
-        raise BadInput(f"{path}: a DeepSpeed config is a JSON object")
+        raise BadInput(f"--config {path}: a DeepSpeed config is a JSON object")
     return cfg
 
 

@@ -31,6 +31,11 @@ class DoesNotFit(GputopoError):
     exit_code = 1
 
 
+class Interrupted(GputopoError):
+    """Ctrl-C: says what was stopped and what was kept; 130, as a shell reports SIGINT."""
+    exit_code = 130
+
+
 class BenchmarkFailed(GputopoError):
     """A launched benchmark process failed or hung."""
     exit_code = 5

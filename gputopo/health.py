@@ -83,7 +83,7 @@ def _link_findings(topo: Topology, names: list[str]) -> list[Finding]:
                                + "): NCCL copies through host memory between these GPUs"))
     for (model, cap), pairs in beyond.items():
         out.append(Finding("warn", "nvlinks_beyond_model", pairs[0].split()[0] if len(pairs) == 1 else "GPUs",
-                           f"{', '.join(pairs[:3])}{f' and {len(pairs) - 3} more' if len(pairs) > 3 else ''}: a"
+                           f"{', '.join(pairs[:3])}{f' and {len(pairs) - 3} more' if len(pairs) > 3 else ''}:"
                            f" {model} has {cap} NVLink(s); is the paste from another machine, or the GPU model"
                            " (--gpu-model) wrong?"))
     return out

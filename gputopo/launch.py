@@ -17,16 +17,21 @@ PORT = 29500
 FILES = {"accelerate": "accelerate_config.yaml", "deepspeed": "hostfile", "slurm": "train.sbatch"}
 
 
-def check_options(launcher: str | None, nodes: int, master_addr: str | None, port: int) -> None:
+def check_options(launcher: str | None, nodes: int, master_addr: str | None, port: int | None,
+                  script_given: bool = False) -> None:
     """Refuse launch options that would change nothing for this launcher and layout (--ds-optimizer is the
-    config's: gputopo.dsconfig refuses it)."""
+    config's: gputopo.dsconfig refuses it). port: None when --master-port was not typed."""
+    if script_given and launcher is None:
+        raise BadInput("--script names the training script in the launch command: add --launcher")
     if master_addr is not None:
         if launcher is None or launcher == "slurm" or nodes < 2:
             raise BadInput("--master-addr is for --launcher torchrun|deepspeed|accelerate with --nodes 2 or more"
                            " (Slurm finds its head node itself)")
         if not master_addr.strip() or any(c.isspace() or c in "$`'\"" for c in master_addr):
             raise BadInput(f"--master-addr {master_addr!r}: a host name or IP address")
-    if port != PORT and (launcher is None or (launcher == "torchrun" and nodes == 1)):
+        if ":" in master_addr and not master_addr.startswith("["):
+            raise BadInput(f"--master-addr {master_addr}: the address alone; the port goes in --master-port")
+    if port is not None and (launcher is None or (launcher == "torchrun" and nodes == 1)):
         raise BadInput("--master-port is for --launcher (one-node torchrun --standalone picks a free port itself)")
 
 

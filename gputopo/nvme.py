@@ -91,8 +91,8 @@ def room(chosen: Folder, need: int, nvme_free: int | None) -> str | None:
     """Refuse a folder that cannot hold `need` bytes; a note when --nvme-free vouches for another machine."""
     free = chosen.free_bytes if nvme_free is None else nvme_free
     if need > free:
-        raise BadInput(f"--nvme-path {chosen.path}: {gib(free)} free, offload needs {gib(need)}"
-                       f" ({gib(need - free)} missing)")
+        which = f"--nvme-path {chosen.path}: {gib(free)} free" if nvme_free is None else f"--nvme-free {gib(free)}"
+        raise BadInput(f"{which}, offload needs {gib(need)} ({gib(need - free)} missing)")
     if need > chosen.free_bytes:
         return (f"{chosen.path} has {gib(chosen.free_bytes)} free here and offload needs {gib(need)}: fine if"
                 f" --nvme-free {gib(free)} describes the machine you train on, else pass --nvme-path")

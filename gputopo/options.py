@@ -2,7 +2,6 @@
 rule (units for sizes, topology for links, gpus for GPU models), and options are shared as groups."""
 from __future__ import annotations
 
-import functools
 import re
 
 import click
@@ -110,8 +109,21 @@ class GpuIds(_Owned):
         return tuple(dict.fromkeys(int(p) for p in parts))
 
 
+class Text(_Owned):
+    """A name, path or address: an empty value is refused rather than read as "not given"."""
+    name = "TEXT"
+
+    def __init__(self, metavar: str = "TEXT"):
+        self.name = metavar
+
+    def parse(self, text):
+        if not text.strip():
+            raise ValueError("is empty: give a value, or leave the option out")
+        return text
+
+
 SIZE, SIZES, COUNT, BANDWIDTH, GPU_MODEL, LINK = Size(), SizeList(), Count(), Bandwidth(), GpuModelType(), LinkType()
-GPU_IDS = GpuIds()
+GPU_IDS, PATH, DIR, TEXT = GpuIds(), Text("PATH"), Text("DIR"), Text()
 
 
 def group(*opts):
@@ -123,13 +135,8 @@ def group(*opts):
     return deco
 
 
-def json_option(fn):
-    """--json: print the documented JSON object on stdout instead of the table."""
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema in docs/) instead of text.")
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return fn(*args, **kwargs)
-    return wrapper
+# --json: the documented JSON object on stdout instead of the table, in every command.
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (schema in docs/) instead of text.")
 
 
 def given(ctx: click.Context, names) -> list[str]:
@@ -150,9 +157,9 @@ def names(decorator) -> tuple[str, ...]:
 
 
 model_options = group(
-    click.option("--model", metavar="NAME|PATH", help="A known model (gpt2, t5-3b, llama-2-7b, ...) or a folder with"
-                                                      " config.json."),
-    click.option("--params", metavar="N", help="Parameter count (7B, 350M) when only the size is known."),
+    click.option("--model", type=TEXT, metavar="NAME|PATH",
+                 help="A known model (gpt2, t5-3b, llama-2-7b, ...) or a folder with config.json."),
+    click.option("--params", type=TEXT, metavar="N", help="Parameter count (7B, 350M) when only the size is known."),
     click.option("--hidden-size", type=COUNT, help="Hidden size, with --params."),
     click.option("--layers", type=COUNT, help="Transformer blocks, with --params."),
     click.option("--vocab-size", type=COUNT, help="Vocabulary size, with --params (optional)."),
@@ -175,17 +182,18 @@ training_options = group(
                       " architecture: sdpa where supported, else eager]."),
     click.option("--flash-attention", is_flag=True, help="Same as --attention sdpa (fused: no s^2 scores kept)."),
     click.option("--offload-params/--no-offload-params", default=None,
-                 help="With ZeRO-3 offload, offload parameters too (default: yes at stage 3)."),
+                 help="With ZeRO-3 offload, offload parameters too [default: yes at stage 3]."),
 )
 host_options = group(
     click.option("--cpu-mem", type=SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),
-    click.option("--nvme-path", metavar="DIR",
+    click.option("--nvme-path", type=DIR, metavar="DIR",
                  help="Folder for NVMe offload [default: the local NVMe mount with the most free space, else the"
                       " roomiest local disk; `gputopo doctor` lists the disks]."),
     click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
     click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
-    click.option("--inter-node-gbps", type=BANDWIDTH, default=12.5, show_default=True,
-                 help="Network bandwidth between nodes, GB/s per direction (100Gb/s = 12.5)."),
+    click.option("--inter-node-gbps", type=BANDWIDTH,
+                 help="Network bandwidth between nodes, GB/s per direction, with --nodes 2 or more"
+                      " [default: 12.5, i.e. 100Gb/s]."),
 )
 gpu_options = group(
     click.option("--gpus", type=COUNT, help="GPUs per node [default: those of this machine]."),

@@ -20,10 +20,11 @@ from . import nvme
 from .errors import BadInput, NvmlUnavailable
 from .models import ModelSpec
 from .plan import Layout, Training, layout_from_topology, link_bandwidth
-from .topology import link_type
+from .topology import link_type, nvlink_count
 from .units import gib
 
 DEFAULT_SEQ_CAP = 1024      # --seq-len default: the model's context, at most this
+INTER_NODE_GBPS = 12.5      # --inter-node-gbps default: 100 Gb/s Ethernet or EDR InfiniBand, per direction
 MEM_AGREES = 0.10           # --gpu-mem within 10 % of the catalog's size for --gpu-model agrees with it
 
 
@@ -60,7 +61,7 @@ class HardwareAsk:
     gpu_model: object = None  # a gpus.GpuModel or a name
     link: str | None = None
     nodes: int = 1
-    inter_node_gbps: float = 12.5
+    inter_node_gbps: float | None = None  # None: INTER_NODE_GBPS
     cpu_mem: int | None = None
     nvme_path: str | None = None
     nvme_free: int | None = None
@@ -191,6 +192,13 @@ def _given_gpus(hw: HardwareAsk, gm: catalog.GpuModel | None, host_facts: dict, 
         _mem_note(hw.gpu_mem, gm, notes)
     name = str(gm) if gm else None
     link = _link(hw.link)
+    if link and hw.gpus == 1:
+        raise BadInput(f"--link {link} describes the link between GPUs; --gpus 1 has none")
+    cap = catalog.max_nvlinks(name)
+    nvlinks = nvlink_count(link) if link else None
+    if nvlinks and cap is not None and nvlinks > cap:
+        has = f"{gm.key} has {cap} NVLinks" if cap else f"{gm.key} has no NVLink"
+        raise BadInput(f"--link {link}: {has}")
     gbps, basis = link_bandwidth(link, name) if link else (None, "unknown")
     return Layout(gpus_per_node=hw.gpus, gpu_mem_bytes=mem, gpu_model=name, link_type=link, link_gbps=gbps,
                   link_basis=basis, **host_facts)
@@ -205,7 +213,9 @@ def _link(text: str | None) -> str | None:
 
 def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) -> Layout:
     """The GPUs planned for: a given topology, else --gpus with --gpu-mem/--gpu-model, else this machine."""
-    host_facts = dict(nodes=hw.nodes, inter_node_gbps=hw.inter_node_gbps, **host)
+    if hw.inter_node_gbps is not None and hw.nodes == 1:
+        raise BadInput("--inter-node-gbps is the network between nodes; with --nodes 1 there is none")
+    host_facts = dict(nodes=hw.nodes, inter_node_gbps=hw.inter_node_gbps or INTER_NODE_GBPS, **host)
     if topology is None and hw.gpus is not None and (hw.gpu_mem is not None or gm is not None):
         return _given_gpus(hw, gm, host_facts, notes)
     if topology is None:
@@ -215,9 +225,11 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
     if hw.link:
         raise BadInput("--link describes GPUs given by --gpus and --gpu-mem; this topology has its own links")
     mem = hw.gpu_mem
+    named = _named_model(topology, selected)
+    if mem is not None and catalog.lookup(named):
+        _mem_note(mem, catalog.lookup(named), notes)  # --gpu-mem over what the topology's GPUs are sold with
     if mem is None and not any(topology.gpu(n).memory_total_bytes for n in selected):
         # A paste rarely says how much memory: the GPU model (the paste's, else --gpu-model) does.
-        named = next((topology.gpu(n).model for n in selected if topology.gpu(n).model), None)
         mem = _catalog_mem(catalog.lookup(named) if named else gm, notes, "the GPU model")
     return layout_from_topology(topology, selected, mem, **host_facts)
 

@@ -31,8 +31,8 @@ def examples() -> dict:
     return {k: v for k, v in index.items() if not k.startswith("_")}
 
 
-def read_text(path: str) -> str:
-    """A pasted text from a file or '-' (stdin); bad files get one clear line."""
+def read_text(path: str, expect: str = "nvidia-smi text") -> str:
+    """A pasted text from a file or '-' (stdin); bad files get one clear line saying what was expected."""
     name = "stdin" if path == "-" else path
     if path == "-":
         data = sys.stdin.buffer.read()
@@ -48,9 +48,10 @@ def read_text(path: str) -> str:
             raise BadInput(f"{path}: cannot read ({e.strerror})") from None
     text = decode(data)
     if text is None:
-        raise BadInput(f"{name}: binary file, not nvidia-smi text")
+        raise BadInput(f"{name}: binary file, not {expect}")
     if not text.strip():
-        raise BadInput(f"{name}: empty; paste the output of `nvidia-smi topo -m`")
+        raise BadInput(f"{name}: empty; paste the output of `nvidia-smi topo -m`" if expect == "nvidia-smi text"
+                       else f"{name}: empty, not {expect}")
     return text
 
 

@@ -124,7 +124,8 @@ def test_gpu_mem_that_the_model_is_not_sold_with_gets_a_note():
 def test_more_nvlinks_than_the_gpu_has_is_flagged_once():
     data = json.loads(run("inspect", "--example", "h100x8", "--gpu-model", "A100-80GB", "--json").stdout)
     found = [f for f in data["findings"] if f["code"] == "nvlinks_beyond_model"]
-    assert len(found) == 1 and "has 12 NVLink(s)" in found[0]["message"] and "and 25 more" in found[0]["message"]
+    assert len(found) == 1 and "A100-80GB has 12 NVLink(s)" in found[0]["message"]
+    assert "and 25 more" in found[0]["message"]
     own = json.loads(run("inspect", "--example", "h100x8", "--json").stdout)
     assert not [f for f in own["findings"] if f["code"] == "nvlinks_beyond_model"]
 
@@ -191,3 +192,79 @@ def test_accelerate_yaml_names_the_config_by_its_absolute_path(tmp_path):
                                   ["bench-nvlink", "--allreduce-only", "--plot"]])
 def test_a_picture_refusal_names_the_option(tmp_path, args):
     assert refusal(run(*args, "-")).startswith("Error: --plot -: give a")
+
+
+# --- a fresh-eyes review of the new layer: options accepted but dropped, and contradictions ---------------------
+
+@pytest.mark.parametrize("args,line", [
+    (["deepspeed-config", "--auto", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--offload", "cpu"],
+     "--auto takes the offload from the plan"),
+    (["plan", *MODEL, "--gpus", "2", "--gpu-model", "A100-80GB", "--link", "NV18"], "--link NV18: A100 has 12 NVLinks"),
+    (["plan", *MODEL, "--gpus", "2", "--gpu-model", "RTX 4090", "--link", "NV12"], "RTX 4090 has no NVLink"),
+    (["plan", *MODEL, "--gpus", "1", "--gpu-mem", "24GB", "--link", "NV12"], "--gpus 1 has none"),
+    (["plan", *MODEL, *LAYOUT, "--inter-node-gbps", "25"], "with --nodes 1 there is none"),
+    (["deepspeed-config", "--stage", "2", "--nodes", "2", "--launcher", "torchrun", "--gpus", "8",
+      "--master-addr", "10.0.0.1:29500"], "the port goes in --master-port"),
+    (["deepspeed-config", "--stage", "2", "--script", "my.py"], "--script names the training script"),
+    (["deepspeed-config", "--stage", "2", "--force"], "--force overwrites --output"),
+    (["deepspeed-config", "--stage", "2", "--master-port", "29500"], "--master-port is for --launcher"),
+    (["deepspeed-config", "--stage", "2", "--nvme-path", "/tmp"], "--nvme-path only feeds the memory plan"),
+    (["deepspeed-config", "--stage", "3", "--no-offload-params"], "--no-offload-params needs --offload cpu or nvme"),
+    (["deepspeed-config", "--stage", "0", "--model", "gpt2"], "stage 0 has neither"),
+    (["deepspeed-config", "--stage", "3", "--offload", "nvme", "--nvme-free", "1GB", "--model", "llama-2-7b"],
+     "--nvme-free 1.0 GiB, offload needs 113.0 GiB"),
+    (["deepspeed-config", "--stage", "3", "--offload", "nvme", "--nvme-path", ""], "--nvme-path is empty"),
+    (["deepspeed-config", "--stage", "2", "-o", ""], "--output is empty"),
+    (["inspect", "-f", ""], "--from-file is empty"),
+    (["inspect", "--example", "dgx1-v100", "--gpu-ids", "5,6", "--best", "2"], "--best picks K GPUs among all"),
+    (["inspect", "--example", "list", "--model", "gpt2"], "--example list lists the examples; --model"),
+    (["bench-nvlink", "--allreduce-only", "--force"], "--force overwrites --output or --plot"),
+])
+def test_contradictions_and_dropped_options_are_refused(args, line):
+    assert line in refusal(run(*args))
+
+
+def test_output_that_is_a_launcher_file_is_refused_before_anything_is_written(tmp_path):
+    """Was: -o accelerate_config.yaml --launcher accelerate overwrote the config with the YAML naming itself."""
+    out = tmp_path / "accelerate_config.yaml"
+    assert "writes a file of that name" in refusal(run("deepspeed-config", "--stage", "2", "-o", out,
+                                                       "--launcher", "accelerate"))
+    assert not out.exists()
+
+
+def test_plan_options_without_a_topology_are_refused_not_dropped():
+    r = run("inspect", "--model", "gpt2")
+    if "No NVIDIA GPU" not in run("inspect").stdout:
+        pytest.skip("a GPU is visible here")
+    assert r.exit_code == 3 and r.output.startswith("Error: --model needs a topology")
+
+
+def test_markdown_report_exits_1_when_nothing_fits_as_the_table_does():
+    args = ["inspect", "--example", "pcie-desktop-2gpu", "--model", "llama-2-70b", "--gpu-mem", "24GB",
+            "--cpu-mem", "16GB", "--nvme-free", "10GB"]
+    assert run(*args).exit_code == run(*args, "--markdown").exit_code == 1
+
+
+def test_bare_gputopo_prints_its_help():
+    r = run()
+    assert r.exit_code == 0 and r.stdout.startswith("Usage: ") and "Commands:" in r.stdout and "Error" not in r.output
+
+
+def test_doctor_config_errors_name_the_option(tmp_path):
+    empty = tmp_path / "ds.json"
+    empty.write_text("")
+    assert refusal(run("doctor", "--config", empty)) == f"Error: --config {empty}: empty, not a DeepSpeed config (JSON)"
+
+
+def test_a_launch_without_a_gpu_count_says_what_it_assumed():
+    r = run("deepspeed-config", "--stage", "2", "--launcher", "torchrun")
+    if "no GPU visible here" not in r.stderr and "--gpus" not in r.stderr:
+        pytest.skip("a GPU is visible here: its count is used")
+    assert "the launch assumes 1 GPU per node; give --gpus N" in r.stderr
+
+
+def test_bench_one_process_on_cpu_is_refused_like_one_gpu():
+    if "No NVIDIA GPU" not in run("inspect").stdout:
+        pytest.skip("a GPU is visible here")
+    r = run("bench-nvlink", "--nproc", "1", "--allreduce-only")
+    assert r.exit_code == 4 and "--nproc 1 has no peer" in r.output

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from ..errors import BadInput, GputopoError
-from ..options import COUNT, GPU_IDS, SIZES, Count, json_option, typed
+from ..errors import BadInput, GputopoError, Interrupted
+from ..options import COUNT, GPU_IDS, PATH, SIZES, TEXT, Count, json_option, typed
 from .common import emit, notes
 
 
@@ -39,6 +39,8 @@ class Progress:
 
 def _check_outputs(output, plot, force) -> None:
     from .. import files
+    if force and not (output or plot):
+        raise BadInput("--force overwrites --output or --plot; give one")
     files.check_output(output, force)
     files.check_picture(plot, force, suffixes=(".png",))
     if output and plot and os.path.abspath(output) == os.path.abspath(plot):
@@ -64,20 +66,21 @@ def _run(prepared, output: str | None, verbose: bool) -> dict:
     try:
         return bench.run(prepared.options, prepared.link, save, progress)
     except KeyboardInterrupt:
-        raise BadInput("interrupted: the children were stopped" + (
+        raise Interrupted("interrupted: the children were stopped" + (
             f"; finished arms are in {output}" if output and any(saved.values())
             else "; nothing was written")) from None
     except GputopoError as e:
         if output:
-            e.args = (f"{e}\n" + (f"Finished arms are kept in {output}" if any(saved.values()) else
-                                  f"No arm finished; {output} records the failure"),)
+            e.details += (f"Finished arms are kept in {output}" if any(saved.values()) else
+                          f"No arm finished; {output} records the failure",)
         raise
     finally:
         progress.done()
 
 
 @click.command("bench-nvlink")
-@click.option("--model", default="gpt2", show_default=True, help="Causal LM: catalog name, HF cache name or a folder.")
+@click.option("--model", type=TEXT, default="gpt2", show_default=True,
+              help="Causal LM: catalog name, HF cache name or a folder.")
 @click.option("--nproc", type=COUNT, help="Processes per node [default: all visible GPUs; 2 on CPU].")
 @click.option("--gpu-ids", type=GPU_IDS, help="Use these GPUs (indices as nvidia-smi prints them).")
 @click.option("--steps", type=COUNT, help="Steps per arm [default: 200 on GPU as in the reference; 4 on CPU].")
@@ -86,7 +89,7 @@ def _run(prepared, output: str | None, verbose: bool) -> dict:
 @click.option("--seq-len", type=COUNT, default=128, show_default=True, help="Tokens per sample.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
               help="bf16 needs Ampere or newer [default: bf16 on Ampere or newer, fp16 on older GPUs, fp32 on CPU].")
-@click.option("--dataset", default="auto", show_default=True,
+@click.option("--dataset", type=TEXT, default="auto", show_default=True,
               help="wikitext-2-raw-v1 (local cache only), a .txt file, synthetic, or auto (wikitext if cached).")
 @click.option("--repeat", type=COUNT, default=1, show_default=True, help="Runs per arm, interleaved.")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True),
@@ -97,11 +100,13 @@ def _run(prepared, output: str | None, verbose: bool) -> dict:
               " [default: 1 MiB to 1 GiB on GPU, 1 MiB to 32 MiB on CPU].")
 @click.option("--nnodes", type=COUNT, default=1, show_default=True, help="Nodes taking part (one torchrun each).")
 @click.option("--node-rank", type=Count(0), default=0, show_default=True, help="This node's rank, 0 on the first.")
-@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous for several nodes (node 0's address).")
-@click.option("--output", metavar="PATH",
-              help="Results JSON, written after every finished arm ('-': stdout, as --json).")
+@click.option("--rdzv-endpoint", type=TEXT, metavar="HOST:PORT",
+              help="c10d rendezvous for several nodes (node 0's address).")
+@click.option("--output", type=PATH, metavar="PATH",
+              help="Results JSON, written after every finished arm ('-': on stdout at the end, as --json).")
 @click.option("--force", is_flag=True, help="Overwrite --output / --plot.")
-@click.option("--plot", metavar="PATH.png", help="A PNG of step times and the all-reduce sweep (matplotlib).")
+@click.option("--plot", type=PATH, metavar="PATH.png",
+              help="A PNG of step times and the all-reduce sweep (matplotlib).")
 @click.option("--verbose", is_flag=True, help="Stream every line of the children.")
 @json_option
 @click.pass_context

@@ -1,8 +1,6 @@
 """What every command does the same way: JSON or text on stdout, notes on stderr, the exit when nothing fits."""
 from __future__ import annotations
 
-import sys
-
 import click
 
 
@@ -19,8 +17,7 @@ def notes(lines) -> None:
 
 
 def exit_if_nothing_fits(planned: dict | None) -> None:
-    """The whole table is shown first (each strategy with how much it is short); then one line and exit 1."""
+    """Called after the whole table is shown (each strategy with how much it is short): one line, exit 1."""
     from ..errors import DoesNotFit
     if planned and planned["recommendation"]["strategy"] is None:
-        click.echo(f"Error: {planned['recommendation']['reasons'][0]}", err=True)
-        sys.exit(DoesNotFit.exit_code)
+        raise DoesNotFit(planned["recommendation"]["reasons"][0])

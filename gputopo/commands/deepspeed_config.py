@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..options import gpu_options, host_options, json_option, model_options, training_options, typed
+from ..options import PATH, TEXT, gpu_options, host_options, json_option, model_options, training_options, typed
 from .common import notes
 
 
@@ -33,22 +33,23 @@ def _show(result, output: str | None) -> None:
 
 
 @click.command("deepspeed-config")
-@click.option("--stage", type=int, help="ZeRO stage 0-3 (or --auto).")
+@click.option("--stage", type=int, metavar="0-3", help="ZeRO stage 0-3 (or --auto).")
 @click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True,
               help="Where ZeRO keeps optimizer states (and at stage 3 parameters) off the GPU.")
 @click.option("--auto", "auto_", is_flag=True, help="Take stage and offload from `gputopo plan` for --model.")
 @click.option("--hf/--no-hf", default=True, show_default=True,
               help="'auto' where the HF Trainer fills values (--hf), or concrete values for deepspeed.initialize.")
-@click.option("-o", "--output", metavar="PATH", help="Write the config here ('-' or none: stdout).")
+@click.option("-o", "--output", type=PATH, metavar="PATH", help="Write the config here ('-' or none: stdout).")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option("--launcher", type=click.Choice(["torchrun", "deepspeed", "accelerate", "slurm"]),
               help="Also print the matching launch command and files.")
-@click.option("--script", default="train.py", show_default=True, help="Training script for --launcher.")
+@click.option("--script", type=TEXT, default="train.py", show_default=True, help="Training script for --launcher.")
 @click.option("--ds-optimizer", is_flag=True,
               help="With --launcher accelerate: DeepSpeed's AdamW and WarmupDecayLR in the config (the script uses"
                    " accelerate's DummyOptim/DummyScheduler) instead of the script's own.")
-@click.option("--master-addr", metavar="HOST", help="Head node's address for --nodes > 1, written into the launch"
-              " files [default: the printed commands read $MASTER_ADDR].")
+@click.option("--master-addr", type=TEXT, metavar="HOST",
+              help="Head node's address for --nodes > 1, written into the launch files [default: the printed"
+                   " commands read $MASTER_ADDR].")
 @click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True,
               help="Rendezvous port on the head node for --launcher.")
 @click.option("--check", is_flag=True,
@@ -73,7 +74,8 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
     ask = configure.Ask(stage=stage, offload=offload, auto=auto_, hf=hf, output=output, launcher=launcher,
                         script=script, ds_optimizer=ds_optimizer, master_addr=master_addr, master_port=master_port,
                         check=check, torch_adam=no_compile_ops, nvme_path=options.get("nvme_path"),
-                        nvme_free=options.get("nvme_free"), given=typed(ctx))
+                        nvme_free=options.get("nvme_free"), offload_params=options.get("offload_params"),
+                        given=typed(ctx))
     configure.check_options(ask, options["nodes"], bool(options.get("model") or options.get("params")))
     result = configure.generate(ask, request.from_options(options, need_model=auto_, need_layout=auto_))
     for path, content in result.files.items():

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import click
 
-from ..options import json_option
+from ..options import DIR, PATH, json_option
 from .common import emit
 
 
 @click.command()
-@click.option("--config", "config_path", metavar="DS.json",
+@click.option("--config", "config_path", type=PATH, metavar="DS.json",
               help="Also check what this DeepSpeed config needs: its compiled ops, NVMe folder, locked memory.")
-@click.option("--nvme-path", metavar="DIR",
+@click.option("--nvme-path", type=DIR, metavar="DIR",
               help="Also check this folder for NVMe offload: writable, on NVMe or not, free space.")
 @json_option
 @click.pass_context

@@ -8,8 +8,10 @@ from ..options import (
     COUNT,
     GPU_IDS,
     GPU_MODEL,
+    PATH,
     PLAN_INPUTS,
     SIZE,
+    TEXT,
     given,
     host_options,
     json_option,
@@ -17,6 +19,12 @@ from ..options import (
     training_options,
 )
 from .common import emit, exit_if_nothing_fits
+
+
+def _needs_a_topology(ctx) -> str | None:
+    """The first option given that cannot work without a topology (none visible: refused, not dropped)."""
+    found = given(ctx, ("markdown", "plot", "model", "params", "gpu_ids", "best"))
+    return found[0] if found else None
 
 
 def _check(ctx, options: dict, markdown: bool, plot: str | None, force: bool, as_json: bool, example) -> None:
@@ -33,8 +41,12 @@ def _check(ctx, options: dict, markdown: bool, plot: str | None, force: bool, as
         raise BadInput("--force overwrites --plot; give --plot PATH")
     if plot:
         files.check_picture(plot, force)
-    if example == "list" and (markdown or plot):
-        raise BadInput("--example list lists the examples; --markdown and --plot need one: --example NAME")
+    if example == "list":
+        others = [o for o in given(ctx, [p.name for p in ctx.command.params]) if o not in ("--example", "--json")]
+        if others:
+            raise BadInput(f"--example list lists the examples; {', '.join(others)} need(s) one: --example NAME")
+    if options.get("best") and options.get("gpu_ids"):
+        raise BadInput("--best picks K GPUs among all; --gpu-ids names them: give one")
 
 
 def _list_examples(as_json: bool) -> None:
@@ -45,9 +57,9 @@ def _list_examples(as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--from-file", "-f", multiple=True, metavar="PATH",
+@click.option("--from-file", "-f", multiple=True, type=PATH, metavar="PATH",
               help="Saved `nvidia-smi topo -m`, `topo -p2p`, `nvlink -s` or `-L` text ('-' for stdin); repeatable.")
-@click.option("--example", metavar="NAME", help="Show a bundled real machine; `--example list` lists them.")
+@click.option("--example", type=TEXT, metavar="NAME", help="Show a bundled real machine; `--example list` lists them.")
 @click.option("--gpu-ids", type=GPU_IDS, help="Look at these GPUs only (indices as nvidia-smi prints them).")
 @click.option("--best", type=COUNT, metavar="K", help="Pick the K GPUs with the best interconnect.")
 @click.option("--gpu-model", type=GPU_MODEL,
@@ -57,7 +69,8 @@ def _list_examples(as_json: bool) -> None:
 @training_options
 @click.option("--markdown", is_flag=True, help="Print a report to paste into a GitHub issue (Mermaid graph, source"
               " text); `inspect -f report.md` reads it back.")
-@click.option("--plot", metavar="PATH.png|svg", help="Also draw the topology to a PNG or SVG (needs matplotlib).")
+@click.option("--plot", type=PATH, metavar="PATH.png|svg",
+              help="Also draw the topology to a PNG or SVG (needs matplotlib).")
 @click.option("--force", is_flag=True, help="Overwrite --plot if it exists.")
 @host_options
 @json_option
@@ -65,13 +78,12 @@ def _list_examples(as_json: bool) -> None:
 def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **options):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
     from .. import render, report, sources
-    _check(ctx, options, markdown, plot, force, as_json, example)
+    _check(ctx, {**options, "best": best, "gpu_ids": gpu_ids}, markdown, plot, force, as_json, example)
     if example == "list":
         return _list_examples(as_json)
     inputs = sources.topology(from_file, example, str(gpu_model) if gpu_model else None)
     data = report.inspect_report(inputs, gpu_ids=gpu_ids, best=best, options=options, gpu_mem=gpu_mem,
-                                 gpu_model=gpu_model, need_topology="--markdown" if markdown else
-                                 "--plot" if plot else None)
+                                 gpu_model=gpu_model, need_topology=_needs_a_topology(ctx))
     if plot:
         from .. import files
         from .. import plot as drawing
@@ -80,6 +92,6 @@ def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, markdown
     if markdown:
         from .. import markdown as md
         click.echo(md.report(data, inputs.pasted), nl=False)
-        return
-    emit(data, render.inspect, as_json)
+    else:
+        emit(data, render.inspect, as_json)
     exit_if_nothing_fits(data["plan"])
