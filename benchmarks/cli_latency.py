@@ -4,11 +4,13 @@ deepspeed-config rows are repeats: one unmeasured run first fills the validation
 as a user's second run finds it. NVMe configs also cache DeepSpeed's libaio probe (a test compile, ~2 s).
 
 Run: .venv/bin/python benchmarks/cli_latency.py [--repeat 5]
+Every command runs once before it is timed, with Python's bytecode cache on (as a user's shell has it).
 Targets: gputopo at least 20x faster than `accelerate env`; `inspect --from-file` within 2x of the floor, a bare
 `python -c "import click"` process in the same venv (issue 18), timed in alternating pairs so a busy machine
 slows both sides alike: the ratio printed is the median of the per-pair ratios.
 """
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -21,11 +23,17 @@ HERE = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
+# As a user's shell runs them: Python writes and reuses its bytecode cache (some sandboxes set
+# PYTHONDONTWRITEBYTECODE, which recompiles every module on every run), and each command runs once unmeasured.
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def wall(cmd: list[str], repeat: int) -> float:
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)  # warm: not measured
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
@@ -33,12 +41,14 @@ def wall(cmd: list[str], repeat: int) -> float:
 def floor_ratio(cmd: list[str], repeat: int) -> tuple[float, float, float]:
     """(median ratio, median command s, median floor s): the command against `python -c "import click"`, paired."""
     floor = [sys.executable, "-c", "import click"]
+    for warm in (floor, cmd):
+        subprocess.run(warm, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     ratios, a, b = [], [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run(floor, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(floor, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
         t1 = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
         t2 = time.perf_counter()
         a.append(t2 - t1)
         b.append(t1 - t0)

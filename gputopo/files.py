@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
 from .errors import BadInput
 
@@ -25,6 +24,7 @@ def check_output(path: str | None, force: bool = False, what: str = "--output") 
 def write_atomic(path: str, data: str | bytes) -> None:
     """Write to a temporary file in the same folder, then os.replace it into place (as pip's adjacent_tmp_file):
     a failure leaves the old file or nothing, never half a file."""
+    import tempfile  # here: inspect of a paste writes nothing and should not pay for it
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:

@@ -1,8 +1,6 @@
 """Report dicts -> readable text tables, or JSON. Text is drawn from the same dict as JSON."""
 from __future__ import annotations
 
-import json
-
 from .report import ranked_types
 from .topology import rank
 from .units import size
@@ -12,6 +10,7 @@ MARK = {"error": "!!", "warn": "! ", "info": "- "}
 
 def to_json(data: dict) -> str:
     """The report dict as indented JSON, keys sorted (stable for diffs)."""
+    import json  # only for --json: the text output never needs it
     return json.dumps(data, indent=2, sort_keys=True)
 
 

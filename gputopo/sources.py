@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import codecs
-import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ class Inputs:
 
 def examples() -> dict:
     """The bundled real machines: name -> {file, gpu_model, description} (names starting "_" are internal)."""
+    import json
     from importlib import resources
     index = json.loads(resources.files("gputopo.examples").joinpath("index.json").read_text())
     return {k: v for k, v in index.items() if not k.startswith("_")}

@@ -1,7 +1,6 @@
 """`gputopo bench-nvlink`: the same DDP training with and without NCCL_P2P_DISABLE=1, and an all-reduce sweep."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -49,12 +48,12 @@ def _check_outputs(output, plot, force) -> None:
 
 def _run(prepared, output: str | None, verbose: bool) -> dict:
     """Pre-flight, then both arms; results saved to --output after every finished arm."""
-    from .. import bench, doctor, files
+    from .. import bench, doctor, files, render
     saved = {"runs": 0, "allreduce": 0}
 
     def save(results):
         if output:
-            files.write_atomic(output, json.dumps(results, indent=2, sort_keys=True) + "\n")
+            files.write_atomic(output, render.to_json(results) + "\n")
             saved.update(runs=len(results["runs"]), allreduce=len(results["allreduce"]))
     topo = prepared.topology
     report = doctor.preflight("bench-nvlink", topo=topo, status=None if topo else "no NVIDIA GPU visible")

@@ -29,7 +29,6 @@ def _needs_a_topology(ctx) -> str | None:
 
 def _check(ctx, options: dict, markdown: bool, plot: str | None, force: bool, as_json: bool, example) -> None:
     """Refuse, before any work, flags that exclude each other or would change nothing."""
-    from .. import files
     if not (options.get("model") or options.get("params")):
         plan_only = given(ctx, PLAN_INPUTS)
         if plan_only:
@@ -40,6 +39,7 @@ def _check(ctx, options: dict, markdown: bool, plot: str | None, force: bool, as
     if force and not plot:
         raise BadInput("--force overwrites --plot; give --plot PATH")
     if plot:
+        from .. import files
         files.check_picture(plot, force)
     if example == "list":
         others = [o for o in given(ctx, [p.name for p in ctx.command.params]) if o not in ("--example", "--json")]
