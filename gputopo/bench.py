@@ -124,7 +124,7 @@ def _gpus(a: Ask, topo) -> tuple[Options, dict | None]:
     if w is not None:
         bw, basis = topo.bandwidth_gbps(w)
         link = {"a": w.a, "b": w.b, "type": w.type, "bandwidth_gbps": bw, "bandwidth_basis": basis}
-    model_name = next((topo.gpu(n).model for n in names if topo.gpu(n).model), None)
+    model_name = topo.model_of(names)
     o = Options(device="cuda", nproc=len(names), precision=precision(a.precision, model_name)[0],
                 visible_devices=",".join(str(topo.gpu(n).index) for n in names) if a.gpu_ids else None)
     return o, link

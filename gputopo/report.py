@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import advise, health
-from .errors import BadInput, NvmlUnavailable, TooFewGpus
+from .errors import NvmlUnavailable, TooFewGpus
 from .topology import Topology, kind_of, rank, select
 
 SCHEMA_VERSION = 1
@@ -36,10 +36,8 @@ def inspect(topo: Topology | None, *, gpu_ids: tuple | None = None, best: int | 
     weakest = topo.weakest(names)
     out["weakest_link"] = weakest.to_dict() if weakest else None
     if best is not None:
-        if best < 1:
-            raise BadInput("--best takes a number of GPUs, 1 or more")
         if best > len(topo.gpus):
-            raise TooFewGpus(f"--best {best}: this machine has {len(topo.gpus)} GPU(s)")
+            raise TooFewGpus(f"--best {best}: this topology has {len(topo.gpus)} GPU(s)")
         chosen = topo.best(best)
         w = topo.weakest(chosen)
         out["best"] = {"k": best, "gpus": chosen, "weakest_link": w.to_dict() if w else None,

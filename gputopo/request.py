@@ -1,12 +1,11 @@
 """Options -> one planning request: the defaults and the rules that tie options together, in one place.
 
-plan, inspect --model, deepspeed-config (with or without --auto) and bench-nvlink all go through here, so
-the same flags give the same model, layout and training everywhere. The CLI only reads options and
-renders; values arrive already checked one by one (sizes, counts, bandwidths, GPU models), and what is
-checked here is how they relate:
+plan, inspect --model and deepspeed-config (with or without --auto) go through here, so the same flags give
+the same model, layout and training everywhere (bench-nvlink asks `precision` for its own). The CLI only reads
+options and renders; values arrive already checked one by one (sizes, counts, bandwidths, GPU models), and
+what is checked here is how they relate:
 - bf16 needs an Ampere or newer GPU;
 - --global-batch = micro-batch x accumulation x GPUs per node x nodes, exactly;
-- --example and --from-file exclude each other;
 - an explicit --cpu-mem / --nvme-free wins over what is measured on this machine (gputopo.nvme owns the folder);
 - --seq-len fits the model's positions; --gpu-mem agrees with --gpu-model, or gets a note.
 Options arrive in three groups (what model, how it trains, on what hardware), as the CLI's option groups.
@@ -301,9 +300,7 @@ def _per_node(hw: HardwareAsk, topology, selected, global_batch, notes: dict) ->
 
 def _named_model(topology, selected) -> str | None:
     """The GPU model the topology names for the selected GPUs (None: no topology, or it names none)."""
-    if topology is None:
-        return None
-    return next((topology.gpu(n).model for n in selected if topology.gpu(n).model), None)
+    return topology.model_of(selected) if topology is not None else None
 
 
 def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),

@@ -181,6 +181,10 @@ class Topology:
         chosen = set(names) if names is not None else {g.name for g in self.gpus}
         return [l for l in self.links if l.a in chosen and l.b in chosen]
 
+    def model_of(self, names) -> str | None:
+        """The GPU model the topology names for these GPUs (the first that has one), or None."""
+        return next((self.gpu(n).model for n in names if self.gpu(n).model), None)
+
     def weakest(self, names: list[str] | None = None) -> Link | None:
         links = self.gpu_links(names)
         return min(links, key=lambda l: rank(l.type)) if links else None

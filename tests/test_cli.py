@@ -98,7 +98,7 @@ def test_examples():
     (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpu-ids", "0,7"],
      "Error: --gpu-ids: no GPU 7 in this topology (GPUs: 0,1)\n", 2),
     (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--gpu-ids", "a"], "GPU indices like 0,1,3", 2),
-    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--best", "3"], "--best 3: this machine has 2 GPU(s)", 4),
+    (["inspect", "-f", str(TOPO / "rtx5090x2_phb.txt"), "--best", "3"], "--best 3: this topology has 2 GPU(s)", 4),
     (["inspect", "--example", "nope"], "--example nope: unknown", 2),
 ])
 def test_bad_input_one_line(args, msg, code):
