@@ -144,9 +144,9 @@ def prepare(a: Ask) -> Prepared:
         o, link = _gpus(a, topo)
     elif a.gpu_ids:
         raise BadInput("--gpu-ids: no NVIDIA GPU visible here")
-    elif a.nproc == 1:  # as on CUDA: an A/B of peer-to-peer needs two processes
-        raise TooFewGpus("bench-nvlink compares P2P on and off between 2 or more processes; --nproc 1 has no peer"
-                         " (on CPU the twin runs 2 processes)")
+    elif a.nproc == 1 and a.nnodes == 1:  # as on CUDA: an A/B of peer-to-peer needs a peer
+        raise TooFewGpus("bench-nvlink compares P2P on and off between 2 or more processes; --nproc 1 on one node"
+                         " has no peer (on CPU the twin runs 2 processes)")
     else:
         o, link = Options(device="cpu", nproc=a.nproc or 2, precision=precision(a.precision, None, "cpu")[0]), None
     for k, v in DEFAULTS[o.device].items():

@@ -268,4 +268,4 @@ def test_bench_one_process_on_cpu_is_refused_like_one_gpu():
     if "No NVIDIA GPU" not in run("inspect").stdout:
         pytest.skip("a GPU is visible here")
     r = run("bench-nvlink", "--nproc", "1", "--allreduce-only")
-    assert r.exit_code == 4 and "--nproc 1 has no peer" in r.output
+    assert r.exit_code == 4 and "--nproc 1 on one node has no peer" in r.output
