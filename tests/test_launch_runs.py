@@ -35,8 +35,8 @@ def free_port() -> int:
 
 def generate(folder: Path, *args) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [bin_path("gputopo"), "deepspeed-config", *args, "--script", SCRIPT, "-o", str(folder / "ds.json"),
-           "--force", "--json"]
+    script = ["--script", SCRIPT] if "--launcher" in args else []  # refused without a launch to name it in
+    cmd = [bin_path("gputopo"), "deepspeed-config", *args, *script, "-o", str(folder / "ds.json"), "--force", "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["launch"]
