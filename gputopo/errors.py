@@ -39,3 +39,10 @@ class Interrupted(GputopoError):
 class BenchmarkFailed(GputopoError):
     """A launched benchmark process failed or hung."""
     exit_code = 5
+
+
+def exclusive(**given) -> None:
+    """Options that exclude each other: exclusive(example=..., from_file=...) refuses both at once."""
+    names = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
+    if len(names) > 1:
+        raise BadInput(f"{' and '.join(names)} exclude each other: give one")

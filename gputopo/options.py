@@ -142,8 +142,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (
 def given(ctx: click.Context, names) -> list[str]:
     """The options among `names` (click names) typed on the command line, as their --flags (both spellings of
     an on/off flag: --offload-params/--no-offload-params)."""
-    return ["/".join(p.opts[:1] + p.secondary_opts[:1]) for p in ctx.command.params if p.name in names
-            and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+    on_line = typed(ctx)
+    return ["/".join(p.opts[:1] + p.secondary_opts[:1]) for p in ctx.command.params
+            if p.name in names and p.name in on_line]
 
 
 def typed(ctx: click.Context) -> frozenset:

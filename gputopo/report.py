@@ -76,23 +76,17 @@ def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
     return sorted(((t, pairs, l) for t, (pairs, l) in groups.items()), key=lambda x: rank(x[2]["type"]))
 
 
-def plan(model, layout, training, global_batch: int | None = None,
-         notes: tuple[str, ...] = ()) -> dict:
-    """The `plan` report: every strategy's memory and traffic, and the recommendation.
-
-    The inputs come resolved and checked from gputopo.request (defaults, bf16, global batch)."""
+def plan_for(req) -> dict:
+    """The `plan` report for a resolved gputopo.request.Request (defaults, bf16, global batch already checked):
+    every strategy's memory and traffic, and the recommendation."""
     from .plan import strategies as all_strategies  # the memory arithmetic: only when a plan is asked for
+    model, layout, training = req.model, req.layout, req.training
     strategies = all_strategies(model, layout, training)
     fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
-    advice = advise.from_plan(model, layout, training, strategies, fast, global_batch)
+    advice = advise.from_plan(model, layout, training, strategies, fast, req.global_batch)
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
             "training": training.to_dict(), "strategies": [s.to_dict() for s in strategies],
-            "recommendation": advice.to_dict(), "notes": list(notes)}
-
-
-def plan_for(req) -> dict:
-    """The `plan` report for a resolved gputopo.request.Request."""
-    return plan(req.model, req.layout, req.training, req.global_batch, req.notes)
+            "recommendation": advice.to_dict(), "notes": list(req.notes)}
 
 
 def inspect_report(inputs, *, gpu_ids=None, best=None, options: dict | None = None, gpu_mem=None, gpu_model=None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 
 from . import gpus as catalog
 from . import nvme
-from .errors import BadInput, NvmlUnavailable
+from .errors import BadInput, NvmlUnavailable, exclusive
 from .models import ModelSpec
 from .plan import Layout, Training, layout_from_topology, link_bandwidth
 from .topology import link_type, nvlink_count
@@ -142,13 +142,6 @@ def accumulation(micro: int, accum: int | None, global_batch: int | None, world:
         raise BadInput(f"--global-batch {global_batch} is not a multiple of --batch-size x GPUs"
                        f" ({micro} x {world} = {per_step}): try {near}")
     return global_batch // per_step
-
-
-def exclusive(**given) -> None:
-    """Options that exclude each other: exclusive(example=..., from_file=...) refuses both at once."""
-    names = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
-    if len(names) > 1:
-        raise BadInput(f"{' and '.join(names)} exclude each other: give one")
 
 
 def _live(gpus: int | None):

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 
 from . import parse
-from .errors import BadInput, NvmlUnavailable
+from .errors import BadInput, NvmlUnavailable, exclusive
 
 # A saved `inspect --markdown` report, or an issue that quotes one: fenced blocks, maybe e-mail quoted.
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)")
@@ -101,8 +101,7 @@ def live() -> Inputs:
 
 def topology(from_file=(), example_name: str | None = None, gpu_model: str | None = None) -> Inputs:
     """The topology inspect looks at: --example, else --from-file, else this machine."""
-    if example_name and from_file:
-        raise BadInput("--example and --from-file exclude each other: give one")
+    exclusive(example=example_name, from_file=from_file)
     if example_name:
         return example(example_name, gpu_model)
     if from_file:
