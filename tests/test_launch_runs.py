@@ -50,7 +50,10 @@ def env_for(tmp_path, **extra) -> dict:
 
 
 def results(stdout: str) -> list[dict]:
-    return [json.loads(l.split(" ", 1)[1]) for l in stdout.splitlines() if l.startswith("GPUTOPO_RESULT ")]
+    # Nodes started as local processes share one stdout: two result lines can run together, so each result is
+    # read from its marker wherever it stands, not by whole lines.
+    decode = json.JSONDecoder().raw_decode
+    return [decode(part.lstrip())[0] for part in stdout.split("GPUTOPO_RESULT ")[1:]]
 
 
 def start(command: str, cwd, env) -> subprocess.Popen:
