@@ -117,7 +117,7 @@ def alignment(model, training) -> list[str]:
     return out
 
 
-def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> list[str]:
+def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, time=None) -> list[str]:
     """What the chosen strategy sends and what it costs, from the same figures as the table."""
     from dataclasses import replace
 
@@ -125,9 +125,9 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> 
             if layout.link_gbps else None)
     if layout.nodes > 1:
         link = f"the network between nodes ({layout.inter_node_gbps:g} GB/s per direction, as given)"
-    t = chosen.comm_seconds_per_step
+    t = time.comm_s if time is not None and time.comm_s is not None else chosen.comm_seconds_per_step
     sent = f"Traffic: {gib(chosen.comm_bytes_per_step)} sent per GPU per step"
-    sent += f", about {t:.3f} s over {link}." if t is not None and link else (
+    sent += f", about {t:.3f} s over {link} (latency and bus efficiency included)." if t is not None and link else (
         ". The link between the GPUs is unknown, so no time is estimated: give --link (e.g. NV12, PHB).")
     out = [sent]
     ddp = by_name.get("ddp")
@@ -138,7 +138,7 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> 
                "ZeRO-1/2 reduce-scatter gradients and all-gather parameters, what DDP's all-reduce moves, in"
                f" {'16-bit' if training.value_bytes == 2 else 'fp32'} where DDP all-reduces fp32 gradients")
         out.append(f"That is {ratio:.2f}x DDP's {gib(ddp.comm_bytes_per_step)}: {how}.")
-    if layout.link_type and not fast_link and layout.nodes == 1:
+    if layout.link_type and not fast_link and layout.nodes == 1 and (time is None or time.step_s is None):
         z3 = by_name.get("zero3")
         out.append(f"On {layout.link_type} the strategy that communicates less wins"
                    + (f": ZeRO-3's {gib(z3.comm_bytes_per_step)} per step ranks it after ZeRO-2 with CPU offload."
@@ -157,12 +157,49 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool) -> 
     return out
 
 
-def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None) -> Advice:
-    """The fastest strategy that fits, with its reasons: HF's DeepSpeed decision tree
-    (docs/sources.md#deepspeed-decision-tree) ordered by the link rule (docs/sources.md#ddp-vs-zero-interconnect)."""
+# Step times closer than this are within the prediction's error (benchmarks/time_accuracy.py): the simpler
+# strategy, earlier in ORDER, is recommended among them.
+TIE = 0.05
+
+
+def by_speed(strategies, times: dict, order: tuple) -> list[str] | None:
+    """The strategies that fit, fastest predicted first (ties within TIE in `order`); None when a step time is
+    unknown for one of them."""
+    fit = [s.name for s in strategies if s.fits]
+    if not fit or any(times.get(n) is None or times[n].step_s is None for n in fit):
+        return None
+    fastest = min(times[n].step_s for n in fit)
+    rank = {n: i for i, n in enumerate(order)}
+    return sorted(fit, key=lambda n: (times[n].step_s > fastest * (1 + TIE), times[n].step_s if
+                                      times[n].step_s > fastest * (1 + TIE) else rank.get(n, 99)))
+
+
+def speed_words(ranked: list[str], times: dict) -> str:
+    """The chosen strategy's predicted step, and by how much it beats the next that fits."""
+    first = times[ranked[0]]
+    out = f"Predicted: {first.step_s:.3f} s/step ({first.tokens_per_s:,.0f} tokens/s)"
+    if first.run_s is not None:
+        out += f", {first.run_s / 60:.1f} min for the whole run"
+    if len(ranked) > 1:
+        nxt = times[ranked[1]]
+        gain = nxt.step_s / first.step_s - 1
+        out += (f"; {gain:.0%} faster than {ranked[1]} ({nxt.step_s:.3f} s/step)" if gain > TIE else
+                f"; {ranked[1]} is within {TIE:.0%} ({nxt.step_s:.3f} s/step), so the simpler one is chosen")
+    return out + "."
+
+
+def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None,
+              times: dict | None = None) -> Advice:
+    """The fastest strategy that fits, with its reasons: by predicted step time (gputopo.speed) when every one
+    that fits has one, else HF's DeepSpeed decision tree (docs/sources.md#deepspeed-decision-tree) ordered by
+    the link rule (docs/sources.md#ddp-vs-zero-interconnect)."""
     from .plan import HEADROOM
     by_name = {s.name: s for s in strategies}
     order = ORDER["one"] if layout.gpus == 1 else ORDER["fast" if fast_link else "slow"]
+    ranked = by_speed(strategies, times or {}, order)
+    if ranked:  # what is faster first, then the rest in the usual order, for "faster choices do not fit"
+        order = tuple(n for n in order if n not in ranked and times[n].step_s is not None
+                      and times[n].step_s < times[ranked[0]].step_s) + tuple(ranked)
     chosen = next((by_name[n] for n in order if n in by_name and by_name[n].fits), None)
     if chosen is None:
         return nothing_fits(model, layout, training, strategies)
@@ -172,13 +209,16 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
                f" activations {gib(chosen.per_gpu_bytes['activations'])},"
                f" temporaries {gib(chosen.per_gpu_bytes['temporaries'])})."]
     skipped = [n for n in order[:order.index(chosen.name)] if n in by_name]
+    if ranked:
+        reasons.append(speed_words(ranked, times))
     if skipped:
-        reasons.append("Faster choices do not fit: " + "; ".join(f"{n} {by_name[n].why_not[0]}" for n in skipped) + ".")
+        head = "Faster predicted, but do not fit: " if ranked else "Faster choices do not fit: "
+        reasons.append(head + "; ".join(f"{n} {by_name[n].why_not[0]}" for n in skipped) + ".")
     if layout.gpus == 1 and chosen.name == "single":
         reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed"
                        " (HF's DeepSpeed decision tree).")
     elif layout.gpus > 1:
-        reasons += traffic_words(chosen, by_name, model, layout, training, fast_link)
+        reasons += traffic_words(chosen, by_name, model, layout, training, fast_link, (times or {}).get(chosen.name))
     if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
         reasons.append(f"Loading: every rank first builds the fp32 weights on the host ({gib(chosen.cpu_bytes)} with"
                        f" DeepSpeed's 1.5x margin, {gib(layout.cpu_mem_bytes)} here): load with low_cpu_mem_usage=True"

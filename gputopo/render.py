@@ -172,6 +172,7 @@ def plan(data: dict) -> str:
     out.append("  total/GPU = weights + optimizer + overhead + the step's peak (the gradients alive then, activations"
                " kept for backward, temporaries); nvidia-smi adds the allocator's reserve (about"
                f" {size(first['nvidia_smi_bytes'] - first['per_gpu_bytes']['total'])}).")
+    out += ["", step_times(data)]
     if data.get("measured"):
         out += ["", measured(data["measured"])]
     r = data["recommendation"]
@@ -179,6 +180,32 @@ def plan(data: dict) -> str:
     if data["layout"].get("link_basis", "").startswith("assumed"):
         out.append(f"  (link bandwidth {data['layout']['link_basis']})")
     out += [f"Note: {n}" for n in data.get("notes", [])]
+    return "\n".join(out)
+
+
+def _s(v) -> str:
+    """Seconds as the step table prints them."""
+    return "?" if v is None else f"{v:.3f}s" if v < 100 else f"{v / 60:.1f}min"
+
+
+def step_times(data: dict) -> str:
+    """The predicted step of each strategy, its parts, and what the figures assume."""
+    runs = any("run_s" in s["time"] for s in data["strategies"])
+    rows = [[s["name"], _s(t["step_s"]), _s(t["compute_s"]),
+             f"{_s(t['comm_s'])} ({_s(t['exposed_comm_s'])})" if t["comm_s"] else "-", _s(t["offload_s"]) if
+             t["offload_s"] else "-", _s(t["optimizer_s"]),
+             f"{t['tokens_per_s']:,.0f}" if t["tokens_per_s"] else "?"] + ([_s(t.get("run_s"))] if runs else [])
+            for s in data["strategies"] for t in [s["time"]]]
+    out = ["Predicted step time (per optimizer step):",
+           table(rows, ["strategy", "step", "compute", "comm (exposed)", "offload", "optimizer", "tokens/s"]
+                 + (["run"] if runs else []))]
+    ab = data.get("interconnect_ab")
+    if ab and ab["ratio"]:
+        out.append(f"  The link buys {ab['strategy']}: {ab['step_s']:.3f} s/step over {ab['link'] or 'the link'} vs"
+                   f" {ab['step_s_without_p2p']:.3f} s with NCCL_P2P_DISABLE=1 ({ab['ratio']:.2f}x);"
+                   " `gputopo bench-nvlink` measures both.")
+    basis = data.get("rates", {}).get("basis", {})
+    out += [f"  assumes {k}: {v}" for k, v in basis.items() if k != "summary"]
     return "\n".join(out)
 
 

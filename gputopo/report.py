@@ -76,17 +76,34 @@ def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
     return sorted(((t, pairs, l) for t, (pairs, l) in groups.items()), key=lambda x: rank(x[2]["type"]))
 
 
-def plan_for(req) -> dict:
+def plan_for(req, *, rates=None, steps: int | None = None) -> dict:
     """The `plan` report for a resolved gputopo.request.Request (defaults, bf16, global batch already checked):
-    every strategy's memory and traffic, and the recommendation."""
-    from .plan import strategies as all_strategies  # the memory arithmetic: only when a plan is asked for
+    every strategy's memory, traffic and step time, and the recommendation. `rates`: this machine's calibrated
+    figures (gputopo.calibrate), else the GPU's datasheet (gputopo.speed.gpu_rates)."""
+    from . import speed  # the memory and time arithmetic: only when a plan is asked for
+    from .plan import strategies as all_strategies
     model, layout, training = req.model, req.layout, req.training
     strategies = all_strategies(model, layout, training)
+    rates = rates or speed.gpu_rates(layout, training)
+    times = {s.name: speed.step(s.name, model, layout, training, rates, steps=steps) for s in strategies}
     fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
-    advice = advise.from_plan(model, layout, training, strategies, fast, req.global_batch)
+    advice = advise.from_plan(model, layout, training, strategies, fast, req.global_batch, times)
+    rows = [{**s.to_dict(), "time": times[s.name].to_dict()} for s in strategies]
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
-            "training": training.to_dict(), "strategies": [s.to_dict() for s in strategies],
-            "recommendation": advice.to_dict(), "notes": list(req.notes)}
+            "training": training.to_dict(), "strategies": rows, "recommendation": advice.to_dict(),
+            "interconnect_ab": interconnect_ab(advice.strategy, model, layout, training, rates, times),
+            "rates": rates.to_dict(), "notes": list(req.notes)}
+
+
+def interconnect_ab(name, model, layout, training, rates, times) -> dict | None:
+    """What the link buys the recommended strategy: its step with P2P and with NCCL_P2P_DISABLE=1 (the two arms
+    bench-nvlink measures). None with one GPU or several nodes (the network sets the pace there)."""
+    from . import speed
+    if name is None or layout.gpus < 2 or layout.nodes > 1:
+        return None
+    on, off = times[name].step_s, speed.step(name, model, layout, training, rates, p2p=False).step_s
+    return {"strategy": name, "link": layout.link_type, "step_s": on, "step_s_without_p2p": off,
+            "ratio": off / on if on and off else None}
 
 
 def inspect_report(inputs, *, gpu_ids=None, best=None, options: dict | None = None, gpu_mem=None, gpu_model=None,

@@ -10,11 +10,11 @@ LAYERS = [
     # foundation: no knowledge of GPUs
     {"__init__", "errors", "units", "files", "examples.__init__"},
     # facts and catalogs: the data models, pure
-    {"gpus", "topology", "models", "memory", "system"},
+    {"gpus", "datasheets", "topology", "models", "memory", "system"},
     # reading the machine and the inputs
     {"parse", "probe", "sources", "health", "nvme", "validate", "dsops", "launch", "worker"},
     # what fits, how fast, what to use
-    {"plan", "advise", "request", "dsconfig", "measure", "doctor", "bench"},
+    {"plan", "speed", "calibrate", "advise", "request", "dsconfig", "measure", "doctor", "bench"},
     # one answer per command
     {"report", "configure"},
     # output

@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from gputopo import models, plan
+from gputopo import advise, models, plan
 from gputopo.cli import cli
 from gputopo.errors import BadInput
 
@@ -143,10 +143,14 @@ def test_every_strategy_total_is_states_overhead_and_the_step_peak():
         assert st["nvidia_smi_bytes"] - b["total"] == plan.ALLOCATOR_RESERVE_BYTES
 
 
-def test_gpt2_on_two_24gb_nvlink_is_ddp():
+def test_gpt2_on_two_24gb_nvlink_is_the_fastest_predicted():
+    """Everything fits, so speed decides: the fastest predicted step, or a simpler one within the tie margin."""
     data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--link", "NV2",
                      "--gpu-model", "TITAN RTX")
-    assert data["recommendation"]["strategy"] == "ddp"
+    steps = {s["name"]: s["time"]["step_s"] for s in data["strategies"] if s["fits"]}
+    chosen = data["recommendation"]["strategy"]
+    assert steps[chosen] <= min(steps.values()) * (1 + advise.TIE)
+    assert any(r.startswith(f"Predicted: {steps[chosen]:.3f} s/step") for r in data["recommendation"]["reasons"])
     assert data["training"]["precision"] == "fp16"  # TITAN RTX is Turing: no bf16
     assert by_name(data)["ddp"]["comm_bytes_per_step"] == 4 * models.named("gpt2").params  # 2(n-1)/n x fp32 grads
     assert data["model"] == {**data["model"], "name": "gpt2", "params": 124439808, "hidden_size": 768, "layers": 12}

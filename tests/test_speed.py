@@ -1,0 +1,110 @@
+"""The step-time model (gputopo.speed): hand-counted FLOPs and traffic, the link arithmetic, and the
+recommendation following predicted speed."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from gputopo import models, speed
+from gputopo.cli import cli
+from gputopo.plan import Layout, Training
+
+GPT2 = models.named("gpt2")
+REF = Training(precision="fp32", batch_size=4, seq_len=1024, attention="eager")   # the reference experiment
+
+
+def plan_json(*args) -> dict:
+    r = CliRunner().invoke(cli, ["plan", "--json", *args])
+    assert r.exit_code in (0, 3), r.output
+    return json.loads(r.output)
+
+
+def test_forward_flops_are_the_blocks_attention_and_head():
+    """gpt2, 4 x 1024 tokens: 24 h^2 per token per block for the projections (QKV 6, out 2, MLP 16), 4 s h for
+    the scores and values (eager: the whole square), 2 h V for the head."""
+    T, h, L, s, V = 4096, 768, 12, 1024, 50257
+    hand = 2 * T * 12 * h * h * L + 2 * 2 * T * s * h * L + 2 * T * h * V
+    got = sum(c * 2 * M * N * K for c, M, N, K in speed.matmuls(GPT2, REF, "eager"))
+    assert got == hand
+
+
+def test_backward_doubles_and_checkpointing_adds_the_blocks_forward():
+    fwd = sum(c * 2 * M * N * K for c, M, N, K in speed.matmuls(GPT2, REF, "eager"))
+    step = sum(c * 2 * M * N * K for c, M, N, K in speed.training_matmuls(GPT2, REF, "eager"))
+    assert step == 3 * fwd
+    ckpt = Training(**{**REF.__dict__, "grad_checkpointing": True})
+    head = 2 * 4096 * 768 * 50257
+    assert sum(c * 2 * M * N * K for c, M, N, K in speed.training_matmuls(GPT2, ckpt, "eager")) == 4 * fwd - head
+
+
+def test_fused_attention_skips_the_masked_half():
+    eager = speed.matmuls(GPT2, REF, "eager")
+    sdpa = speed.matmuls(GPT2, Training(**{**REF.__dict__, "attention": "sdpa"}), "sdpa")
+    assert sdpa[-3][0] * 2 == eager[-3][0] and sdpa[:-3] == eager[:-3]
+
+
+def test_ddp_comm_is_the_ring_all_reduce_at_bus_bandwidth_plus_latency():
+    lay = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 35)
+    rates = speed.Rates(matmul_flops=1e12, mem_bytes_per_s=1e11, busbw=10e9, busbw_no_p2p=2e9, latency_s=1e-3)
+    total, exposed = speed.comm_seconds("ddp", GPT2, lay, REF, rates)
+    buckets = -(-4 * GPT2.params // speed.DDP_BUCKET)
+    assert total == pytest.approx(4 * GPT2.params / 10e9 + buckets * 1e-3)   # 2(n-1)/n = 1 for two GPUs
+    assert exposed == total                                                  # overlap 0 unless measured
+    slow, _ = speed.comm_seconds("ddp", GPT2, lay, REF, rates, p2p=False)
+    assert slow == pytest.approx(4 * GPT2.params / 2e9 + buckets * 1e-3)
+
+
+def test_unknown_gpu_gives_no_time_and_says_why():
+    lay = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 35)
+    t = speed.step("ddp", GPT2, lay, REF, speed.gpu_rates(lay, REF))
+    assert t.step_s is None and "--gpu-model" in t.basis
+
+
+def test_reference_ratio_from_the_datasheet_within_ten_percent():
+    """2x TITAN RTX, NV2: 131.4 / 101.9 s measured (docs/sources.md#benchmark); predicted from the datasheet and
+    the link model alone (benchmarks/time_accuracy.py prints the absolute times)."""
+    lay = Layout(gpus_per_node=2, gpu_mem_bytes=24 * 2 ** 30, gpu_model="TITAN RTX", link_type="NV2", link_gbps=50)
+    rates = speed.gpu_rates(lay, REF)
+    on = speed.step("ddp", GPT2, lay, REF, rates).step_s
+    off = speed.step("ddp", GPT2, lay, REF, rates, p2p=False).step_s
+    assert off / on == pytest.approx(131.4367 / 101.9003, rel=0.10)
+
+
+def test_speed_decides_zero3_over_offload_on_8_pcie_gpus_across_sockets():
+    """The fixed order put ZeRO-2 + CPU offload before ZeRO-3 on PCIe; predicted, ZeRO-3's traffic over SYS
+    costs less than CPU Adam over 7B parameters, and both times are printed."""
+    args = ("--model", "llama-2-7b", "--gpu-model", "RTX A5000", "--batch-size", "1", "--seq-len", "1024",
+            "--grad-checkpointing", "--gpus", "8", "--link", "SYS", "--cpu-mem", "1TB")
+    data = plan_json(*args)
+    t = {s["name"]: s["time"]["step_s"] for s in data["strategies"]}
+    fits = {s["name"] for s in data["strategies"] if s["fits"]}
+    assert {"zero3", "zero2_offload_cpu"} <= fits and not {"zero1", "zero2"} & fits
+    assert data["recommendation"]["strategy"] == "zero3" and t["zero3"] < t["zero2_offload_cpu"]
+    words = data["recommendation"]["reasons"][1]
+    assert f"{t['zero3']:.3f} s/step" in words and f"zero2_offload_cpu ({t['zero2_offload_cpu']:.3f} s/step)" in words
+    # Over a slow network between two nodes, the strategy that sends less wins instead.
+    slow = plan_json(*args, "--nodes", "2", "--inter-node-gbps", "0.5")
+    assert slow["recommendation"]["strategy"] != "zero3"
+
+
+def test_plan_json_time_fields_and_interconnect_ab():
+    data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-model", "TITAN RTX", "--link", "NV2", "--steps", "200")
+    for s in data["strategies"]:
+        assert set(s["time"]) == {"step_s", "compute_s", "comm_s", "exposed_comm_s", "offload_s", "optimizer_s",
+                                  "tokens_per_s", "basis", "run_s"}
+        assert s["time"]["run_s"] == pytest.approx(200 * s["time"]["step_s"])
+    ab = data["interconnect_ab"]
+    assert set(ab) == {"strategy", "link", "step_s", "step_s_without_p2p", "ratio"}
+    assert ab["strategy"] == data["recommendation"]["strategy"] and ab["link"] == "NV2"
+    assert ab["step_s_without_p2p"] > ab["step_s"] and ab["ratio"] == pytest.approx(ab["step_s_without_p2p"]
+                                                                                     / ab["step_s"])
+    assert "run_s" not in plan_json("--model", "gpt2", "--gpus", "1", "--gpu-model", "H100")["strategies"][0]["time"]
+
+
+def test_calibrated_allreduce_fit_recovers_bandwidth_and_latency():
+    from gputopo import calibrate
+    busbw, lat = 2e9, 5e-4
+    sweep = [{"bytes": b, "seconds": lat + b / busbw, "busbw_gbps": b / (lat + b / busbw) / 1e9}
+             for b in (2 ** 20, 2 ** 22, 2 ** 24)]   # 2 processes: busbw = algbw
+    got_bw, got_lat = calibrate.allreduce_fit(sweep)
+    assert got_bw == pytest.approx(busbw) and got_lat == pytest.approx(lat)
