@@ -108,3 +108,22 @@ def test_calibrated_allreduce_fit_recovers_bandwidth_and_latency():
              for b in (2 ** 20, 2 ** 22, 2 ** 24)]   # 2 processes: busbw = algbw
     got_bw, got_lat = calibrate.allreduce_fit(sweep)
     assert got_bw == pytest.approx(busbw) and got_lat == pytest.approx(lat)
+
+
+@pytest.mark.slow
+def test_calibration_times_every_shape_of_the_step():
+    """The child times the model's own matmul shapes (two copies at once, as two training processes would run)
+    and the prediction then uses those times, not the roofline."""
+    from gputopo import calibrate
+    tiny = models.ModelSpec(name="tiny", family="gpt2", params=1_000_000, hidden_size=64, layers=2, heads=2,
+                            vocab_size=512, intermediate_size=256, fused_qkv=True)
+    t = Training(precision="fp32", batch_size=2, seq_len=64, attention="sdpa")
+    req = calibrate.request(tiny, t, threads=1)
+    cal = calibrate.run(req, copies=2)
+    assert cal["copies"] == 2 and sorted(cal["matmul_seconds"]) == req["shapes"]
+    assert all(s > 0 for s in cal["matmul_seconds"].values())
+    assert cal["mem_bytes_per_s"] > 1e8 and cal["optimizer_params_per_s"] > 1e5
+    rates = calibrate.rates(cal)
+    mm = speed.matmul_seconds(speed.training_matmuls(tiny, t, "sdpa", "cpu"), rates, 4)
+    assert mm == pytest.approx(sum(c * cal["matmul_seconds"][speed.key(M, N, K)]
+                                   for c, M, N, K in speed.training_matmuls(tiny, t, "sdpa", "cpu")))
