@@ -117,7 +117,7 @@ def alignment(model, training) -> list[str]:
     return out
 
 
-def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, time=None) -> list[str]:
+def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, timed: bool = False) -> list[str]:
     """What the chosen strategy sends and what it costs, from the same figures as the table."""
     from dataclasses import replace
 
@@ -125,7 +125,7 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
             if layout.link_gbps else None)
     if layout.nodes > 1:
         link = f"the network between nodes ({layout.inter_node_gbps:g} GB/s per direction, as given)"
-    t = time.comm_s if time is not None and time.comm_s is not None else chosen.comm_seconds_per_step
+    t = chosen.comm_seconds_per_step
     sent = f"Traffic: {gib(chosen.comm_bytes_per_step)} sent per GPU per step"
     sent += f", about {t:.3f} s over {link} (latency and bus efficiency included)." if t is not None and link else (
         ". The link between the GPUs is unknown, so no time is estimated: give --link (e.g. NV12, PHB).")
@@ -138,7 +138,7 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
                "ZeRO-1/2 reduce-scatter gradients and all-gather parameters, what DDP's all-reduce moves, in"
                f" {'16-bit' if training.value_bytes == 2 else 'fp32'} where DDP all-reduces fp32 gradients")
         out.append(f"That is {ratio:.2f}x DDP's {gib(ddp.comm_bytes_per_step)}: {how}.")
-    if layout.link_type and not fast_link and layout.nodes == 1 and (time is None or time.step_s is None):
+    if layout.link_type and not fast_link and layout.nodes == 1 and not timed:
         z3 = by_name.get("zero3")
         out.append(f"On {layout.link_type} the strategy that communicates less wins"
                    + (f": ZeRO-3's {gib(z3.comm_bytes_per_step)} per step ranks it after ZeRO-2 with CPU offload."
@@ -169,9 +169,8 @@ def by_speed(strategies, times: dict, order: tuple) -> list[str] | None:
     if not fit or any(times.get(n) is None or times[n].step_s is None for n in fit):
         return None
     fastest = min(times[n].step_s for n in fit)
-    rank = {n: i for i, n in enumerate(order)}
-    return sorted(fit, key=lambda n: (times[n].step_s > fastest * (1 + TIE), times[n].step_s if
-                                      times[n].step_s > fastest * (1 + TIE) else rank.get(n, 99)))
+    ties = [n for n in order if n in fit and times[n].step_s <= fastest * (1 + TIE)]
+    return ties + sorted((n for n in fit if n not in ties), key=lambda n: times[n].step_s)
 
 
 def speed_words(ranked: list[str], times: dict) -> str:
@@ -218,7 +217,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
         reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed"
                        " (HF's DeepSpeed decision tree).")
     elif layout.gpus > 1:
-        reasons += traffic_words(chosen, by_name, model, layout, training, fast_link, (times or {}).get(chosen.name))
+        reasons += traffic_words(chosen, by_name, model, layout, training, fast_link, bool(ranked))
     if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
         reasons.append(f"Loading: every rank first builds the fp32 weights on the host ({gib(chosen.cpu_bytes)} with"
                        f" DeepSpeed's 1.5x margin, {gib(layout.cpu_mem_bytes)} here): load with low_cpu_mem_usage=True"

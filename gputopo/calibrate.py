@@ -25,7 +25,7 @@ def request(model, training, threads: int | None = None) -> dict:
     from .speed import key, training_matmuls
     shapes = sorted({key(M, N, K) for _, M, N, K in training_matmuls(model, training, training.attention)})
     return {"shapes": shapes, "precision": training.precision, "optimizer": training.optimizer,
-            "params": model.params, "threads": threads}
+            "threads": threads}
 
 
 def run(req: dict, copies: int = 1, timeout: float = 600) -> dict:
@@ -78,7 +78,7 @@ def allreduce_fit(sweep: list[dict]) -> tuple[float, float]:
     return 1 / slope, latency
 
 
-def rates(cal: dict, *, sweep: list[dict] | None = None, host: dict | None = None):
+def rates(cal: dict, *, sweep: list[dict] | None = None):
     """speed.Rates from a calibration (and an all-reduce sweep, when there is one)."""
     from .speed import Rates
     busbw, latency = allreduce_fit(sweep) if sweep else (None, 0.0)
@@ -92,8 +92,7 @@ def rates(cal: dict, *, sweep: list[dict] | None = None, host: dict | None = Non
     basis["summary"] = f"calibrated on this machine ({device})"
     return Rates(matmul_flops=cal["matmul_flops"], mem_bytes_per_s=cal["mem_bytes_per_s"], busbw=busbw,
                  busbw_no_p2p=busbw, inter_node=busbw, latency_s=latency,
-                 host_link=cal.get("host_link"), cpu_adam=cal.get("cpu_adam_params_per_s"),
-                 overlap=0.0, matmul_seconds=cal["matmul_seconds"],
+                 matmul_seconds=cal["matmul_seconds"],
                  optimizer_params_per_s=cal["optimizer_params_per_s"], basis=basis)
 
 

@@ -96,7 +96,7 @@ class Strategy:
     cpu_bytes: int
     nvme_bytes: int
     comm_bytes_per_step: int
-    comm_seconds_per_step: float | None
+    comm_seconds_per_step: float | None       # gputopo.speed's comm_s (latency and bus efficiency)
     peak: dict = field(default_factory=dict)   # the worst phase of the step and what it holds
     nvidia_smi_bytes: int = 0                  # total + the allocator's reserve: what nvidia-smi will show
     fits: bool = False
@@ -197,7 +197,6 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
     """Every strategy for this model, layout and setup, with its memory, traffic and whether it fits."""
     if lay.gpus < 1:
         raise BadInput("the layout has no GPU: give --gpus N (1 or more)")
-    gbps = lay.link_gbps if lay.nodes == 1 else min(lay.link_gbps or lay.inter_node_gbps, lay.inter_node_gbps)
     out = []
     for name in STRATEGIES:
         if name == "single" and lay.gpus > 1:
@@ -211,8 +210,9 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         # The gradients are all alive only from the end of backward; the peak phase holds pk["gradients"].
         per["total"] = states["weights"] + states["optimizer"] + per["overhead"] + pk["bytes"]
         comm = comm_bytes(name, m, lay, t)
-        st = Strategy(name, per, int(cpu), int(nvme), comm, round(comm / (gbps * 1e9), 4) if gbps and comm else
-                      (0.0 if comm == 0 else None), peak=pk, nvidia_smi_bytes=per["total"] + ALLOCATOR_RESERVE_BYTES)
+        # comm_seconds_per_step is gputopo.speed's (report.plan_for fills it): one owner for time.
+        st = Strategy(name, per, int(cpu), int(nvme), comm, None, peak=pk,
+                      nvidia_smi_bytes=per["total"] + ALLOCATOR_RESERVE_BYTES)
         if per["total"] > HEADROOM * lay.gpu_mem_bytes:
             st.short_bytes["gpu"] = int(per["total"] - HEADROOM * lay.gpu_mem_bytes)
             st.why_not.append(f"needs {gib(per['total'])} per GPU of {gib(lay.gpu_mem_bytes)}"

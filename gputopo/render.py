@@ -193,7 +193,7 @@ def step_times(data: dict) -> str:
     runs = any("run_s" in s["time"] for s in data["strategies"])
     rows = [[s["name"], _s(t["step_s"]), _s(t["compute_s"]),
              f"{_s(t['comm_s'])} ({_s(t['exposed_comm_s'])})" if t["comm_s"] else "-", _s(t["offload_s"]) if
-             t["offload_s"] else "-", _s(t["optimizer_s"]),
+             t["offload_s"] != 0 else "-", _s(t["optimizer_s"]),
              f"{t['tokens_per_s']:,.0f}" if t["tokens_per_s"] else "?"] + ([_s(t.get("run_s"))] if runs else [])
             for s in data["strategies"] for t in [s["time"]]]
     out = ["Predicted step time (per optimizer step):",

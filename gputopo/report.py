@@ -86,6 +86,8 @@ def plan_for(req, *, rates=None, steps: int | None = None) -> dict:
     strategies = all_strategies(model, layout, training)
     rates = rates or speed.gpu_rates(layout, training)
     times = {s.name: speed.step(s.name, model, layout, training, rates, steps=steps) for s in strategies}
+    for s in strategies:
+        s.comm_seconds_per_step = times[s.name].comm_s
     fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
     advice = advise.from_plan(model, layout, training, strategies, fast, req.global_batch, times)
     rows = [{**s.to_dict(), "time": times[s.name].to_dict()} for s in strategies]

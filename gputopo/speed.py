@@ -75,11 +75,6 @@ class Time:
         return d
 
 
-def unknown(why: str) -> Time:
-    """A step that cannot be predicted, and why."""
-    return Time(None, None, None, None, None, None, None, why)
-
-
 def matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[int, int, int, int]]:
     """The forward matmuls of one micro-step: (count, M, N, K) for out[M, N] = a[M, K] @ b[K, N]."""
     x = memory.shape(m, t)
@@ -232,10 +227,11 @@ def offload_seconds(name: str, m, lay, t, rates: Rates) -> float | None:
 def step(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, steps: int | None = None,
          device: str = "cuda") -> Time:
     """One optimizer step of one strategy (all micro-steps of gradient accumulation)."""
-    if rates.matmul_flops is None and not rates.matmul_seconds:
-        return unknown(rates.basis.get("device", "device unknown"))
-    compute = t.grad_accum * compute_seconds(m, t, t.attention, rates, device, name)
     comm, exposed = comm_seconds(name, m, lay, t, rates, p2p)
+    if rates.matmul_flops is None and not rates.matmul_seconds:  # the link alone still times the traffic
+        return Time(None, None, comm, exposed, None if "offload" in name else 0.0, None, None,
+                    rates.basis.get("device", "device unknown"))
+    compute = t.grad_accum * compute_seconds(m, t, t.attention, rates, device, name)
     off = offload_seconds(name, m, lay, t, rates)
     opt = optimizer_seconds(name, m, lay, t, rates)
     if exposed is None or off is None:
@@ -245,11 +241,6 @@ def step(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, steps: int | N
     tokens = t.batch_size * t.seq_len * t.grad_accum * lay.gpus
     return Time(total, compute, comm, exposed, off, opt, tokens / total, rates.basis.get("summary", ""),
                 run_s=total * steps if steps else None)
-
-
-def without_p2p(name: str, m, lay, t, rates: Rates, device: str = "cuda") -> Time:
-    """The same strategy with NCCL_P2P_DISABLE=1: what bench-nvlink's second arm measures."""
-    return step(name, m, lay, t, rates, p2p=False, device=device)
 
 
 # ---- a GPU's rates from its datasheet (gputopo.datasheets) ---------------------------------------------------
@@ -271,38 +262,36 @@ NCCL_LATENCY_S = 10e-6         # an 8-byte all-reduce between 2 GPUs: 7.2 us (NV
 # (gpt2, 0.22 s/step, 16 host cores) is almost all CPU Adam (docs/measurements/h100-2026-11.md).
 CPU_ADAM_PARAMS_PER_S = 124e6 / 0.2
 HOST_LINK_PCIE = 0.8           # pinned host<->device copies reach ~80 % of the PCIe link
-NVME_BYTES_PER_S = 2e9         # one PCIe gen3/4 NVMe drive under DeepSpeed's aio, unless --nvme-gbps
+NVME_BYTES_PER_S = 2e9         # one PCIe gen3/4 NVMe drive under DeepSpeed's aio
 
 
-def gpu_rates(lay, t, nvme_gbps: float | None = None) -> Rates:
-    """The layout's GPU at its datasheet peaks, scaled by the efficiencies above; what is unknown stays None."""
+def gpu_rates(lay, t) -> Rates:
+    """The layout's GPU at its datasheet peaks and its links, scaled by the efficiencies above; what is unknown
+    stays None (the link alone still times the traffic when the GPU model is not known)."""
     from .datasheets import PEAKS
     from .gpus import lookup
+    from .topology import PCIE_LANE_GBPS
+    link, nv = lay.link_gbps, (lay.link_type or "").startswith("NV")
+    busbw = link * (NVLINK_BUSBW if nv else PCIE_P2P_BUSBW) * 1e9 if link else None
+    links = dict(busbw=busbw, inter_node=lay.inter_node_gbps * 1e9, latency_s=NCCL_LATENCY_S)
+    basis = {"link": f"{lay.link_type}: {NVLINK_BUSBW if nv else PCIE_P2P_BUSBW:.0%} of {link:g} GB/s per direction"
+                     if link else "link unknown"}
     g = lookup(lay.gpu_model)
     sheet = PEAKS.get(g.key) if g else None
     if sheet is None:
-        return Rates(None, None, basis={"device": "GPU model unknown: give --gpu-model to predict step times"})
+        return Rates(None, None, **links,
+                     basis={"device": "GPU model unknown: give --gpu-model to predict step times", **basis})
     peak = sheet["fp32"] if t.precision == "fp32" else sheet["b16"] or sheet["fp32"]
     gen, lanes = sheet["pcie"] or (None, None)
-    pcie = PCIE_GBPS_PER_LANE.get(gen, 0) * (lanes or 0) or None
-    link = lay.link_gbps
-    nv = (lay.link_type or "").startswith("NV")
-    busbw = (link * (NVLINK_BUSBW if nv else PCIE_P2P_BUSBW)) if link else None
-    shm = pcie * SHM_BUSBW if pcie else None
+    pcie = PCIE_LANE_GBPS.get(gen, 0) * (lanes or 0) * 1e9 or None
     what = "fp32 CUDA cores" if t.precision == "fp32" else "16-bit tensor cores"
     basis = {"device": f"{g.key}: {peak:g} TFLOPS ({what}), {sheet['mem_gbps']:g} GB/s, datasheet ({sheet['source']})",
              "matmul": f"{GEMM_EFFICIENCY:.0%} of the peak", "memory": f"{MEMORY_EFFICIENCY:.0%} of the bandwidth",
-             "link": f"{lay.link_type}: {NVLINK_BUSBW if nv else PCIE_P2P_BUSBW:.0%} of {link:g} GB/s per direction"
-                     if link else "link unknown",
-             "no_p2p": f"through host memory: {SHM_BUSBW:.0%} of PCIe gen{gen} x{lanes}" if shm else
-                       "unknown",
+             **basis,
+             "no_p2p": f"through host memory: {SHM_BUSBW:.0%} of PCIe gen{gen} x{lanes}" if pcie else "unknown",
              "summary": f"{g.key} datasheet x efficiencies (docs/sources.md#step-time)"}
     return Rates(matmul_flops=peak * 1e12 * GEMM_EFFICIENCY,
-                 mem_bytes_per_s=sheet["mem_gbps"] * 1e9 * MEMORY_EFFICIENCY,
-                 busbw=busbw * 1e9 if busbw else None, busbw_no_p2p=shm * 1e9 if shm else None,
-                 inter_node=lay.inter_node_gbps * 1e9, latency_s=NCCL_LATENCY_S,
-                 host_link=pcie * 1e9 * HOST_LINK_PCIE if pcie else None, cpu_adam=CPU_ADAM_PARAMS_PER_S,
-                 nvme=nvme_gbps * 1e9 if nvme_gbps else NVME_BYTES_PER_S, basis=basis)
-
-
-PCIE_GBPS_PER_LANE = {3: 0.985, 4: 1.969, 5: 3.938}
+                 mem_bytes_per_s=sheet["mem_gbps"] * 1e9 * MEMORY_EFFICIENCY, **links,
+                 busbw_no_p2p=pcie * SHM_BUSBW if pcie else None,
+                 host_link=pcie * HOST_LINK_PCIE if pcie else None, cpu_adam=CPU_ADAM_PARAMS_PER_S,
+                 nvme=NVME_BYTES_PER_S, basis=basis)
