@@ -34,6 +34,7 @@ def parse_args(argv=None):
     ap.add_argument("--dataset", default="synthetic",
                     help="auto, synthetic, wikitext-2-raw-v1 (local cache only) or a .txt file")
     ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--grad-checkpointing", action="store_true", help="recompute the blocks' activations in backward")
     ap.add_argument("--deepspeed", metavar="CONFIG", help="train through deepspeed.initialize with this config")
     ap.add_argument("--hf-trainer", action="store_true",
                     help="train through the HF Trainer (with --deepspeed: its config)")
@@ -345,6 +346,8 @@ def main(argv=None) -> int:
               "env": {"NCCL_P2P_DISABLE": os.environ.get("NCCL_P2P_DISABLE")}}
     if args.train:
         model, what = build_model(args.model)
+        if args.grad_checkpointing:
+            model.gradient_checkpointing_enable()
         vocab = model.config.vocab_size
         seq = min(args.seq_len, getattr(model.config, "n_positions", None)
                   or getattr(model.config, "max_position_embeddings", args.seq_len))

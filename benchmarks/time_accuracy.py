@@ -1,0 +1,205 @@
+"""Predicted vs measured step time: real training runs on this machine, and the reference experiment.
+
+Run: .venv/bin/python benchmarks/time_accuracy.py [--only NAME ...] [--list] [--save JSON] [--load JSON]
+
+Part 1, this machine (CPU, gloo). Each case is a causal LM built by transformers from a tiny config written to
+a temp folder (random weights), trained by `torchrun -m gputopo.worker` exactly as `bench-nvlink` trains
+(plain DDP under torch.autocast, or deepspeed.initialize with the config `gputopo deepspeed-config` writes).
+Two processes get one thread each (OMP_NUM_THREADS = cores / processes), one process gets both cores.
+Measured: the median step after warm-up. Predicted: gputopo.speed.step for the same strategy, with this
+machine's rates from gputopo.calibrate (the model's own matmul shapes, elementwise bandwidth, the optimizer,
+timed in as many concurrent processes as the run has) and, for two processes, the bus bandwidth and latency
+fitted to an all-reduce sweep run right after training in the same process group. Target: within 15 %.
+The cases run interleaved as listed, each with a calibration just before it: a shared machine drifts.
+
+Part 2, the reference experiment (docs/sources.md#benchmark): 2x TITAN RTX with NV2, gpt2, 4 x 1024 tokens per
+GPU, fp32, eager attention, 200 steps; 101.9 s with NVLink, 131.4 s with NCCL_P2P_DISABLE=1 (HF's
+perf_train_gpu_many page). Predicted from the TITAN RTX's datasheet (gputopo/datasheets.py) and the link model
+(docs/sources.md#busbw); nothing is fitted to these two numbers. Targets: 15 % each time, 10 % the ratio.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gputopo import calibrate, models, speed
+from gputopo.plan import Layout, Training
+from gputopo.worker import RESULT
+
+TARGET = 0.15
+CORES = 2   # the cores the runs share (this project's CI machine); --cores to change
+GPT2 = dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+# Families: GPT-2 (fused QKV, GeLU MLP, tied head), Llama (GQA, SwiGLU, untied), Qwen2 (QKV bias, tied, big vocab).
+CONFIGS = {
+    "gpt2-h256-L4": dict(GPT2, n_embd=256, n_layer=4, n_head=4, vocab_size=8192, n_positions=512),
+    "gpt2-h384-L6": dict(GPT2, n_embd=384, n_layer=6, n_head=6, vocab_size=8192, n_positions=512),
+    "llama-h256-L4": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=256,
+                          intermediate_size=688, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                          vocab_size=8192, max_position_embeddings=512),
+    "qwen2-h256-L4": dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=256,
+                          intermediate_size=704, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                          vocab_size=16384, tie_word_embeddings=True, max_position_embeddings=512),
+}
+# (config, processes, strategy, precision, checkpointing, batch, seq)
+CASES = [
+    ("gpt2-h256-L4", 1, "single", "fp32", False, 4, 256),
+    ("gpt2-h256-L4", 2, "ddp", "fp32", False, 4, 256),
+    ("gpt2-h256-L4", 2, "ddp", "fp32", True, 4, 256),
+    ("gpt2-h384-L6", 2, "ddp", "bf16", False, 2, 256),
+    ("llama-h256-L4", 1, "single", "fp32", True, 4, 256),
+    ("llama-h256-L4", 2, "ddp", "fp32", False, 4, 256),
+    ("qwen2-h256-L4", 2, "ddp", "fp32", False, 4, 256),
+    ("gpt2-h256-L4", 2, "zero1", "fp32", False, 4, 256),
+    ("llama-h256-L4", 2, "zero2", "fp32", False, 4, 256),
+    ("qwen2-h256-L4", 2, "zero3", "fp32", False, 4, 256),
+    ("gpt2-h256-L4", 2, "zero3", "fp32", True, 4, 256),
+    ("gpt2-h256-L4", 2, "zero2_offload_cpu", "bf16", False, 4, 256),
+    ("llama-h256-L4", 2, "zero3_offload_cpu", "bf16", False, 4, 256),
+]
+# What `gputopo deepspeed-config` is asked for each DeepSpeed strategy.
+DS_ARGS = {"zero1": ["--stage", "1"], "zero2": ["--stage", "2"], "zero3": ["--stage", "3"],
+           "zero2_offload_cpu": ["--stage", "2", "--offload", "cpu"],
+           "zero3_offload_cpu": ["--stage", "3", "--offload", "cpu"]}
+SWEEP = [2 ** k for k in range(16, 25, 2)]     # 64 KiB .. 16 MiB: the bucket sizes the runs send
+
+
+def label(case) -> str:
+    name, n, strategy, precision, ckpt, batch, seq = case
+    return f"{name} {strategy} x{n} {precision}{' ckpt' if ckpt else ''} {batch}x{seq}"
+
+
+def bin_path(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def run_case(case, folder: Path, steps: int, cores: int) -> dict:
+    """Calibrate, train, and predict one case; the raw figures, so --load can recompute the comparison."""
+    name, n, strategy, precision, ckpt, batch, seq = case
+    model_dir = folder / name
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps(CONFIGS[name]))
+    spec = models.from_path(str(model_dir))
+    t = Training(precision=precision, batch_size=batch, seq_len=seq, grad_checkpointing=ckpt)
+    threads = max(1, cores // n)
+    cal = calibrate.run(calibrate.request(spec, t, threads), copies=n)
+    cmd = [bin_path("torchrun"), "--standalone", "--nproc_per_node", str(n), "-m", "gputopo.worker",
+           "--model", str(model_dir), "--steps", str(steps), "--warmup-steps", "3", "--batch-size", str(batch),
+           "--seq-len", str(seq), "--precision", precision, "--dataset", "synthetic"]
+    cmd += ["--grad-checkpointing"] if ckpt else []
+    cmd += ["--allreduce-sizes", ",".join(map(str, SWEEP))] if n > 1 else []
+    if strategy in DS_ARGS:
+        cfg = folder / f"ds-{strategy}-{precision}.json"
+        subprocess.run([bin_path("gputopo"), "deepspeed-config", *DS_ARGS[strategy], "--no-hf", "--model",
+                        str(model_dir), "--precision", precision, "--batch-size", str(batch), "--gpus", str(n),
+                        "-o", str(cfg), "--force"], check=True, capture_output=True, text=True)
+        cmd += ["--deepspeed", str(cfg)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=folder)
+    lines = [json.loads(l.split(RESULT, 1)[1]) for l in proc.stdout.splitlines() if RESULT in l]
+    if not lines:
+        raise SystemExit(f"{label(case)}: the run failed:\n{proc.stderr[-3000:]}")
+    return {"case": list(case), "calibration": cal, "result": lines[0]}
+
+
+def compare(raw: dict) -> dict:
+    """Prediction (from the raw calibration and sweep) next to the measured median step."""
+    name, n, strategy, precision, ckpt, batch, seq = raw["case"]
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "config.json").write_text(json.dumps(CONFIGS[name]))
+        spec = models.from_path(d)
+    t = Training(precision=precision, batch_size=batch, seq_len=seq, grad_checkpointing=ckpt)
+    res = raw["result"]
+    rates = calibrate.rates(raw["calibration"], sweep=res.get("allreduce"))
+    lay = Layout(gpus_per_node=n, gpu_mem_bytes=2 ** 34)
+    p = speed.step(strategy, spec, lay, t, rates, device="cpu")
+    measured = res["step_time_s"]["median"]
+    if p.step_s is None:
+        raise SystemExit(f"{label(raw['case'])}: no prediction ({p.basis})")
+    return {"case": label(raw["case"]), "predicted": p.step_s, "measured": measured,
+            "spread": (res["step_time_s"]["p10"], res["step_time_s"]["p90"]), "error": p.step_s / measured - 1,
+            "parts": p, "busbw": rates.busbw, "latency": rates.latency_s}
+
+
+def reference() -> list[tuple]:
+    """The reference experiment, from the datasheet and the link model."""
+    gpt2 = models.named("gpt2")
+    t = Training(precision="fp32", batch_size=4, seq_len=1024, attention="eager")
+    lay = Layout(gpus_per_node=2, gpu_mem_bytes=24 * 2 ** 30, gpu_model="TITAN RTX", link_type="NV2", link_gbps=50)
+    rates = speed.gpu_rates(lay, t)
+    on = speed.step("ddp", gpt2, lay, t, rates, steps=200)
+    off = speed.step("ddp", gpt2, lay, t, rates, p2p=False, steps=200)
+    rows = [("200 steps with NVLink (NV2)", on.run_s, 101.9003), ("200 steps, NCCL_P2P_DISABLE=1", off.run_s, 131.4367),
+            ("ratio", off.step_s / on.step_s, 131.4367 / 101.9003)]
+    return rows, rates.basis, (on, off)
+
+
+def print_reference() -> float:
+    rows, basis, (on, off) = reference()
+    print("\nThe reference experiment: 2x TITAN RTX, NV2, gpt2, 4 x 1024 tokens per GPU, fp32, eager, DDP")
+    print(f"  {'':32} {'predicted':>10} {'measured':>10} {'error':>8}")
+    worst = 0.0
+    for what, p, m in rows:
+        err = p / m - 1
+        worst = max(worst, abs(err))
+        unit = "" if what == "ratio" else " s"
+        print(f"  {what:32} {p:>8.3f}{unit:2} {m:>8.3f}{unit:2} {err:>+8.1%}")
+    for part in ("compute_s", "exposed_comm_s", "optimizer_s"):
+        print(f"  per step, {part[:-2]:>13}: {getattr(on, part):.3f} s with NVLink, {getattr(off, part):.3f} s without")
+    print("  figures: measured times from HF's perf_train_gpu_many page (docs/sources.md#benchmark);")
+    for k, v in basis.items():
+        print(f"    {k}: {v}")
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", help="cases whose label contains any of these words")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--steps", type=int, default=10, help="steps per run (3 of them warm-up)")
+    ap.add_argument("--cores", type=int, default=CORES, help="cores the processes share")
+    ap.add_argument("--save", metavar="JSON", help="also write the raw runs here")
+    ap.add_argument("--load", metavar="JSON", help="compare runs saved by --save (nothing is run)")
+    ap.add_argument("--reference-only", action="store_true")
+    args = ap.parse_args()
+    cases = [c for c in CASES if not args.only or any(w in label(c) for w in args.only)]
+    if args.list:
+        print("\n".join(label(c) for c in cases))
+        return 0
+    worst_ref = print_reference()
+    if args.reference_only:
+        return 0
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))  # this venv's own
+    if args.load:
+        raws = [r for r in json.loads(Path(args.load).read_text()) if tuple(r["case"]) in cases]
+    else:
+        raws = []
+        with tempfile.TemporaryDirectory() as d:
+            for case in cases:
+                t0 = time.perf_counter()
+                raws.append(run_case(case, Path(d), args.steps, args.cores))
+                print(f"  ran {label(case)} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        if args.save:
+            Path(args.save).write_text(json.dumps(raws, indent=1))
+    rows = [compare(r) for r in raws]
+    print(f"\nThis machine: {os.cpu_count()} cores, CPU twin (gloo), median step after 3 warm-up steps")
+    print(f"  {'case':44} {'predicted':>9} {'measured':>9} {'p10-p90':>13} {'error':>7}  parts (compute/comm/opt)")
+    for r in rows:
+        p = r["parts"]
+        print(f"  {r['case']:44} {r['predicted']:>9.3f} {r['measured']:>9.3f} "
+              f"{r['spread'][0]:>6.3f}-{r['spread'][1]:<6.3f} {r['error']:>+7.1%}  "
+              f"{p.compute_s:.3f}/{p.exposed_comm_s:.3f}/{p.optimizer_s + (p.offload_s or 0):.3f}")
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    errors = [abs(r["error"]) for r in rows]
+    print(f"\nworst error: {worst['error']:+.1%} ({worst['case']}); median |error| {statistics.median(errors):.1%};"
+          f" {sum(e <= TARGET for e in errors)}/{len(rows)} within {TARGET:.0%}")
+    print(f"reference: worst {worst_ref:.1%}")
+    return 0 if max(errors) <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
