@@ -438,7 +438,8 @@ def run(o: Options, link: dict | None, save, progress) -> dict:
            "nproc": o.nproc, "nnodes": o.nnodes, "model": None, "dataset": None, "link": link,
            "settings": {"steps": o.steps, "warmup_steps": o.warmup_steps, "batch_size": o.batch_size,
                         "seq_len": o.seq_len, "precision": o.precision, "repeat": o.repeat, "dataset": o.dataset},
-           "runs": [], "comparison": None, "speedup": None, "allreduce": [], "reference": REFERENCE,
+           "runs": [], "comparison": None, "speedup": None, "allreduce": [], "predicted_ratio": None,
+           "reference": REFERENCE,
            "log_dir": str(log_root), "notes": list(o.notes), "complete": False, "error": None}
     if o.device == "cpu":
         out["notes"].append("no GPU: CPU processes with gloo, which ignores NCCL_P2P_DISABLE; both arms still run"
@@ -451,7 +452,7 @@ def run(o: Options, link: dict | None, save, progress) -> dict:
         return run_child(label, torchrun_command(o, f"gputopo-{stamp}-{rdzv}", str(arm_dir))
                          + worker_args(o, train, sizes), child_env(o, value), o.timeout, progress, arm_dir)
     try:
-        _arms(o, out, child, link, save)
+        _arms(o, out, child, link, save, progress)
     except BenchmarkFailed as e:
         out["error"] = str(e).splitlines()[0]
         save(out)
@@ -461,8 +462,56 @@ def run(o: Options, link: dict | None, save, progress) -> dict:
     return out
 
 
-def _arms(o: Options, out: dict, child, link: dict | None, save) -> None:
+def calibration(o: Options, progress) -> tuple[object, object, dict | None, str | None]:
+    """(model, training, this machine's calibration, why there is none) for the step-time prediction, timed
+    before the arms in as many processes as each arm runs (gputopo.calibrate)."""
+    from . import calibrate, models
+    from .errors import GputopoError
+    from .plan import Training
+    try:
+        spec = models.resolve(o.model, None, None, None)
+    except GputopoError as e:
+        return None, None, None, f"no prediction: {e}"
+    seq = min(o.seq_len, spec.max_positions) if spec.max_positions and not spec.rotary else o.seq_len
+    t = Training(precision=o.precision, batch_size=o.batch_size, seq_len=seq)
+    threads = int(child_env(o, None)["OMP_NUM_THREADS"])
+    progress("calibrating", f"timing {spec.name}'s step parts in {o.nproc} process(es) for the prediction")
+    try:
+        cal = calibrate.run(calibrate.request(spec, t, threads, device=o.device), copies=o.nproc,
+                            env=child_env(o, None))
+    except GputopoError as e:
+        return spec, t, None, f"no prediction: {e}"
+    return spec, t, cal, None
+
+
+def predict(o: Options, out: dict, spec, t, cal: dict) -> None:
+    """Each arm's predicted step (DDP, as the worker trains) from the calibration and that arm's all-reduce
+    sweep; their ratio. Without a sweep (--train-only) the link's rate is unknown: no prediction."""
+    from . import calibrate, speed
+    from .plan import Layout
+    lay = Layout(gpus_per_node=o.nproc, gpu_mem_bytes=0, nodes=o.nnodes)
+    preds, basis = {}, {}
+    for run in out["runs"]:
+        p2p = run["env"]["NCCL_P2P_DISABLE"] is None
+        sweep = [r for r in out["allreduce"] if r["p2p"] == p2p]
+        if not sweep:
+            out["notes"].append("no prediction: --train-only skips the all-reduce sweep the link's rate comes from")
+            return
+        rates = calibrate.rates(cal, sweep=sweep)
+        time = speed.step("ddp", spec, lay, t, rates, device=o.device)
+        run["predicted_step_s"] = time.step_s
+        run["prediction"] = time.to_dict()
+        preds[p2p], basis[p2p] = time.step_s, rates.basis
+    if preds.get(True) and preds.get(False):
+        out["predicted_ratio"] = preds[False] / preds[True]
+        out["prediction_basis"] = basis[True]
+
+
+def _arms(o: Options, out: dict, child, link: dict | None, save, progress=None) -> None:
     if o.train:
+        spec, t, cal, why = calibration(o, progress or (lambda *a: None))
+        if why:
+            out["notes"].append(why)
         per_arm: dict[str, list[dict]] = {label: [] for label, _ in ARMS}
         for rep in range(o.repeat):  # interleaved, so drift hits both arms alike
             for label, value in ARMS:
@@ -485,3 +534,6 @@ def _arms(o: Options, out: dict, child, link: dict | None, save) -> None:
                 out["allreduce"].append({**r, "p2p": value is None,
                                          "busbw_fraction_of_theoretical": r["busbw_gbps"] / theo if theo else None})
             save(out)
+    if o.train and cal:
+        predict(o, out, spec, t, cal)
+        save(out)

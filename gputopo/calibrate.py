@@ -7,12 +7,15 @@ the training processes will have (OMP_NUM_THREADS), and prints one result line.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from .errors import BenchmarkFailed
 
@@ -20,23 +23,44 @@ RESULT = "GPUTOPO_CALIBRATE "
 SECONDS = 3.0           # the whole calibration's budget, shared among the shapes
 
 
-def request(model, training, threads: int | None = None) -> dict:
-    """What the child times: every distinct matmul shape of the step, in the compute dtype."""
-    from .speed import key, training_matmuls
-    shapes = sorted({key(M, N, K) for _, M, N, K in training_matmuls(model, training, training.attention)})
-    return {"shapes": shapes, "precision": training.precision, "optimizer": training.optimizer,
-            "threads": threads}
+COLD_BYTES = 2 ** 27    # tensors cycled through per elementwise size: more than a CPU's last-level cache
+LARGEST = 2 ** 24       # elementwise rates level off beyond a few caches' worth: bigger ops are timed at this size
 
 
-def run(req: dict, copies: int = 1, timeout: float = 600) -> dict:
+def request(model, training, threads: int | None = None, device: str = "cpu", cpu_adam: bool = False,
+            half_weights: bool = False, sweep: list[int] | None = None) -> dict:
+    """What the child times: every distinct matmul shape of the step in the compute dtype, elementwise
+    kernels at the sizes of the step's elementwise ops (a CPU's caches make small ones faster), and, when
+    transformers can build the model, its first block and its head at the step's shape. half_weights:
+    the weights themselves are 16-bit (DeepSpeed's bf16), else mixed precision is torch.autocast."""
+    from .errors import BadInput
+    from .models import hf_config
+    try:
+        config = hf_config(model)
+    except BadInput:   # not a causal LM gputopo can rebuild: the op-by-op model alone
+        config = None
+    from .speed import elementwise_ops, key, training_matmuls
+    shapes = sorted({key(M, N, K) for _, M, N, K in training_matmuls(model, training, training.attention, device)})
+    block, head = elementwise_ops(model, training, training.attention, device)
+    sizes = sorted({min(int(op[1]), LARGEST) for op in block + head} | {min(model.params, LARGEST)})
+    return {"shapes": shapes, "sizes": sizes, "precision": training.precision, "optimizer": training.optimizer,
+            "threads": threads, "cpu_adam": cpu_adam, "config": config, "batch_size": training.batch_size,
+            "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
+            "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep}
+
+
+def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = None) -> dict:
     """Calibrate in `copies` children at once, as many as the training will run on this machine, so the
-    rates are those the processes reach while sharing its cores, caches and memory; averaged over them."""
-    env = dict(os.environ)
+    rates are those the processes reach while sharing its cores, caches and memory; averaged over them.
+    Each child gets its LOCAL_RANK: on GPUs each times its own device, as each training process would."""
+    env = dict(env or os.environ)
     if req.get("threads"):
         env["OMP_NUM_THREADS"] = str(req["threads"])
-    cmd = [sys.executable, "-m", "gputopo.calibrate", json.dumps(req)]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(copies)]
+    barrier = tempfile.TemporaryDirectory(prefix="gputopo-calibrate-")
+    cmd = [sys.executable, "-m", "gputopo.calibrate",
+           json.dumps({**req, "barrier": barrier.name, "copies": copies, "port": free_port()})]
+    procs = [subprocess.Popen(cmd, env={**env, "LOCAL_RANK": str(i), "RANK": str(i)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(copies)]
     results = []
     try:
         for proc in procs:
@@ -52,16 +76,31 @@ def run(req: dict, copies: int = 1, timeout: float = 600) -> dict:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
+        barrier.cleanup()
     return average(results)
 
 
+def free_port() -> int:
+    """A TCP port free on this host now, for the copies' all-reduce sweep."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def average(results: list[dict]) -> dict:
-    """One calibration from several children's: each time and rate averaged."""
+    """One calibration from several children's: each time and rate averaged (the sweep is rank 0's)."""
     out = dict(results[0], copies=len(results))
     out["matmul_seconds"] = {k: statistics.fmean(r["matmul_seconds"][k] for r in results)
                              for k in results[0]["matmul_seconds"]}
-    for k in ("matmul_flops", "mem_bytes_per_s", "optimizer_params_per_s"):
-        out[k] = statistics.fmean(r[k] for r in results)
+    for k in ("matmul_flops", "mem_bytes_per_s", "optimizer_params_per_s", "cpu_adam_params_per_s"):
+        out[k] = statistics.fmean(r[k] for r in results) if results[0].get(k) else None
+    out["cpu_adam_params_per_s"] = out["cpu_adam_params_per_s"] and out["cpu_adam_params_per_s"] * len(results)
+    out["allreduce"] = next((r["allreduce"] for r in results if r.get("allreduce")), None)
+    if results[0].get("sampled"):
+        out["sampled"] = {k: statistics.fmean(r["sampled"][k] for r in results) for k in results[0]["sampled"]}
+    out["elementwise"] = {n: {kind: statistics.fmean(r["elementwise"][n][kind] for r in results)
+                              for kind in ("stream", "math")} for n in results[0]["elementwise"]}
     return out
 
 
@@ -81,25 +120,91 @@ def allreduce_fit(sweep: list[dict]) -> tuple[float, float]:
 def rates(cal: dict, *, sweep: list[dict] | None = None):
     """speed.Rates from a calibration (and an all-reduce sweep, when there is one)."""
     from .speed import Rates
+    sweep = sweep or cal.get("allreduce")
     busbw, latency = allreduce_fit(sweep) if sweep else (None, 0.0)
     device = f"{cal['device']}, {cal['threads']} thread(s)" if cal["device"] == "cpu" else cal["device"]
     basis = {"device": device, "matmul": f"calibrated: the model's {len(cal['matmul_seconds'])} matmul shapes timed"
                                          f" on {device}",
-             "memory": f"calibrated: {cal['mem_bytes_per_s'] / 1e9:.1f} GB/s through elementwise kernels",
+             "memory": f"calibrated: elementwise kernels at {len(cal['elementwise'])} sizes, {cal['mem_bytes_per_s'] / 1e9:.1f}"
+                       " GB/s (add, multiply, copy) at the largest",
              "optimizer": f"calibrated: {cal['optimizer_params_per_s'] / 1e6:.1f} M params/s"}
     if busbw:
         basis["link"] = f"measured: all-reduce sweep, {busbw / 1e9:.2f} GB/s bus bandwidth, {latency * 1e6:.0f} us"
+    if cal.get("sampled"):
+        basis["compute"] = (f"sampled: the model with 1 and 2 blocks timed at the step's shape, one block"
+                            f" {cal['sampled']['block_s'] * 1e3:.1f} ms, embeddings + head + loss"
+                            f" {cal['sampled']['head_s'] * 1e3:.1f} ms")
+    if cal.get("cpu_adam_params_per_s"):
+        basis["cpu_adam"] = f"calibrated: DeepSpeed's CPU Adam, {cal['cpu_adam_params_per_s'] / 1e6:.0f} M params/s"
     basis["summary"] = f"calibrated on this machine ({device})"
     return Rates(matmul_flops=cal["matmul_flops"], mem_bytes_per_s=cal["mem_bytes_per_s"], busbw=busbw,
                  busbw_no_p2p=busbw, inter_node=busbw, latency_s=latency,
-                 matmul_seconds=cal["matmul_seconds"],
+                 matmul_seconds=cal["matmul_seconds"], elementwise=cal["elementwise"],
+                 cpu_adam=cal.get("cpu_adam_params_per_s"), sampled=cal.get("sampled"),
+                 # on a CPU the "device" is the host: offloading is a copy in the same memory
+                 host_link=cal["mem_bytes_per_s"] if cal["device"] == "cpu" else None,
                  optimizer_params_per_s=cal["optimizer_params_per_s"], basis=basis)
+
+
+SWEEP = [2 ** k for k in range(16, 25, 2)]   # 64 KiB .. 16 MiB: the sizes of DDP's and ZeRO's buckets
+
+
+def for_plan(req) -> tuple[object, str]:
+    """(Rates, device) for `plan --calibrate`: this machine timed in as many processes as the plan has per
+    node (on a CPU at most one per core, the cores shared among them), those processes' all-reduce sweep;
+    what this machine cannot show (the network between nodes; on GPUs: P2P disabled, the host link, NVMe)
+    from the layout's figures as `plan` takes them without calibration."""
+    from dataclasses import replace
+    from importlib.util import find_spec
+
+    from . import probe
+    from .errors import NvmlUnavailable
+    from .speed import gpu_rates
+    try:
+        gpus = len(probe.topology().gpus)
+    except NvmlUnavailable:
+        gpus = 0
+    lay, t = req.layout, req.training
+    cores = os.cpu_count() or 1
+    device = "cuda" if gpus else "cpu"
+    copies = min(lay.gpus_per_node, gpus or cores)
+    cal = run(request(req.model, t, None if gpus else max(1, cores // copies), device=device,
+                      cpu_adam=find_spec("deepspeed") is not None, sweep=SWEEP if copies > 1 else None),
+              copies=copies)
+    mine, sheet = rates(cal), gpu_rates(lay, t)
+    fill = {k: getattr(sheet, k) for k in ("host_link", "cpu_adam", "nvme") if getattr(mine, k) is None}
+    if gpus:
+        fill["busbw_no_p2p"] = sheet.busbw_no_p2p
+    basis = dict(mine.basis, inter_node=f"{lay.inter_node_gbps:g} GB/s between nodes (--inter-node-gbps)")
+    if copies < lay.gpus_per_node:
+        basis["processes"] = (f"{copies} process(es) timed for the plan's {lay.gpus_per_node} per node: this"
+                              f" machine has {gpus or cores} {'GPU' if gpus else 'core'}(s)")
+    if not gpus:
+        basis["summary"] = "calibrated on this machine's CPU: the CPU twin (gloo) stands in for the GPUs"
+    return replace(mine, **fill, inter_node=sheet.inter_node, basis=basis), device
 
 
 # ---- the child ----------------------------------------------------------------------------------------------
 
+BARRIER = {}   # the child's request, for _timed's barrier
+
+
+def _barrier() -> None:
+    """Wait until every copy reaches the same measurement, so each is timed while all copies run: a copy
+    that ran ahead would time its last items alone, on an idle machine."""
+    folder, copies = BARRIER.get("barrier"), BARRIER.get("copies", 1)
+    if not folder or copies < 2:
+        return
+    BARRIER["n"] = BARRIER.get("n", 0) + 1
+    Path(folder, f"{BARRIER['n']}.{os.getpid()}").touch()
+    deadline = time.monotonic() + 600
+    while len(list(Path(folder).glob(f"{BARRIER['n']}.*"))) < copies and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
 def _timed(fn, sync, budget: float) -> float:
     """Median seconds of fn after one warm-up, repeated within the budget (at least 3 times)."""
+    _barrier()
     fn()
     sync()
     times = []
@@ -119,7 +224,10 @@ def child(req: dict) -> dict:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(req["precision"], torch.float32)
-    budget = SECONDS / max(1, len(req["shapes"]) + 2)
+    budget = SECONDS / max(1, len(req["shapes"]) + len(req["sizes"]))
+    # The model first, in a fresh process like the training's: the kernels below leave the allocator's heap
+    # grown (glibc's mmap threshold raised), which makes a step's later allocations cheaper than they are.
+    sampled = _sample_blocks(torch, req, device, sync) if req.get("config") else None
     out, flops, seconds = {}, 0, 0.0
     for k in req["shapes"]:
         M, N, K = map(int, k.split("x"))
@@ -129,16 +237,40 @@ def child(req: dict) -> dict:
         out[k] = s
         flops += 2 * M * N * K
         seconds += s
-    # Elementwise: a GeLU, a residual add and a softmax on a 64 MiB fp32 tensor; bytes read + written.
-    x = torch.randn(16 * 2 ** 20, device=device)
-    y = torch.randn(16 * 2 ** 20, device=device)
-    n = x.numel() * 4
-    ew = [(lambda: torch.nn.functional.gelu(x), 2 * n), (lambda: x + y, 3 * n),
-          (lambda: torch.softmax(x.view(-1, 1024), -1), 2 * n)]
-    mem = sum(b for _, b in ew) / sum(_timed(f, sync, budget) for f, _ in ew)
+    ew = {str(n): _elementwise(torch, n, device, sync, budget / 2) for n in req["sizes"]}
+    mem = ew[str(max(req["sizes"]))]["stream"]
     return {"device": device.type, "threads": torch.get_num_threads(), "matmul_seconds": out,
-            "matmul_flops": flops / seconds if seconds else None, "mem_bytes_per_s": mem,
-            "optimizer_params_per_s": _optimizer_rate(torch, req, device, sync), "torch": torch.__version__}
+            "matmul_flops": flops / seconds if seconds else None, "mem_bytes_per_s": mem, "elementwise": ew,
+            "optimizer_params_per_s": _optimizer_rate(torch, req, device, sync), "torch": torch.__version__,
+            "cpu_adam_params_per_s": _cpu_adam_rate(torch) if req.get("cpu_adam") else None,
+            "sampled": sampled, "allreduce": _sweep(req, device, cuda)}
+
+
+def _elementwise(torch, n: int, device, sync, budget: float) -> dict:
+    """Bytes read + written per second on n fp32 elements: "stream" (add, multiply by a scalar, copy) and
+    "math" (tanh, softmax over rows, layer norm): what gputopo.speed's elementwise ops are made of. Each call
+    takes the next of enough tensors to overflow the caches, and its output is kept until that turn comes
+    again: in a training step an op's input was mostly written long before (in forward, read in backward),
+    and its output is saved for backward, so each op writes to memory not touched a moment ago."""
+    reps = max(2, COLD_BYTES // (n * 4))
+    kept = [None] * reps
+    xs = [torch.randn(n, device=device) for _ in range(reps)]
+    ys = [torch.randn(n, device=device) for _ in range(reps)]
+    row = min(n, 1024)
+    turn = itertools.cycle(range(reps))
+
+    def rows(i):
+        return xs[i][: n // row * row].view(-1, row)
+    b = n * 4
+    kinds = {"stream": [(lambda i: xs[i] + ys[i], 3 * b), (lambda i: xs[i] * 2.0, 2 * b),
+                        (lambda i: xs[i].clone(), 2 * b)],
+             "math": [(lambda i: torch.tanh(xs[i]), 2 * b), (lambda i: torch.softmax(rows(i), -1), 2 * b),
+                      (lambda i: torch.nn.functional.layer_norm(rows(i), (row,)), 2 * b)]}
+    def call(f):
+        i = next(turn)
+        kept[i] = f(i)
+    return {kind: sum(nb for _, nb in ops) / sum(_timed(lambda f=f: call(f), sync, budget / 3) for f, _ in ops)
+            for kind, ops in kinds.items()}
 
 
 def _optimizer_rate(torch, req: dict, device, sync) -> float:
@@ -151,5 +283,88 @@ def _optimizer_rate(torch, req: dict, device, sync) -> float:
     return 4 * 2 ** 20 / _timed(opt.step, sync, 1.0)
 
 
+def _sample_blocks(torch, req: dict, device, sync) -> dict:
+    """The model itself cut to 1 and to 3 blocks (transformers, random weights), forward and backward at the
+    step's shape: the difference is two blocks, the rest the embeddings, head and loss. What the matmul shapes
+    and elementwise rates leave out is in these: the framework's own overhead per op, allocation, caches.
+    The two run in turns and the blocks are the median of the paired differences: a drift of the machine's
+    speed (shared cores) then cancels instead of landing on one of them."""
+    more = min(3, req["layers"])
+    if more == 1:   # one block: the whole model is the sample
+        step = _one_step(torch, req, device, 1)
+        return {"block_s": _timed(step, sync, SECONDS), "head_s": 0.0}
+    steps = [_one_step(torch, req, device, layers) for layers in (1, more)]
+    for step in steps:
+        step()
+    _barrier()
+    pairs = []
+    start = time.perf_counter()
+    while len(pairs) < 5 or (time.perf_counter() - start < SECONDS and len(pairs) < 50):
+        t = []
+        for step in steps:
+            t0 = time.perf_counter()
+            step()
+            sync()
+            t.append(time.perf_counter() - t0)
+        pairs.append(t)
+    block = max(0.0, statistics.median(b - a for a, b in pairs)) / (more - 1)
+    return {"block_s": block, "head_s": max(0.0, statistics.median(a for a, _ in pairs) - block)}
+
+
+def _one_step(torch, req: dict, device, layers: int):
+    """Forward and backward of the model cut to `layers` blocks, as the training runs it."""
+    import transformers
+    transformers.logging.set_verbosity_error()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(req["precision"])
+    cfg = transformers.AutoConfig.for_model(**req["config"])
+    cfg.num_hidden_layers = layers
+    torch.manual_seed(0)
+    attention = req["attention"] if req["attention"] != "auto" else None
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention).to(device).train()
+    if req["grad_checkpointing"]:
+        model.gradient_checkpointing_enable()
+    if dtype and req["half_weights"]:
+        model.to(dtype)
+    ids = torch.randint(0, cfg.vocab_size, (req["batch_size"], req["seq_len"]), device=device)
+    autocast = bool(dtype) and not req["half_weights"]
+
+    def step():
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=autocast):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+    return step
+
+
+def _sweep(req: dict, device, cuda: bool) -> list[dict] | None:
+    """With req["sweep"] and several copies: the copies form a process group (NCCL on GPUs, gloo on CPU) and
+    time all-reduce at those sizes, as gputopo.worker's sweep does; rank 0 returns it."""
+    if not req.get("sweep") or req.get("copies", 1) < 2:
+        return None
+    import torch.distributed as dist
+
+    from .worker import allreduce_sweep
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{req['port']}", rank=rank,
+                            world_size=req["copies"])
+    try:
+        rows = allreduce_sweep(req["sweep"], 10, device, req["copies"])
+    finally:
+        dist.destroy_process_group()
+    return rows if rank == 0 else None
+
+
+def _cpu_adam_rate(torch) -> float:
+    """DeepSpeed's CPU Adam (what ZeRO-Offload steps on the host) on 4 M parameters, in this process's
+    threads: parameters per second. Builds the cpu_adam op on first use (about 40 s)."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+    params = [torch.nn.Parameter(torch.randn(2 ** 20)) for _ in range(4)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = DeepSpeedCPUAdam(params, lr=1e-4)
+    return 4 * 2 ** 20 / _timed(opt.step, lambda: None, 1.0)
+
+
 if __name__ == "__main__":
-    print(RESULT + json.dumps(child(json.loads(sys.argv[1]))), flush=True)
+    BARRIER.update(json.loads(sys.argv[1]))
+    print(RESULT + json.dumps(child(BARRIER)), flush=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -34,8 +35,9 @@ def run(req: dict, *, need_bytes: int, timeout: float = 3600) -> dict:
     return run_many([req], need_bytes=need_bytes, timeout=timeout)[0]
 
 
-def run_many(reqs: list[dict], *, need_bytes: int, timeout: float = 3600) -> list[dict]:
-    """Measure several steps one after the other in one child (the high-water mark is reset for each)."""
+def run_many(reqs: list[dict], *, need_bytes: int, timeout: float = 3600, malloc: bool = True) -> list[dict]:
+    """Measure several steps one after the other in one child (the high-water mark is reset for each).
+    malloc=False: glibc as a training process has it (the memory measurement's settings slow allocation)."""
     import psutil
     if any(r["optimizer"] == "adamw-8bit" for r in reqs):
         raise BadInput("--measure: 8-bit Adam needs bitsandbytes on CUDA; measure with --optimizer adamw instead")
@@ -44,7 +46,7 @@ def run_many(reqs: list[dict], *, need_bytes: int, timeout: float = 3600) -> lis
         from .units import gib
         raise BadInput(f"--measure: the step needs about {gib(need_bytes)} and this machine has {gib(avail)} free;"
                        " lower --batch-size/--seq-len or measure a smaller model")
-    env = {**os.environ, **MALLOC_ENV}
+    env = {**os.environ, **(MALLOC_ENV if malloc else {})}
     env.setdefault("OMP_NUM_THREADS", str(min(os.cpu_count() or 1, 4)))
     try:
         proc = subprocess.run([sys.executable, "-m", "gputopo.measure", json.dumps(reqs)], env=env,
@@ -72,8 +74,27 @@ def check(data: dict) -> dict:
     training = Training(**{f.name: data["training"][f.name] for f in fields(Training)})
     req = request(model, training, training.attention)
     predicted = _predict(model, training, training.attention, "cpu")
-    result = run(req, need_bytes=predicted["weights"] + predicted["optimizer"] + predicted["step"] + RUNTIME_BYTES)
-    return compare(model, training, result)
+    need = predicted["weights"] + predicted["optimizer"] + predicted["step"] + RUNTIME_BYTES
+    result = run(req, need_bytes=need)
+    out = compare(model, training, result)
+    out["time"] = step_time(model, training, req, need)
+    return out
+
+
+def step_time(model, training, req: dict, need: int) -> dict:
+    """One process's step, predicted from this machine's calibration (gputopo.calibrate) and measured: the
+    median of TIMED_STEPS steps after two warm-up steps, in a child with glibc's usual settings."""
+    from . import calibrate, speed
+    from .plan import Layout
+    threads = int(os.environ.get("OMP_NUM_THREADS") or min(os.cpu_count() or 1, 4))
+    timed = run_many([{**req, "time_only": True}], need_bytes=need, malloc=False)[0]
+    cal = calibrate.run(calibrate.request(model, training, threads, device=timed["device"]))
+    rates = calibrate.rates(cal)
+    p = speed.step("single", model, Layout(gpus_per_node=1, gpu_mem_bytes=0), training, rates,
+                   device=timed["device"])
+    measured = statistics.median(timed["step_times_s"])
+    return {"predicted_s": p.step_s, "measured_s": measured, "error": p.step_s / measured - 1,
+            "step_times_s": timed["step_times_s"], "prediction": p.to_dict(), "basis": rates.basis}
 
 
 def _predict(model, training, attention: str, device: str) -> dict:
@@ -169,6 +190,9 @@ def child(req: dict) -> dict:
         return loss.item()
 
     step()  # warm-up: optimizer states, lazy buffers, kernel choices
+    if req.get("time_only"):
+        step()
+        return {"device": device.type, "step_times_s": _timed_steps(step, device, TIMED_STEPS)}
     gc.collect()
     params = list(model.parameters())
     out = {"device": device.type, "attention": model.config._attn_implementation,
@@ -194,6 +218,24 @@ def child(req: dict) -> dict:
         peak = _status("VmHWM")
         out.update(baseline=base, peak=peak, step=peak - base, reserved=None, nvml_process_bytes=None)
     return out
+
+
+TIMED_STEPS = 3   # after two warm-up steps; their median is compared with the predicted step
+
+
+def _timed_steps(step, device, n: int) -> list[float]:
+    """Seconds of n more steps, each to its end on the device (CUDA: synchronized)."""
+    import time
+
+    import torch
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()  # ends in loss.item(), which waits for the device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def _nvml_process_bytes(index: int) -> int | None:

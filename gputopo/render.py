@@ -217,6 +217,14 @@ def measured(m: dict) -> str:
            f" {m['transformers']}): {m['method']}",
            table(rows, ["component", "predicted", "measured", "error"]),
            f"  predicted peak phase: {m['predicted_phase']}"]
+    t = m.get("time")
+    if t:
+        steps = ", ".join(f"{x:.3f}" for x in t["step_times_s"])
+        out += ["", "Step time of this one process (predicted from this machine's calibration; measured: median of"
+                f" {len(t['step_times_s'])} steps after 2 warm-up, {steps} s)",
+                table([["step", f"{t['predicted_s']:.3f} s", f"{t['measured_s']:.3f} s", f"{t['error']:+.1%}"]],
+                      ["", "predicted", "measured", "error"])]
+        out += [f"  assumes {k}: {v}" for k, v in t["basis"].items() if k != "summary"]
     return "\n".join(out + [f"  note: {n}" for n in m["notes"]])
 
 
@@ -233,12 +241,18 @@ def bench(data: dict) -> str:
     if data["runs"]:
         rows = [["Y" if r["env"]["NCCL_P2P_DISABLE"] is None else "N", f"{r['timed_runtime_s']:.2f} s",
                  f"{r['samples_per_second']:.2f}", f"{r['step_time_s']['median']:.4f} s",
-                 f"{r['step_time_s']['p10']:.4f}-{r['step_time_s']['p90']:.4f} s"] for r in data["runs"]]
-        out += ["", table(rows, ["P2P/NVLink", "time (timed steps)", "samples/s", "median step", "p10-p90"])]
+                 f"{r['step_time_s']['p10']:.4f}-{r['step_time_s']['p90']:.4f} s", _predicted(r)]
+                for r in data["runs"]]
+        out += ["", table(rows, ["P2P/NVLink", "time (timed steps)", "samples/s", "median step", "p10-p90",
+                                 "predicted step (error)"])]
     cmp_ = data.get("comparison")
     if cmp_:
         ref = data["reference"]
         out.append(f"no-P2P / P2P median step: {cmp_['ratio']:.3f}x. Verdict: {cmp_['message']}")
+        if data.get("predicted_ratio"):
+            out.append(f"predicted no-P2P / P2P: {data['predicted_ratio']:.3f}x"
+                       f" ({data['predicted_ratio'] / cmp_['ratio'] - 1:+.1%} from measured)")
+            out += [f"  assumes {k}: {v}" for k, v in data.get("prediction_basis", {}).items()]
         out.append(f"(reference {ref['hardware']}, {ref['model']} on {ref['dataset']}, {ref['steps']} steps:"
                    f" {ref['p2p_s']:.1f} s with P2P vs {ref['no_p2p_s']:.1f} s without,"
                    f" {ref['no_p2p_s'] / ref['p2p_s']:.2f}x)")
@@ -261,6 +275,14 @@ def bench(data: dict) -> str:
     if data.get("log_dir"):
         out.append(f"Logs (every rank's stdout/stderr): {data['log_dir']}")
     return "\n".join(out)
+
+
+def _predicted(run: dict) -> str:
+    """A run's predicted step next to its measured median, or '-' when nothing was predicted."""
+    p = run.get("predicted_step_s")
+    if p is None:
+        return "-"
+    return f"{p:.4f} s ({p / run['step_time_s']['median'] - 1:+.1%})"
 
 
 def size_text(n: int) -> str:

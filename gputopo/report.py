@@ -76,7 +76,7 @@ def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
     return sorted(((t, pairs, l) for t, (pairs, l) in groups.items()), key=lambda x: rank(x[2]["type"]))
 
 
-def plan_for(req, *, rates=None, steps: int | None = None) -> dict:
+def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda") -> dict:
     """The `plan` report for a resolved gputopo.request.Request (defaults, bf16, global batch already checked):
     every strategy's memory, traffic and step time, and the recommendation. `rates`: this machine's calibrated
     figures (gputopo.calibrate), else the GPU's datasheet (gputopo.speed.gpu_rates)."""
@@ -85,7 +85,8 @@ def plan_for(req, *, rates=None, steps: int | None = None) -> dict:
     model, layout, training = req.model, req.layout, req.training
     strategies = all_strategies(model, layout, training)
     rates = rates or speed.gpu_rates(layout, training)
-    times = {s.name: speed.step(s.name, model, layout, training, rates, steps=steps) for s in strategies}
+    times = {s.name: speed.step(s.name, model, layout, training, rates, steps=steps, device=device)
+             for s in strategies}
     for s in strategies:
         s.comm_seconds_per_step = times[s.name].comm_s
     fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"

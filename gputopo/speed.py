@@ -3,8 +3,8 @@
 A step is
 - compute: every matmul of forward and backward (the blocks' projections, attention scores and values, the
   LM head; the blocks' forward again under checkpointing), each at the device's rate on its own shape, plus
-  the elementwise work, counted as bytes moved through memory (the activations each written in forward, read
-  in backward, their gradients written and read);
+  the elementwise work op by op as transformers runs it (norms, residual adds, casts, softmax, activations,
+  the loss), as bytes read and written at the rate memory (or, on a CPU, the arithmetic) allows;
 - communication: plan.comm_bytes at the all-reduce bus bandwidth of the weakest link, plus a latency per
   collective, less what hides behind backward;
 - offload: gradients and parameters over the host link, the optimizer step on the CPU, NVMe reads and writes;
@@ -27,12 +27,6 @@ DS_BUCKET = 5 * 10 ** 8            # DeepSpeed's reduce/allgather bucket default
 # _multi_tensor_adamw). DeepSpeed's fused Adam reads p, g, m, v and writes p, m, v (28 B) and the 16-bit copy.
 TORCH_OPTIMIZER_BYTES = {"adamw": 80, "adamw-8bit": 24, "adafactor": 48, "sgd": 20}
 FUSED_ADAM_BYTES = 30
-# Elementwise traffic per byte of saved activation: written in forward, read in backward, its gradient
-# written and read (docstring above); the logits add log-softmax's passes (forward and backward, fp32).
-ACTIVATION_PASSES = 4
-LOGIT_PASSES = 6
-
-
 @dataclass(frozen=True)
 class Rates:
     """What the devices and links deliver, in bytes or FLOPs per second, and where each figure came from."""
@@ -47,12 +41,15 @@ class Rates:
     nvme: float | None = None              # NVMe, reads and writes alike
     overlap: float = 0.0                   # share of DDP's all-reduce that hides behind backward
     matmul_seconds: dict | None = None     # calibrated: "MxNxK" -> seconds, the model's own shapes
+    elementwise: dict | None = None        # calibrated: elements -> {"stream", "math"} bytes/s at that size
+    sampled: dict | None = None            # calibrated: {"block_s", "head_s"} of one micro-step, the model's own
     optimizer_params_per_s: float | None = None   # calibrated: torch's optimizer on this device
     basis: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("matmul_seconds")
+        d.pop("elementwise")
         return d
 
 
@@ -125,17 +122,109 @@ def matmul_seconds(shapes, rates: Rates, elem: int) -> float:
     return total
 
 
-def traffic_bytes(m, t, attention: str, device: str) -> int:
-    """Bytes the elementwise work of a micro-step moves: ACTIVATION_PASSES x the activations (as if nothing
-    were checkpointed; checkpointing writes the blocks' again) and LOGIT_PASSES x the fp32 logits."""
+# ---- elementwise work, op by op as transformers runs the model ----------------------------------------------
+# An op is (what, elements, bytes per element, forward passes, backward passes, kind): a pass reads or writes
+# the whole tensor once. kind "stream" (add, multiply, copy, cast) or "math" (tanh, softmax, norms): both are
+# memory-bound on a GPU; on a CPU core the math kind is bound by its arithmetic, so calibration times each.
+
+def norm_ops(m, x, consumers: int) -> list[tuple]:
+    """A norm before `consumers` projections, the residual add after the sublayer, the dropout before it.
+    LayerNorm is one kernel (forward: read, write; backward: the gradient, the input and the weights'
+    gradients); HF's RMSNorm is Python: pow, mean, rsqrt, two multiplies, and their gradients one by one."""
+    Th, f, v = x.T * x.h, 4, x.v
+    ops = [("layernorm", Th, f, 2, 5, "math") if m.norm == "layernorm" else ("rmsnorm", Th, f, 7, 19, "math"),
+           ("residual add", Th, f, 3, 3, "stream")]
+    if x.mixed:   # autocast casts the fp32 norm output for each projection (it caches weights, not activations)
+        ops.append(("autocast cast", Th * consumers, (f + v) / 2, 2, 2, "stream"))
+    if m.hidden_dropout:
+        ops.append(("dropout", Th, v, 2 + x.mask / v, 2 + x.mask / v, "stream"))
+    return ops
+
+
+def attention_ops(m, x, attention: str) -> list[tuple]:
+    """Around the attention kernel. Eager (and PyTorch's math SDPA) materializes the scores: matmul copies the
+    strided Q, K^T and V (or repeat_kv does), then scale, mask add, fp32 softmax, cast back, dropout
+    (transformers' eager_attention_forward); a fused SDPA kernel does all of that inside. Rotary models
+    rotate Q and K first: q * cos + rotate_half(q) * sin (neg, cat, 2 multiplies, add)."""
+    T, v, f, hq, hkv = x.T, x.v, 4, x.a * x.d, x.kv * x.d
+    ops = [("attention output transpose", T * hq, v, 2, 2, "stream")]
+    if m.rotary:
+        ops.append(("rotary", T * (hq + hkv), f, 10, 11, "stream"))
+        if x.mixed:
+            ops.append(("autocast cast", T * (hq + hkv), (f + v) / 2, 2, 2, "stream"))
+    if attention in ("eager", "math"):
+        sv = f if attention == "math" else v     # the math kernel upcasts to fp32
+        ops += [("Q, K, V contiguous copies", 3 * T * hq, sv, 2, 2, "stream"),
+                ("scores: scale", x.S, sv, 2, 2, "stream"),
+                ("scores: mask add", x.S, (sv + f) / 2, 2, 2 if sv != f else 0, "stream"),
+                ("softmax", x.S, f, 2, 3, "math")]
+        if sv != f:
+            ops.append(("probabilities cast", x.S, (f + sv) / 2, 2, 2, "stream"))
+        if m.attn_dropout:
+            mask = 4 if attention == "math" else memory.eager_dropout_mask(m, x)
+            ops.append(("attention dropout", x.S, sv, 2 + mask / sv, 2 + mask / sv, "stream"))
+    return ops
+
+
+def mlp_ops(m, x) -> list[tuple]:
+    """The activation between the MLP's projections. SwiGLU: act(gate), then gate x up. GPT-2's tanh GeLU
+    is Python (NewGELUActivation): 8 kernels forward (pow, 3 multiplies, 2 adds, tanh, the last multiply),
+    their gradients and the sums of the 3 gradients reaching x backward; CUDA autocast runs it in fp32."""
+    TI, v = x.T * x.I, x.v
+    act = (m.activation or "gelu").lower()
+    if m.gated_mlp:
+        return [("activation(gate)", TI, v, 2, 3, "math"), ("gate x up", TI, v, 3, 6, "stream")]
+    if act in memory.PYTHON_GELUS:
+        g = 4 if x.mixed and x.cuda else v
+        return [("tanh GeLU: tanh", TI, g, 2, 3, "math"), ("tanh GeLU: multiplies and adds", TI, g, 16, 25, "stream")]
+    return [("activation", TI, v, 2, 3, "stream" if act == "relu" else "math")]
+
+
+def head_ops(m, x) -> list[tuple]:
+    """Embeddings (their backward zeroes a vocabulary x hidden gradient and adds the rows), the final norm,
+    the loss: transformers upcasts the logits to fp32 (logits.float()), cross_entropy runs log-softmax, and
+    its backward writes a dense gradient of the logits."""
+    Th, TV, f, v = x.T * x.h, x.T * x.V, 4, x.v
+    ops = [("embedding", Th, f, 2, 2, "stream"), ("embedding gradient", x.V * x.h, f, 0, 1 + 2 * m.tied, "stream"),
+           ("final " + m.norm, Th, f, 2, 5, "math") if m.norm == "layernorm" else ("final rmsnorm", Th, f, 7, 19, "stream")]
+    if not m.rotary and m.family in ("gpt2", "bert"):
+        ops.append(("position embedding add", Th, f, 3, 2, "stream"))
+    if m.embd_dropout:
+        ops.append(("embedding dropout", Th, f, 2 + x.mask / f, 2 + x.mask / f, "stream"))
+    if x.mixed:
+        ops.append(("autocast cast", Th, (f + v) / 2, 2, 2, "stream"))
+        ops.append(("logits.float()", TV, (f + v) / 2, 2, 2, "stream"))
+    return ops + [("log-softmax", TV, f, 2, 3, "math"), ("loss gradient", TV, f, 0, 1, "stream")]
+
+
+def elementwise_ops(m, t, attention: str, device: str) -> tuple[list[tuple], list[tuple]]:
+    """(one block's ops, the ops outside the blocks) of one micro-step."""
     x = memory.shape(m, t, device)
     att = memory.resolve_attention(m, attention)
     if att == "sdpa" and m.attn_dropout and device == "cpu":
-        att = "math"
-    blocks = m.layers * memory.block_bytes(m, x, att)
-    acts = blocks + memory.head_bytes(m, x)
-    redo = 2 * blocks if t.grad_checkpointing else 0   # the recomputed forward writes and reads them again
-    return ACTIVATION_PASSES * acts + redo + LOGIT_PASSES * x.T * x.V * 4
+        att = "math"    # CPU SDPA with dropout runs the math kernel (gputopo.memory)
+    block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + attention_ops(m, x, att)
+             + norm_ops(m, x, 2 if m.gated_mlp else 1) + mlp_ops(m, x))
+    return block, head_ops(m, x) if x.V else []
+
+
+def elementwise_seconds(m, t, attention: str, rates: Rates, device: str) -> float:
+    """Every elementwise op of a micro-step (the blocks' forward twice under checkpointing) at its rate."""
+    block, head = elementwise_ops(m, t, attention, device)
+    runs = 2 if t.grad_checkpointing else 1
+    total = 0.0
+    for ops, times, forwards in ((block, m.layers, runs), (head, 1, 1)):
+        for _, n, bpe, fwd, bwd, kind in ops:
+            total += times * n * bpe * (fwd * forwards + bwd) / elementwise_rate(rates, n, kind)
+    return total
+
+
+def elementwise_rate(rates: Rates, n: int, kind: str) -> float:
+    """Bytes per second of an op on n elements: calibrated at the nearest size measured, else the memory's."""
+    if not rates.elementwise:
+        return rates.mem_bytes_per_s
+    size = min(rates.elementwise, key=lambda k: abs(math.log(int(k) / max(n, 1))))
+    return rates.elementwise[size][kind]
 
 
 def copy_bytes(name: str, m, t) -> int:
@@ -151,22 +240,44 @@ def copy_bytes(name: str, m, t) -> int:
 
 def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", name: str = "single") -> float:
     """One micro-step's forward and backward on one device, with the framework's copies."""
+    copies = copy_bytes(name, m, t) / elementwise_rate(rates, m.params, "stream")
+    if rates.sampled:   # the model's own block and head, timed by calibration at this shape
+        return rates.sampled["head_s"] + m.layers * rates.sampled["block_s"] + copies
     mm = matmul_seconds(training_matmuls(m, t, attention, device), rates, value_bytes(t.precision))
-    return mm + (traffic_bytes(m, t, attention, device) + copy_bytes(name, m, t)) / rates.mem_bytes_per_s
+    return mm + elementwise_seconds(m, t, attention, rates, device) + copies
+
+
+def weight_matrices(m) -> list[int]:
+    """Elements of each weight matrix: the blocks' projections, the embeddings (learned positions too) and an
+    untied head. DeepSpeed never splits a tensor across reduce buckets, so these set the bucket count."""
+    h, I, a = m.hidden_size, m.intermediate_size or 4 * m.hidden_size, m.heads or 1
+    d = m.head_dim or h // a
+    hq, hkv = a * d, (m.kv_heads or a) * d
+    attn = [h * (hq + 2 * hkv)] if m.fused_qkv else [h * hq, h * hkv, h * hkv]
+    block = attn + [hq * h] + [h * I] * (2 if m.gated_mlp else 1) + [I * h]
+    emb = [m.vocab_size * h] * (1 if m.tied else 2) if m.vocab_size else []
+    pos = [m.max_positions * h] if m.family in ("gpt2", "bert") and m.max_positions else []
+    return block * m.layers + emb + pos
 
 
 def collectives(name: str, m, lay, t) -> int:
-    """Collective calls per optimizer step, each paying the latency."""
+    """Collective calls per optimizer step, each paying the latency. DDP: its 25 MB buckets. ZeRO-1/2: one
+    reduce per bucket (a tensor larger than the bucket is a bucket of its own; the rest fill buckets), per
+    micro-step at stage 2, and one all-gather of the updated partitions per parameter group
+    (all_gather_into_tensor_dp_groups in deepspeed/runtime/utils.py). ZeRO-3: each module's parameters
+    gathered in forward and again in backward, per micro-step, and the reduce buckets."""
     if lay.gpus == 1 or name == "single":
         return 0
     P = m.params
     if name == "ddp":
         return math.ceil(4 * P / DDP_BUCKET)
     bucket = m.hidden_size ** 2 or DS_BUCKET    # what gputopo's configs write (dsconfig)
+    mats = weight_matrices(m)
     if name.startswith(("zero1", "zero2")):
-        reduces = math.ceil(P / bucket) * (t.grad_accum if name.startswith("zero2") else 1)
-        return reduces + math.ceil(P / bucket)
-    modules = m.layers * ((1 if m.fused_qkv else 3) + 1 + (3 if m.gated_mlp else 2) + 2) + 3
+        big = [x for x in mats if x >= bucket]
+        reduces = len(big) + math.ceil(max(0, P - sum(big)) / bucket)
+        return reduces * (t.grad_accum if name.startswith("zero2") else 1) + 1
+    modules = len(mats) - (0 if m.tied else 1) + 2  # the head's weight is gathered with the embedding when tied
     return t.grad_accum * (2 * modules + math.ceil(P / zero3_buckets(m.hidden_size)[1]))
 
 

@@ -265,7 +265,7 @@ def fake_result(label_time: float) -> dict:
             "dataset": "synthetic (random token ids)", "loss_finite": True, **worker.summarize(times, 1, 4)}
 
 
-def test_a_failing_second_arm_keeps_the_first_in_output(fake_nvml, monkeypatch, tmp_path):
+def test_a_failing_second_arm_keeps_the_first_in_output(fake_nvml, fake_calibration, monkeypatch, tmp_path):
     import fake_nvml as fm
 
     from gputopo.errors import BenchmarkFailed
@@ -377,3 +377,38 @@ def test_auto_dataset_not_in_the_cache(monkeypatch, tmp_path):
     from gputopo.errors import BadInput
     with pytest.raises(BadInput, match="^--dataset wikitext-2-raw-v1: not in the local datasets cache"):
         bench.resolve_dataset("wikitext-2-raw-v1")
+
+
+def test_each_arm_is_predicted_from_its_own_sweep(fake_nvml, fake_calibration, monkeypatch):
+    """Calibration before the arms (as many copies as processes), then each arm's DDP step from that arm's
+    all-reduce sweep: a slower link in the no-P2P sweep predicts a slower step, and the ratio follows."""
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+
+    def child(label, cmd, env, timeout, progress, log_dir=None):
+        if "--no-train" not in cmd:
+            return fake_result(0.5)
+        gbps = 1.0 if env.get("NCCL_P2P_DISABLE") is None else 0.25
+        return {"allreduce": [{"bytes": b, "seconds": 1e-4 + b / (gbps * 1e9), "algbw_gbps": 0.0,
+                               "busbw_gbps": b / (1e-4 + b / (gbps * 1e9)) / 1e9} for b in (2 ** 20, 2 ** 24)]}
+    monkeypatch.setattr(bench, "run_child", child)
+    r = invoke("--model", "gpt2", "--dataset", "synthetic", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    (req, copies), = fake_calibration
+    assert copies == 2 and req["config"]["n_layer"] == 12 and req["batch_size"] == 2
+    p2p, no_p2p = data["runs"]
+    assert 0 < p2p["predicted_step_s"] < no_p2p["predicted_step_s"]
+    assert p2p["prediction"]["compute_s"] == no_p2p["prediction"]["compute_s"]
+    # The comm difference is gpt2's gradients over the two fitted bandwidths (1 and 0.25 GB/s).
+    from gputopo import models
+    grads = 4 * models.named("gpt2").params
+    assert no_p2p["prediction"]["comm_s"] - p2p["prediction"]["comm_s"] == pytest.approx(grads * 3 / 1e9, rel=0.01)
+    assert data["predicted_ratio"] == pytest.approx(no_p2p["predicted_step_s"] / p2p["predicted_step_s"])
+    assert "sampled" in data["prediction_basis"]["compute"]
+    text = invoke("--model", "gpt2", "--dataset", "synthetic")
+    assert "predicted step (error)" in text.output and "predicted no-P2P / P2P:" in text.output
+    # --train-only has no sweep, so no link rate: no prediction, and a note says why.
+    only = json.loads(invoke("--model", "gpt2", "--dataset", "synthetic", "--train-only", "--json").stdout)
+    assert only["predicted_ratio"] is None and "predicted_step_s" not in only["runs"][0]
+    assert any("--train-only skips the all-reduce sweep" in n for n in only["notes"])

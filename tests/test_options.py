@@ -417,6 +417,19 @@ def _doctor_config(tmp):
     return check
 
 
+def _calibrate_check(args):
+    """--calibrate times this machine in child processes (tests/test_speed.py runs them); here they are faked,
+    and the plan's rates become this machine's instead of the TITAN RTX datasheet's."""
+    def check(_):
+        from conftest import fake_calibration_result
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("gputopo.calibrate.run", lambda req, copies=1, **k: fake_calibration_result(req, copies))
+            sheet, mine = js(run("plan", *args)), js(run("plan", *args, "--calibrate"))
+        assert "TITAN RTX" in sheet["rates"]["basis"]["summary"] and "CPU twin" in mine["rates"]["basis"]["summary"]
+        assert sheet["strategies"][0]["time"]["compute_s"] != mine["strategies"][0]["time"]["compute_s"]
+    return check
+
+
 def _walk(tmp):
     """{(command, option name): check}. A new option needs an entry here."""
     w = {}
@@ -432,6 +445,7 @@ def _walk(tmp):
     timed = ["--gpu-model", "TITAN RTX", "--link", "NV2"]
     w[("plan", "steps")] = differs("plan", PLAN + timed, PLAN + timed + ["--steps", "100"],
                                    lambda d: d["strategies"][0]["time"].get("run_s"))
+    w[("plan", "calibrate")] = _calibrate_check(PLAN + timed)
     # deepspeed-config: options of its own, and the shared ones where they change the config without --auto.
     w.update({
         ("deepspeed-config", "stage"): differs("deepspeed-config", DS, ["--stage", "3", "--json"],
@@ -537,7 +551,7 @@ def _fake_child(calls):
 
 
 @pytest.fixture
-def bench_calls(monkeypatch, fake_nvml):
+def bench_calls(monkeypatch, fake_nvml, fake_calibration):
     import fake_nvml as fm
 
     from gputopo import bench

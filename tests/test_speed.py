@@ -1,5 +1,6 @@
 """The step-time model (gputopo.speed): hand-counted FLOPs and traffic, the link arithmetic, and the
 recommendation following predicted speed."""
+import dataclasses
 import json
 
 import pytest
@@ -118,12 +119,71 @@ def test_calibration_times_every_shape_of_the_step():
     tiny = models.ModelSpec(name="tiny", family="gpt2", params=1_000_000, hidden_size=64, layers=2, heads=2,
                             vocab_size=512, intermediate_size=256, fused_qkv=True)
     t = Training(precision="fp32", batch_size=2, seq_len=64, attention="sdpa")
-    req = calibrate.request(tiny, t, threads=1)
+    req = calibrate.request(tiny, t, threads=1, sweep=[2 ** 16, 2 ** 20])
     cal = calibrate.run(req, copies=2)
     assert cal["copies"] == 2 and sorted(cal["matmul_seconds"]) == req["shapes"]
+    # the two copies formed a gloo group and swept all-reduce; the model was cut to 1 and 2 blocks and timed
+    assert [r["bytes"] for r in cal["allreduce"]] == [2 ** 16, 2 ** 20] and calibrate.rates(cal).busbw > 0
+    assert cal["sampled"]["block_s"] > 0 and cal["sampled"]["head_s"] >= 0
     assert all(s > 0 for s in cal["matmul_seconds"].values())
     assert cal["mem_bytes_per_s"] > 1e8 and cal["optimizer_params_per_s"] > 1e5
     rates = calibrate.rates(cal)
     mm = speed.matmul_seconds(speed.training_matmuls(tiny, t, "sdpa", "cpu"), rates, 4)
     assert mm == pytest.approx(sum(c * cal["matmul_seconds"][speed.key(M, N, K)]
                                    for c, M, N, K in speed.training_matmuls(tiny, t, "sdpa", "cpu")))
+
+
+@pytest.mark.slow
+def test_plan_calibrate_predicts_the_cpu_twin(tmp_path):
+    """plan --calibrate on a machine without GPUs: two processes (one core each) timed for the model, their
+    gloo all-reduce swept; every strategy without offload then has a step time from this machine."""
+    from conftest import make_model_dir
+    model = make_model_dir(tmp_path / "tiny", n_positions=256)
+    data = plan_json("--model", str(model), "--gpus", "2", "--gpu-mem", "8GiB", "--batch-size", "2", "--seq-len",
+                     "128", "--precision", "fp32", "--calibrate")
+    basis = data["rates"]["basis"]
+    assert "CPU twin" in basis["summary"] and basis["link"].startswith("measured: all-reduce sweep")
+    assert "sampled" in basis["compute"] and data["rates"]["busbw"] > 0
+    t = {s["name"]: s["time"] for s in data["strategies"]}
+    assert all(t[n]["step_s"] > 0 for n in ("single", "ddp", "zero1", "zero2", "zero3"))
+    assert t["ddp"]["compute_s"] > t["single"]["compute_s"]   # DDP's bucket copies
+
+
+def test_eager_scores_cost_eleven_passes_and_fused_sdpa_none():
+    """Eager attention in fp32 without dropout, per score element: scale (read, write; its gradient the same),
+    mask add (read, write), softmax (read, write; backward reads output and gradient, writes one): 11 passes of
+    4 bytes. A fused SDPA kernel keeps the scores inside: no op of that size."""
+    from gputopo import memory
+    m = models.named("gpt2-medium")
+    t = Training(precision="fp32", batch_size=2, seq_len=512, attention="eager")
+    x = memory.shape(m, t, "cuda")
+    block, _ = speed.elementwise_ops(m, t, "eager", "cuda")
+    m0 = speed.elementwise_ops(dataclasses.replace(m, attn_dropout=0.0), t, "eager", "cuda")[0]
+    scores = [op for op in m0 if op[1] == x.S]
+    assert sum(bpe * (f + b) for _, _, bpe, f, b, _ in scores) == 44
+    # GPT-2's attention dropout (0.1) adds its mask: 1 byte on CUDA, written in forward and read in backward.
+    drop = [op for op in block if op[0] == "attention dropout"]
+    assert drop and drop[0][2] * drop[0][3] == 4 * 2 + 1
+    fused = speed.elementwise_ops(m, dataclasses.replace(t, attention="sdpa"), "sdpa", "cuda")[0]
+    assert not [op for op in fused if op[1] == x.S]
+
+
+def test_checkpointing_runs_the_blocks_elementwise_forward_twice():
+    m = models.named("llama-2-7b")
+    t = Training(precision="bf16", batch_size=1, seq_len=1024)
+    rates = speed.Rates(matmul_flops=1e14, mem_bytes_per_s=1e12)
+    block, head = speed.elementwise_ops(m, t, t.attention, "cuda")
+    fwd = sum(n * bpe * f for _, n, bpe, f, _, _ in block) * m.layers / 1e12
+    plain = speed.elementwise_seconds(m, t, t.attention, rates, "cuda")
+    ckpt = speed.elementwise_seconds(m, dataclasses.replace(t, grad_checkpointing=True), t.attention, rates, "cuda")
+    assert ckpt - plain == pytest.approx(fwd)
+
+
+def test_sampled_blocks_make_the_compute():
+    """With the model's own block and head timed (calibration), a micro-step is head + layers x block, plus
+    the framework's copies (DDP's gradient buckets) at the calibrated stream rate."""
+    m = models.named("gpt2")
+    t = Training(precision="fp32", batch_size=4, seq_len=1024)
+    rates = speed.Rates(matmul_flops=1e13, mem_bytes_per_s=1e11, sampled={"block_s": 0.03, "head_s": 0.05})
+    assert speed.compute_seconds(m, t, "sdpa", rates, name="single") == pytest.approx(0.05 + 12 * 0.03)
+    assert speed.compute_seconds(m, t, "sdpa", rates, name="ddp") == pytest.approx(0.41 + 16 * m.params / 1e11)

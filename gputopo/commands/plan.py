@@ -15,11 +15,18 @@ from .common import emit, exit_if_nothing_fits
 @click.option("--measure", is_flag=True, help="Also train the model (random weights) for two steps on this machine"
                                               " and print predicted vs measured memory.")
 @click.option("--steps", type=COUNT, help="Optimizer steps of the whole run: also print its predicted time.")
+@click.option("--calibrate", is_flag=True, help="Predict step times from this machine, timed for the model for a"
+                                                " few seconds (on a CPU: the CPU twin), not from GPU datasheets.")
 @json_option
-def plan(as_json, measure, steps, **options):
+def plan(as_json, measure, steps, calibrate, **options):
     """Memory and step time for each strategy (DDP, ZeRO-1/2/3, offload) and the fastest that fits."""
     from .. import render, report, request
-    data = report.plan_for(request.from_options(options), steps=steps)
+    req = request.from_options(options)
+    rates, device = None, "cuda"
+    if calibrate:
+        from .. import calibrate as calibrating
+        rates, device = calibrating.for_plan(req)
+    data = report.plan_for(req, rates=rates, steps=steps, device=device)
     if measure:
         from .. import measure as measuring
         data["measured"] = measuring.check(data)
