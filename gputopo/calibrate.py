@@ -125,8 +125,8 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
     device = f"{cal['device']}, {cal['threads']} thread(s)" if cal["device"] == "cpu" else cal["device"]
     basis = {"device": device, "matmul": f"calibrated: the model's {len(cal['matmul_seconds'])} matmul shapes timed"
                                          f" on {device}",
-             "memory": f"calibrated: elementwise kernels at {len(cal['elementwise'])} sizes, {cal['mem_bytes_per_s'] / 1e9:.1f}"
-                       " GB/s (add, multiply, copy) at the largest",
+             "memory": f"calibrated: elementwise kernels at {len(cal['elementwise'])} sizes,"
+                       f" {cal['mem_bytes_per_s'] / 1e9:.1f} GB/s (add, multiply, copy) at the largest",
              "optimizer": f"calibrated: {cal['optimizer_params_per_s'] / 1e6:.1f} M params/s"}
     if busbw:
         basis["link"] = f"measured: all-reduce sweep, {busbw / 1e9:.2f} GB/s bus bandwidth, {latency * 1e6:.0f} us"

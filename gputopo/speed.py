@@ -127,10 +127,16 @@ def matmul_seconds(shapes, rates: Rates, elem: int) -> float:
 # the whole tensor once. kind "stream" (add, multiply, copy, cast) or "math" (tanh, softmax, norms): both are
 # memory-bound on a GPU; on a CPU core the math kind is bound by its arithmetic, so calibration times each.
 
-def norm_ops(m, x, consumers: int) -> list[tuple]:
-    """A norm before `consumers` projections, the residual add after the sublayer, the dropout before it.
-    LayerNorm is one kernel (forward: read, write; backward: the gradient, the input and the weights'
+def norm_op(m, x) -> tuple:
+    """LayerNorm is one kernel (forward: read, write; backward: the gradient, the input and the weights'
     gradients); HF's RMSNorm is Python: pow, mean, rsqrt, two multiplies, and their gradients one by one."""
+    if m.norm == "layernorm":
+        return ("layernorm", x.T * x.h, 4, 2, 5, "math")
+    return ("rmsnorm", x.T * x.h, 4, 7, 19, "stream")
+
+
+def norm_ops(m, x, consumers: int) -> list[tuple]:
+    """A norm before `consumers` projections, the residual add after the sublayer, the dropout before it."""
     Th, f, v = x.T * x.h, 4, x.v
     ops = [("layernorm", Th, f, 2, 5, "math") if m.norm == "layernorm" else ("rmsnorm", Th, f, 7, 19, "math"),
            ("residual add", Th, f, 3, 3, "stream")]
@@ -186,7 +192,7 @@ def head_ops(m, x) -> list[tuple]:
     its backward writes a dense gradient of the logits."""
     Th, TV, f, v = x.T * x.h, x.T * x.V, 4, x.v
     ops = [("embedding", Th, f, 2, 2, "stream"), ("embedding gradient", x.V * x.h, f, 0, 1 + 2 * m.tied, "stream"),
-           ("final " + m.norm, Th, f, 2, 5, "math") if m.norm == "layernorm" else ("final rmsnorm", Th, f, 7, 19, "stream")]
+           norm_op(m, x)]
     if not m.rotary and m.family in ("gpt2", "bert"):
         ops.append(("position embedding add", Th, f, 3, 2, "stream"))
     if m.embd_dropout:
