@@ -100,11 +100,21 @@ def run_case(case, folder: Path, steps: int, cores: int) -> dict:
                         "-o", str(cfg), "--force"], check=True, capture_output=True, text=True)
         cmd += ["--deepspeed", str(cfg)]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    before = cpu_times()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=folder)
+    after = cpu_times()
     lines = [json.loads(l.split(RESULT, 1)[1]) for l in proc.stdout.splitlines() if RESULT in l]
     if not lines:
         raise SystemExit(f"{label(case)}: the run failed:\n{proc.stderr[-3000:]}")
-    return {"case": list(case), "calibration": cal, "result": lines[0]}
+    steal = (after[1] - before[1]) / max(1, after[0] - before[0])
+    return {"case": list(case), "calibration": cal, "result": lines[0], "steal": steal}
+
+
+def cpu_times() -> tuple[int, int]:
+    """(all jiffies, stolen jiffies) of this machine so far (/proc/stat): the hypervisor's share of a shared
+    VM's cores, which slows a run without any process here using them."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return sum(fields), fields[7] if len(fields) > 7 else 0
 
 
 def compare(raw: dict) -> dict:
@@ -121,9 +131,24 @@ def compare(raw: dict) -> dict:
     measured = res["step_time_s"]["median"]
     if p.step_s is None:
         raise SystemExit(f"{label(raw['case'])}: no prediction ({p.basis})")
-    return {"case": label(raw["case"]), "predicted": p.step_s, "measured": measured,
+    return {"case": label(raw["case"]), "predicted": p.step_s, "measured": measured, "steal": raw.get("steal", 0.0),
             "spread": (res["step_time_s"]["p10"], res["step_time_s"]["p90"]), "error": p.step_s / measured - 1,
             "parts": p, "busbw": rates.busbw, "latency": rates.latency_s}
+
+
+def merge_rounds(rows: list[dict]) -> list[dict]:
+    """One row per case: the medians over its rounds, and every round's error."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["case"], []).append(r)
+    out = []
+    for rs in by.values():
+        mid = sorted(rs, key=lambda r: r["error"])[(len(rs) - 1) // 2]
+        out.append({**mid, "error": statistics.median(r["error"] for r in rs),
+                    "predicted": statistics.median(r["predicted"] for r in rs),
+                    "measured": statistics.median(r["measured"] for r in rs),
+                    "steal": max(r["steal"] for r in rs), "rounds": [r["error"] for r in rs]})
+    return out
 
 
 def reference() -> list[tuple]:
@@ -162,6 +187,8 @@ def main():
     ap.add_argument("--only", nargs="*", help="cases whose label contains any of these words")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--steps", type=int, default=10, help="steps per run (3 of them warm-up)")
+    ap.add_argument("--rounds", type=int, default=1, help="run every case this many times, rounds interleaved;"
+                                                          " a case's figures are the medians over rounds")
     ap.add_argument("--cores", type=int, default=CORES, help="cores the processes share")
     ap.add_argument("--save", metavar="JSON", help="also write the raw runs here")
     ap.add_argument("--load", metavar="JSON", help="compare runs saved by --save (nothing is run)")
@@ -180,20 +207,24 @@ def main():
     else:
         raws = []
         with tempfile.TemporaryDirectory() as d:
-            for case in cases:
-                t0 = time.perf_counter()
-                raws.append(run_case(case, Path(d), args.steps, args.cores))
-                print(f"  ran {label(case)} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+            for round_ in range(args.rounds):
+                for case in cases:
+                    t0 = time.perf_counter()
+                    raws.append(run_case(case, Path(d), args.steps, args.cores))
+                    print(f"  round {round_ + 1}: ran {label(case)} in {time.perf_counter() - t0:.0f} s",
+                          file=sys.stderr, flush=True)
         if args.save:
             Path(args.save).write_text(json.dumps(raws, indent=1))
-    rows = [compare(r) for r in raws]
+    rows = merge_rounds([compare(r) for r in raws])
     print(f"\nThis machine: {os.cpu_count()} cores, CPU twin (gloo), median step after 3 warm-up steps")
-    print(f"  {'case':44} {'predicted':>9} {'measured':>9} {'p10-p90':>13} {'error':>7}  parts (compute/comm/opt)")
+    print(f"  {'case':44} {'predicted':>9} {'measured':>9} {'p10-p90':>13} {'error':>7} {'steal':>6}"
+          "  parts (compute/comm/opt+offload)")
     for r in rows:
         p = r["parts"]
         print(f"  {r['case']:44} {r['predicted']:>9.3f} {r['measured']:>9.3f} "
-              f"{r['spread'][0]:>6.3f}-{r['spread'][1]:<6.3f} {r['error']:>+7.1%}  "
-              f"{p.compute_s:.3f}/{p.exposed_comm_s:.3f}/{p.optimizer_s + (p.offload_s or 0):.3f}")
+              f"{r['spread'][0]:>6.3f}-{r['spread'][1]:<6.3f} {r['error']:>+7.1%} {r['steal']:>6.1%}  "
+              f"{p.compute_s:.3f}/{p.exposed_comm_s:.3f}/{p.optimizer_s + (p.offload_s or 0):.3f}"
+              + (f"  rounds {' '.join(f'{e:+.0%}' for e in r['rounds'])}" if len(r["rounds"]) > 1 else ""))
     worst = max(rows, key=lambda r: abs(r["error"]))
     errors = [abs(r["error"]) for r in rows]
     print(f"\nworst error: {worst['error']:+.1%} ({worst['case']}); median |error| {statistics.median(errors):.1%};"

@@ -106,15 +106,19 @@ def average(results: list[dict]) -> dict:
 
 def allreduce_fit(sweep: list[dict]) -> tuple[float, float]:
     """(bus bandwidth in bytes/s, latency in s) from an all-reduce sweep's rows {"bytes", "seconds",
-    "busbw_gbps"}: a least-squares line through seconds = latency + bytes x 2(n-1)/n / busbw."""
+    "busbw_gbps"}: a least-squares line through seconds = latency + bytes x 2(n-1)/n / busbw. A noisy sweep
+    whose line does not rise (small sizes slower than large ones) falls back to the largest size's bus
+    bandwidth, and the smallest size's time beyond it as the latency."""
     xs = [r["bytes"] * r["busbw_gbps"] / (r["bytes"] / r["seconds"] / 1e9) for r in sweep]  # bytes x 2(n-1)/n
     ys = [r["seconds"] for r in sweep]
-    if len(xs) < 2:
-        return xs[0] / ys[0], 0.0
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    latency = max(0.0, my - slope * mx)
-    return 1 / slope, latency
+    spread = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / spread if spread else 0.0
+    if slope <= 0:
+        big, small = max(zip(xs, ys)), min(zip(xs, ys))
+        busbw = big[0] / big[1]
+        return busbw, max(0.0, small[1] - small[0] / busbw)
+    return 1 / slope, max(0.0, my - slope * mx)
 
 
 def rates(cal: dict, *, sweep: list[dict] | None = None):
@@ -130,8 +134,11 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
              "optimizer": f"calibrated: {cal['optimizer_params_per_s'] / 1e6:.1f} M params/s"}
     if busbw:
         basis["link"] = f"measured: all-reduce sweep, {busbw / 1e9:.2f} GB/s bus bandwidth, {latency * 1e6:.0f} us"
+    if cal.get("sample_error"):
+        basis["compute"] = ("the matmul shapes and elementwise ops (the model itself could not be timed:"
+                            f" {cal['sample_error']})")
     if cal.get("sampled"):
-        basis["compute"] = (f"sampled: the model with 1 and 2 blocks timed at the step's shape, one block"
+        basis["compute"] = (f"sampled: the model cut to 1 and 3 blocks, timed at the step's shape: one block"
                             f" {cal['sampled']['block_s'] * 1e3:.1f} ms, embeddings + head + loss"
                             f" {cal['sampled']['head_s'] * 1e3:.1f} ms")
     if cal.get("cpu_adam_params_per_s"):
@@ -169,7 +176,7 @@ def for_plan(req) -> tuple[object, str]:
     device = "cuda" if gpus else "cpu"
     copies = min(lay.gpus_per_node, gpus or cores)
     cal = run(request(req.model, t, None if gpus else max(1, cores // copies), device=device,
-                      cpu_adam=find_spec("deepspeed") is not None, sweep=SWEEP if copies > 1 else None),
+                      cpu_adam=find_spec("deepspeed") is not None and "if-built", sweep=SWEEP if copies > 1 else None),
               copies=copies)
     mine, sheet = rates(cal), gpu_rates(lay, t)
     fill = {k: getattr(sheet, k) for k in ("host_link", "cpu_adam", "nvme") if getattr(mine, k) is None}
@@ -227,7 +234,12 @@ def child(req: dict) -> dict:
     budget = SECONDS / max(1, len(req["shapes"]) + len(req["sizes"]))
     # The model first, in a fresh process like the training's: the kernels below leave the allocator's heap
     # grown (glibc's mmap threshold raised), which makes a step's later allocations cheaper than they are.
-    sampled = _sample_blocks(torch, req, device, sync) if req.get("config") else None
+    sampled, why = None, None
+    if req.get("config"):
+        try:
+            sampled = _sample_blocks(torch, req, device, sync)
+        except Exception as e:  # transformers cannot build it here: the op-by-op model stands in
+            why = f"{type(e).__name__}: {e}"[:300]
     out, flops, seconds = {}, 0, 0.0
     for k in req["shapes"]:
         M, N, K = map(int, k.split("x"))
@@ -242,8 +254,8 @@ def child(req: dict) -> dict:
     return {"device": device.type, "threads": torch.get_num_threads(), "matmul_seconds": out,
             "matmul_flops": flops / seconds if seconds else None, "mem_bytes_per_s": mem, "elementwise": ew,
             "optimizer_params_per_s": _optimizer_rate(torch, req, device, sync), "torch": torch.__version__,
-            "cpu_adam_params_per_s": _cpu_adam_rate(torch) if req.get("cpu_adam") else None,
-            "sampled": sampled, "allreduce": _sweep(req, device, cuda)}
+            "cpu_adam_params_per_s": _cpu_adam_rate(torch) if _cpu_adam_wanted(req.get("cpu_adam")) else None,
+            "sampled": sampled, "sample_error": why, "allreduce": _sweep(req, device, cuda)}
 
 
 def _elementwise(torch, n: int, device, sync, budget: float) -> dict:
@@ -352,6 +364,17 @@ def _sweep(req: dict, device, cuda: bool) -> list[dict] | None:
     finally:
         dist.destroy_process_group()
     return rows if rank == 0 else None
+
+
+def _cpu_adam_wanted(how) -> bool:
+    """cpu_adam: True times DeepSpeed's CPU Adam (building the op if need be, about 40 s); "if-built" only when
+    DeepSpeed ships it prebuilt or torch's JIT built it already here (plan --calibrate stays a few seconds)."""
+    if how != "if-built":
+        return bool(how)
+    from deepspeed.git_version_info import installed_ops
+    from torch.utils.cpp_extension import _get_build_directory
+    return bool(installed_ops.get("cpu_adam")) or os.path.exists(
+        os.path.join(_get_build_directory("cpu_adam", False), "cpu_adam.so"))
 
 
 def _cpu_adam_rate(torch) -> float:

@@ -546,7 +546,7 @@ def _fake_child(calls):
                 "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
                 "loss_finite": True, "model": {"name": "gpt2"},
                 "dataset": "synthetic",
-                "allreduce": [{"bytes": s, "algbw_gbps": 1.0, "busbw_gbps": 1.0} for s in sizes]}
+                "allreduce": [{"bytes": s, "seconds": s / 1e9, "algbw_gbps": 1.0, "busbw_gbps": 1.0} for s in sizes]}
     return run_child
 
 
