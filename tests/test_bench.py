@@ -97,10 +97,14 @@ def test_two_nodes_on_loopback(tmp_path, tiny_model):
                 p.kill()
     assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
     node0, node1 = (json.loads(o[0]) for o in outs)
-    # One combined run: both nodes report the same result of the 2-process world.
+    # One combined run: both nodes report the same measured result of the 2-process world; each predicts it
+    # from its own calibration (2 nodes x 1 process, the link from the sweep across them).
     assert node0["nnodes"] == 2 and all(r["world_size"] == 2 for r in node0["runs"])
     assert node0["comparison"]["verdict"] == "identical_arms" and node0["comparison"] == node1["comparison"]
-    assert node0["runs"] == node1["runs"] and node0["allreduce"] == node1["allreduce"] and len(node0["allreduce"]) == 2
+    predicted = ("predicted_step_s", "prediction")
+    measured = [[{k: v for k, v in r.items() if k not in predicted} for r in n["runs"]] for n in (node0, node1)]
+    assert measured[0] == measured[1] and node0["allreduce"] == node1["allreduce"] and len(node0["allreduce"]) == 2
+    assert all(r["predicted_step_s"] > 0 for n in (node0, node1) for r in n["runs"])
 
 
 @pytest.mark.slow
