@@ -65,7 +65,6 @@ CASES = [
 DS_ARGS = {"zero1": ["--stage", "1"], "zero2": ["--stage", "2"], "zero3": ["--stage", "3"],
            "zero2_offload_cpu": ["--stage", "2", "--offload", "cpu"],
            "zero3_offload_cpu": ["--stage", "3", "--offload", "cpu"]}
-SWEEP = [2 ** k for k in range(16, 25, 2)]     # 64 KiB .. 16 MiB: the bucket sizes the runs send
 
 
 def label(case) -> str:
@@ -92,7 +91,7 @@ def run_case(case, folder: Path, steps: int, cores: int) -> dict:
            "--model", str(model_dir), "--steps", str(steps), "--warmup-steps", "3", "--batch-size", str(batch),
            "--seq-len", str(seq), "--precision", precision, "--dataset", "synthetic"]
     cmd += ["--grad-checkpointing"] if ckpt else []
-    cmd += ["--allreduce-sizes", ",".join(map(str, SWEEP))] if n > 1 else []
+    cmd += ["--allreduce-sizes", ",".join(map(str, calibrate.SWEEP))] if n > 1 else []
     if strategy in DS_ARGS:
         cfg = folder / f"ds-{strategy}-{precision}.json"
         subprocess.run([bin_path("gputopo"), "deepspeed-config", *DS_ARGS[strategy], "--no-hf", "--model",

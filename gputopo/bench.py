@@ -472,7 +472,7 @@ def calibration(o: Options, progress) -> tuple[object, object, dict | None, str 
         spec = models.resolve(o.model, None, None, None)
     except GputopoError as e:
         return None, None, None, f"no prediction: {e}"
-    seq = min(o.seq_len, spec.max_positions) if spec.max_positions and not spec.rotary else o.seq_len
+    seq = min(o.seq_len, spec.max_positions or o.seq_len)   # as gputopo.worker clips it
     t = Training(precision=o.precision, batch_size=o.batch_size, seq_len=seq)
     threads = int(child_env(o, None)["OMP_NUM_THREADS"])
     progress("calibrating", f"timing {spec.name}'s step parts in {o.nproc} process(es) for the prediction")

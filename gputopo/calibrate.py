@@ -138,7 +138,8 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
         basis["compute"] = ("the matmul shapes and elementwise ops (the model itself could not be timed:"
                             f" {cal['sample_error']})")
     if cal.get("sampled"):
-        basis["compute"] = (f"sampled: the model cut to 1 and 3 blocks, timed at the step's shape: one block"
+        basis["compute"] = (f"sampled: the model cut to 1 and {cal['sampled'].get('blocks', 3):g} blocks, timed at the"
+                            " step's shape: one block"
                             f" {cal['sampled']['block_s'] * 1e3:.1f} ms, embeddings + head + loss"
                             f" {cal['sampled']['head_s'] * 1e3:.1f} ms")
     if cal.get("cpu_adam_params_per_s"):
@@ -304,7 +305,7 @@ def _sample_blocks(torch, req: dict, device, sync) -> dict:
     more = min(3, req["layers"])
     if more == 1:   # one block: the whole model is the sample
         step = _one_step(torch, req, device, 1)
-        return {"block_s": _timed(step, sync, SECONDS), "head_s": 0.0}
+        return {"block_s": _timed(step, sync, SECONDS), "head_s": 0.0, "blocks": 1}
     steps = [_one_step(torch, req, device, layers) for layers in (1, more)]
     for step in steps:
         step()
@@ -320,21 +321,33 @@ def _sample_blocks(torch, req: dict, device, sync) -> dict:
             t.append(time.perf_counter() - t0)
         pairs.append(t)
     block = max(0.0, statistics.median(b - a for a, b in pairs)) / (more - 1)
-    return {"block_s": block, "head_s": max(0.0, statistics.median(a for a, _ in pairs) - block)}
+    return {"block_s": block, "head_s": max(0.0, statistics.median(a for a, _ in pairs) - block), "blocks": more}
+
+
+def build_model(req: dict, device, layers: int | None = None):
+    """(model, config): the request's causal LM from its transformers config, random weights (seed 0), in
+    training mode, checkpointed when asked; cut to `layers` blocks when given (the sample here; also
+    gputopo.measure's child, which builds the whole model)."""
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.AutoConfig.for_model(**req["config"])
+    if layers:
+        cfg.num_hidden_layers = layers
+    torch.manual_seed(0)
+    attention = None if req["attention"] == "auto" else req["attention"]   # None: transformers' own choice
+    with device:
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention)
+    model.train()
+    if req["grad_checkpointing"]:
+        model.gradient_checkpointing_enable()
+    return model, cfg
 
 
 def _one_step(torch, req: dict, device, layers: int):
     """Forward and backward of the model cut to `layers` blocks, as the training runs it."""
-    import transformers
-    transformers.logging.set_verbosity_error()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(req["precision"])
-    cfg = transformers.AutoConfig.for_model(**req["config"])
-    cfg.num_hidden_layers = layers
-    torch.manual_seed(0)
-    attention = req["attention"] if req["attention"] != "auto" else None
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention).to(device).train()
-    if req["grad_checkpointing"]:
-        model.gradient_checkpointing_enable()
+    model, cfg = build_model(req, device, layers)
     if dtype and req["half_weights"]:
         model.to(dtype)
     ids = torch.randint(0, cfg.vocab_size, (req["batch_size"], req["seq_len"]), device=device)

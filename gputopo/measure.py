@@ -161,16 +161,10 @@ def _optimizer(torch, name: str, params):
 def child(req: dict) -> dict:
     import torch
     import transformers
-    transformers.logging.set_verbosity_error()
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    cfg = transformers.AutoConfig.for_model(**req["config"])
-    torch.manual_seed(0)
-    with device:
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=req["attention"])
-    model.train()
-    if req["grad_checkpointing"]:
-        model.gradient_checkpointing_enable()
+    from .calibrate import build_model
+    model, cfg = build_model(req, device)
     opt = _optimizer(torch, req["optimizer"], model.parameters())
     ids = torch.randint(0, cfg.vocab_size, (req["batch_size"], req["seq_len"]), device=device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(req["precision"])

@@ -138,8 +138,7 @@ def norm_op(m, x) -> tuple:
 def norm_ops(m, x, consumers: int) -> list[tuple]:
     """A norm before `consumers` projections, the residual add after the sublayer, the dropout before it."""
     Th, f, v = x.T * x.h, 4, x.v
-    ops = [("layernorm", Th, f, 2, 5, "math") if m.norm == "layernorm" else ("rmsnorm", Th, f, 7, 19, "math"),
-           ("residual add", Th, f, 3, 3, "stream")]
+    ops = [norm_op(m, x), ("residual add", Th, f, 3, 3, "stream")]
     if x.mixed:   # autocast casts the fp32 norm output for each projection (it caches weights, not activations)
         ops.append(("autocast cast", Th * consumers, (f + v) / 2, 2, 2, "stream"))
     if m.hidden_dropout:
