@@ -148,7 +148,9 @@ def sbatch(args: str, *, gpus: int, nodes: int, port: int) -> str:
         "#SBATCH --cpus-per-task=8",
         "#SBATCH --output=%x-%j.out",
         "set -euo pipefail",
-        "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)",
+        # sed reads every name: `head -n 1` closes the pipe early and, under pipefail, scontrol's SIGPIPE ends
+        # the job silently (1 run in 4 with two nodes).
+        "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)",
         "# One torchrun per node; c10d rendezvous on the first node.",
         f"srun torchrun --nnodes \"$SLURM_NNODES\" --nproc_per_node {gpus} --rdzv_backend c10d \\",
         f"  --rdzv_endpoint \"$head:{port}\" --rdzv_id \"$SLURM_JOB_ID\" {args}", ""])

@@ -1,7 +1,9 @@
 """Launch files and commands: written beside the config under the --force rule, no shell variable in any file,
 the accelerate shape, and refusals. The runs themselves are in test_launch_runs.py."""
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,24 @@ def test_master_port_reaches_every_launcher(tmp_path):
         data, _ = generate(tmp_path, "--stage", "1", "--launcher", launcher, "--master-port", "31337")
         text = data["launch"]["command"] + "".join(data["launch"]["files"].values())
         assert "31337" in text, launcher
+
+
+@pytest.mark.parametrize("source", ["generated", "slurm_deepspeed.sbatch", "slurm_nvlink_ab.sbatch"])
+def test_first_node_line_survives_pipefail_on_a_long_node_list(tmp_path, source):
+    """The scripts run under `set -euo pipefail`: a reader that stops after the first name (head -n 1) kills
+    scontrol with SIGPIPE and the job ends without a word. 20000 names overflow the pipe, so that always shows."""
+    if source == "generated":
+        data, _ = generate(tmp_path, "--stage", "1", "--gpus", "1", "--nodes", "2", "--launcher", "slurm",
+                           "--script", "t.py")
+        (script,) = data["launch"]["files"].values()
+    else:
+        script = (Path(__file__).resolve().parent.parent / "launchers" / source).read_text()
+    (line,) = [x for x in script.splitlines() if x.startswith("head=")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/bash\necho n1\nfor ((i = 2; i <= 20000; i++)); do echo "n$i"; done\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "n[1-20000]"}
+    r = subprocess.run(["bash", "-c", f"set -euo pipefail\n{line}\necho \"$head\""], capture_output=True, text=True,
+                       env=env)
+    assert (r.returncode, r.stdout) == (0, "n1\n"), r.stderr

@@ -189,13 +189,6 @@ def test_slurm_script_runs_both_nodes(tmp_path):
     assert info["command"] == f"sbatch {sbatch}"
     env = slurm_env(tmp_path, stand_ins(tmp_path, 2), 2)
     outs = finish([start(f"bash {shlex.quote(sbatch)}", tmp_path, env)])
-    if not results(outs[0][0]):
-        # Once in four full-suite runs both stand-in "nodes" printed nothing (stderr not kept then): two c10d
-        # agents on one host meeting under load. One retry, on a new port; the first attempt's stderr is shown.
-        print(outs[0][1][-3000:])
-        info = generate(tmp_path / "cfg2", "--stage", "1", "--no-hf", "--precision", "fp32", "--batch-size", "2",
-                        "--gpus", "1", "--nodes", "2", "--launcher", "slurm", "--master-port", str(free_port()))
-        outs = finish([start(f"bash {shlex.quote(next(iter(info['files'])))}", tmp_path, env)])
     assert len(results(outs[0][0])) == 2, outs[0][1][-3000:]  # one torchrun per node, each reporting the run
     assert one(outs)["info"]["zero_stage"] == 1
 
