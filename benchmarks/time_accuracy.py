@@ -11,6 +11,7 @@ machine's rates from gputopo.calibrate (the model's own matmul shapes, elementwi
 timed in as many concurrent processes as the run has) and, for two processes, the bus bandwidth and latency
 fitted to an all-reduce sweep run right after training in the same process group. Target: within 15 %.
 The cases run interleaved as listed, each with a calibration just before it: a shared machine drifts.
+A run during which the hypervisor stole more than --max-steal of the cores (/proc/stat) is run again.
 
 Part 2, the reference experiment (docs/sources.md#benchmark): 2x TITAN RTX with NV2, gpt2, 4 x 1024 tokens per
 GPU, fp32, eager attention, 200 steps; 101.9 s with NVLink, 131.4 s with NCCL_P2P_DISABLE=1 (HF's
@@ -109,6 +110,21 @@ def run_case(case, folder: Path, steps: int, cores: int) -> dict:
     return {"case": list(case), "calibration": cal, "result": lines[0], "steal": steal}
 
 
+def quiet_run(case, folder: Path, args, what: str) -> dict:
+    """One case's run, repeated (up to --retries more times) while the hypervisor took more than --max-steal of
+    the cores: another tenant's load is not this machine's speed, and DeepSpeed's synchronous collectives
+    amplify it (each one waits for the slower rank). The run with the least steal is kept, its steal reported."""
+    tries = []
+    for _ in range(1 + args.retries):
+        t0 = time.perf_counter()
+        tries.append(run_case(case, folder, args.steps, args.cores))
+        print(f"  {what}: ran {label(case)} in {time.perf_counter() - t0:.0f} s, steal {tries[-1]['steal']:.1%}",
+              file=sys.stderr, flush=True)
+        if tries[-1]["steal"] <= args.max_steal:
+            break
+    return min(tries, key=lambda r: r["steal"])
+
+
 def cpu_times() -> tuple[int, int]:
     """(all jiffies, stolen jiffies) of this machine so far (/proc/stat): the hypervisor's share of a shared
     VM's cores, which slows a run without any process here using them."""
@@ -189,6 +205,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1, help="run every case this many times, rounds interleaved;"
                                                           " a case's figures are the medians over rounds")
     ap.add_argument("--cores", type=int, default=CORES, help="cores the processes share")
+    ap.add_argument("--max-steal", type=float, default=0.03, help="repeat a run whose steal exceeds this share")
+    ap.add_argument("--retries", type=int, default=2, help="repeats at most, per run, for --max-steal")
     ap.add_argument("--save", metavar="JSON", help="also write the raw runs here")
     ap.add_argument("--load", metavar="JSON", help="compare runs saved by --save (nothing is run)")
     ap.add_argument("--reference-only", action="store_true")
@@ -208,10 +226,7 @@ def main():
         with tempfile.TemporaryDirectory() as d:
             for round_ in range(args.rounds):
                 for case in cases:
-                    t0 = time.perf_counter()
-                    raws.append(run_case(case, Path(d), args.steps, args.cores))
-                    print(f"  round {round_ + 1}: ran {label(case)} in {time.perf_counter() - t0:.0f} s",
-                          file=sys.stderr, flush=True)
+                    raws.append(quiet_run(case, Path(d), args, f"round {round_ + 1}"))
         if args.save:
             Path(args.save).write_text(json.dumps(raws, indent=1))
     rows = merge_rounds([compare(r) for r in raws])

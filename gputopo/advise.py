@@ -135,14 +135,18 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
         ratio = chosen.comm_bytes_per_step / ddp.comm_bytes_per_step
         how = ("ZeRO-3 adds the parameter all-gathers of forward and backward to the gradient reduce-scatter"
                if chosen.name.startswith("zero3") else
-               "ZeRO-1/2 reduce-scatter gradients and all-gather parameters, what DDP's all-reduce moves, in"
-               f" {'16-bit' if training.value_bytes == 2 else 'fp32'} where DDP all-reduces fp32 gradients")
+               "ZeRO-1/2 all-reduce gradients (DeepSpeed's bucket all-reduce) and all-gather the updated parameters,"
+               f" in {'16-bit' if training.value_bytes == 2 else 'fp32'} where DDP all-reduces fp32 gradients")
         out.append(f"That is {ratio:.2f}x DDP's {gib(ddp.comm_bytes_per_step)}: {how}.")
     if layout.link_type and not fast_link and layout.nodes == 1 and not timed:
-        z3 = by_name.get("zero3")
-        out.append(f"On {layout.link_type} the strategy that communicates less wins"
-                   + (f": ZeRO-3's {gib(z3.comm_bytes_per_step)} per step ranks it after ZeRO-2 with CPU offload."
-                      if z3 else "."))
+        z3, z2 = by_name.get("zero3"), by_name.get("zero2_offload_cpu")
+        if z3 and z2 and z3.comm_bytes_per_step > z2.comm_bytes_per_step:
+            out.append(f"On {layout.link_type} the strategy that communicates less wins: ZeRO-3's"
+                       f" {gib(z3.comm_bytes_per_step)} per step ranks it after ZeRO-2 with CPU offload.")
+        elif z3:  # as many bytes, but ZeRO-3's gathers stand in the critical path, one per module
+            out.append(f"On {layout.link_type} HF's decision tree puts ZeRO-2 with CPU offload before ZeRO-3: ZeRO-3"
+                       f" gathers each module's parameters before it runs, in forward and in backward"
+                       f" ({gib(z3.comm_bytes_per_step)} per step, one collective per module).")
     # Accumulation helps only where the sync happens once per optimizer step (DDP's no_sync, ZeRO-1): compare
     # the traffic per sample with twice the accumulation, from the same arithmetic as the table.
     more = replace(training, grad_accum=2 * training.grad_accum)

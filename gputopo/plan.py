@@ -171,9 +171,11 @@ def _overhead(name: str, m: ModelSpec) -> int:
 def comm_bytes(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
     """Bytes each GPU sends per optimizer step (ring collectives: (n-1)/n of the buffer per pass).
 
-    A reduce-scatter plus an all-gather move what one all-reduce moves: ZeRO-1/2 send DDP's volume in elements,
-    in the 16-bit reduce dtype where DDP (torch AMP) all-reduces fp32 gradients. ZeRO-3 adds the parameter
-    all-gathers of forward and backward."""
+    ZeRO-1/2 all-reduce their gradient buckets in the 16-bit reduce dtype (DeepSpeed's average_tensor hands
+    every bucket to allreduce_and_scatter while use_multi_rank_bucket_allreduce is true, its default, even with
+    "reduce_scatter": true; deepspeed/runtime/zero/stage_1_and_2.py), then all-gather the updated parameters:
+    3 passes, where DDP (torch AMP) makes 2 in fp32. ZeRO-3 reduce-scatters gradients and all-gathers the
+    parameters in forward and again in backward, and once more in the recomputed forward of checkpointing."""
     n = lay.gpus
     if n == 1 or name == "single":
         return 0
@@ -185,12 +187,12 @@ def comm_bytes(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
     if name.startswith("zero1"):
         # Stage 1 keeps whole gradients and reduces them only at the accumulation boundary (DeepSpeed's
         # reduce_ready_partitions_and_remove_grads), then all-gathers the updated parameters: once per step.
-        return int(2 * ring * p16 * P)
+        return int(3 * ring * p16 * P)
     if name.startswith("zero2"):
-        # Stage 2 partitions gradients, so it reduce-scatters on every micro-step; parameters once per step.
-        return int(ring * p16 * P * (t.grad_accum + 1))
-    # ZeRO-3: all-gather in forward and in backward, reduce-scatter of gradients, every micro-step (~1.5x DDP).
-    return int(3 * ring * p16 * P * t.grad_accum)
+        # Stage 2 partitions gradients, so it all-reduces on every micro-step; parameters once per step.
+        return int(ring * p16 * P * (2 * t.grad_accum + 1))
+    gathers = 3 if t.grad_checkpointing else 2
+    return int((gathers + 1) * ring * p16 * P * t.grad_accum)
 
 
 def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:

@@ -232,58 +232,115 @@ def elementwise_rate(rates: Rates, n: int, kind: str) -> float:
     return rates.elementwise[size][kind]
 
 
-def copy_bytes(name: str, m, t) -> int:
+def copy_bytes(name: str, m, t, gpus: int = 1) -> float:
     """Bytes per micro-step the framework copies besides the model's own work. Plain torch under autocast casts
     every fp32 weight to 16 bits in each forward (read 4, write 2) and DDP copies gradients into its buckets and
-    back (gradient_as_bucket_view=False: 16 B); DeepSpeed (stage 1/2) copies 16-bit gradients into its reduce
-    buckets and the reduced partition to fp32 (about 3 x 2 B)."""
+    back (gradient_as_bucket_view=False: 16 B). DeepSpeed, each a read and a write of the reduce dtype: the
+    gradients that fit a bucket are copied into it, every bucket is divided by the world size before its
+    collective, and this rank's slices are copied out into the partition's gradient, twice at stage 1/2
+    (stage_1_and_2.py: reduce_independent_p_g_buckets_and_remove_grads, average_tensor, allreduce_and_copy_
+    with_multiple_ranks, copy_grads_in_partition; stage3.py: __add_grad_to_ipg_bucket, reduce_scatter_coalesced
+    interleaving a bucket's tensors, partition_grads)."""
     P, mixed = m.params, t.precision != "fp32"
     if name in ("single", "ddp"):
         return P * ((6 if mixed else 0) + (16 if name == "ddp" else 0))
-    return 3 * value_bytes(t.precision) * P if name.startswith(("zero1", "zero2")) else 0
+    bucket = m.hidden_size ** 2 or DS_BUCKET
+    bucketed = sum(n for n in gradient_order(m) if n <= bucket)
+    return 2 * value_bytes(t.precision) * (bucketed + P + 2 * P / gpus)
 
 
-def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", name: str = "single") -> float:
+def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", name: str = "single",
+                    gpus: int = 1) -> float:
     """One micro-step's forward and backward on one device, with the framework's copies."""
-    copies = copy_bytes(name, m, t) / elementwise_rate(rates, m.params, "stream")
+    copies = copy_bytes(name, m, t, gpus) / elementwise_rate(rates, m.params, "stream")
     if rates.sampled:   # the model's own block and head, timed by calibration at this shape
         return rates.sampled["head_s"] + m.layers * rates.sampled["block_s"] + copies
     mm = matmul_seconds(training_matmuls(m, t, attention, device), rates, value_bytes(t.precision))
     return mm + elementwise_seconds(m, t, attention, rates, device) + copies
 
 
-def weight_matrices(m) -> list[int]:
-    """Elements of each weight matrix: the blocks' projections, the embeddings (learned positions too) and an
-    untied head. DeepSpeed never splits a tensor across reduce buckets, so these set the bucket count."""
+def block_tensors(m) -> list[tuple[int, bool]]:
+    """One block's parameter tensors in forward order, as (elements, is a weight matrix): the norms, the
+    projections and their biases. Biases are read from the parameter count: what the matrices, norms and
+    embeddings leave of m.params is biases on every projection (GPT-2, BERT), on Q, K and V only (Qwen2), or
+    none (Llama)."""
     h, I, a = m.hidden_size, m.intermediate_size or 4 * m.hidden_size, m.heads or 1
     d = m.head_dim or h // a
     hq, hkv = a * d, (m.kv_heads or a) * d
-    attn = [h * (hq + 2 * hkv)] if m.fused_qkv else [h * hq, h * hkv, h * hkv]
-    block = attn + [hq * h] + [h * I] * (2 if m.gated_mlp else 1) + [I * h]
+    attn = [(h, hq + 2 * hkv)] if m.fused_qkv else [(h, hq), (h, hkv), (h, hkv)]
+    mlp = [(h, I)] * (2 if m.gated_mlp else 1) + [(I, h)]
+    norm = [h, h] if m.norm == "layernorm" else [h]
+    mats = attn + [(hq, h)] + mlp
+    known = m.layers * (sum(i * o for i, o in mats) + 2 * sum(norm)) + sum(embedding_tensors(m)) + sum(norm)
+    spare = (m.params - known) / max(m.layers, 1)
+    qkv = sum(o for _, o in attn)
+    every = spare >= 0.99 * sum(o for _, o in mats)
+    biased = {i for i in range(len(mats)) if every or (i < len(attn) and spare >= 0.99 * qkv)}
+    out = [(x, False) for x in norm]
+    for i, (fan_in, fan_out) in enumerate(mats):
+        if i == len(attn) + 1:
+            out += [(x, False) for x in norm]
+        out += [(fan_in * fan_out, True)] + ([(fan_out, False)] if i in biased else [])
+    return out
+
+
+def embedding_tensors(m) -> list[int]:
+    """The token embedding, learned positions (GPT-2, BERT) and an untied head."""
+    h = m.hidden_size
     emb = [m.vocab_size * h] * (1 if m.tied else 2) if m.vocab_size else []
     pos = [m.max_positions * h] if m.family in ("gpt2", "bert") and m.max_positions else []
-    return block * m.layers + emb + pos
+    return emb + pos
+
+
+def weight_matrices(m) -> list[int]:
+    """Elements of each weight matrix: the blocks' projections, the embeddings and an untied head."""
+    return [n for n, mat in block_tensors(m) if mat] * m.layers + embedding_tensors(m)
+
+
+def gradient_order(m) -> list[int]:
+    """Every parameter tensor in the order backward hands out their gradients, the reverse of the forward's:
+    the head, the final norm, the blocks from the last, the embeddings (a tied head's gradient is complete
+    only then)."""
+    emb = embedding_tensors(m)
+    head = emb[1:2] if not m.tied and len(emb) > 1 else []
+    first = [e for i, e in enumerate(emb) if i != 1 or m.tied or len(emb) == 1]
+    norm = [m.hidden_size] * (2 if m.norm == "layernorm" else 1)
+    block = [n for n, _ in reversed(block_tensors(m))]
+    return head + norm + block * m.layers + first
+
+
+def bucket_reduces(sizes: list[int], bucket: int) -> int:
+    """DeepSpeed's ZeRO-1/2 reduce calls for gradients arriving in this order
+    (reduce_independent_p_g_buckets_and_remove_grads): the bucket is reduced when the next gradient would
+    overflow it, so a tensor larger than the bucket is reduced alone and small ones share."""
+    calls, filled = 0, 0
+    for n in sizes:
+        if filled and filled + n > bucket:
+            calls, filled = calls + 1, 0
+        filled += n
+    return calls + (1 if filled else 0)
 
 
 def collectives(name: str, m, lay, t) -> int:
-    """Collective calls per optimizer step, each paying the latency. DDP: its 25 MB buckets. ZeRO-1/2: one
-    reduce per bucket (a tensor larger than the bucket is a bucket of its own; the rest fill buckets), per
-    micro-step at stage 2, and one all-gather of the updated partitions per parameter group
-    (all_gather_into_tensor_dp_groups in deepspeed/runtime/utils.py). ZeRO-3: each module's parameters
-    gathered in forward and again in backward, per micro-step, and the reduce buckets."""
+    """Collective calls per optimizer step, each paying the latency. DDP: its 25 MB buckets. ZeRO-1/2: the
+    bucket reduces (bucket_reduces: 35 for llama-h256-L4, the 35 all-reduces a profile of its step shows), per
+    micro-step at stage 2, the gradient norm's all-reduce (gradient clipping) and one all-gather of the updated
+    partitions (all_gather_into_tensor_dp_groups in deepspeed/runtime/utils.py). ZeRO-3: each module's parameters
+    gathered in forward and again in backward (and in the recomputed forward under checkpointing), per
+    micro-step, and the reduce buckets."""
     if lay.gpus == 1 or name == "single":
         return 0
     P = m.params
     if name == "ddp":
         return math.ceil(4 * P / DDP_BUCKET)
-    bucket = m.hidden_size ** 2 or DS_BUCKET    # what gputopo's configs write (dsconfig)
-    mats = weight_matrices(m)
     if name.startswith(("zero1", "zero2")):
-        big = [x for x in mats if x >= bucket]
-        reduces = len(big) + math.ceil(max(0, P - sum(big)) / bucket)
-        return reduces * (t.grad_accum if name.startswith("zero2") else 1) + 1
+        bucket = m.hidden_size ** 2 or DS_BUCKET    # what gputopo's configs write (dsconfig)
+        reduces = bucket_reduces(gradient_order(m), bucket)
+        return reduces * (t.grad_accum if name.startswith("zero2") else 1) + 2
+    mats = weight_matrices(m)
     modules = len(mats) - (0 if m.tied else 1) + 2  # the head's weight is gathered with the embedding when tied
-    return t.grad_accum * (2 * modules + math.ceil(P / zero3_buckets(m.hidden_size)[1]))
+    passes = 3 if t.grad_checkpointing else 2
+    return t.grad_accum * (passes * modules + math.ceil(P / zero3_buckets(m.hidden_size)[1]))
 
 
 def link_busbw(lay, rates: Rates, p2p: bool) -> float | None:
@@ -319,6 +376,19 @@ def optimizer_seconds(name: str, m, lay, t, rates: Rates) -> float:
     return share * per / rates.mem_bytes_per_s
 
 
+def zero_step_seconds(name: str, m, lay, t, rates: Rates) -> float:
+    """DeepSpeed's own passes over this rank's partition around the optimizer (ZeRO, offloaded or not): the
+    gradient norm for clipping (read 4 B), the clipping's scale (read and write 4 B), the updated fp32 master
+    copied to the model's weights (read 4, write the weight dtype), and in 16-bit the gradient cast to fp32
+    (stage_1_and_2.py: step, scaled_global_norm, unscale_and_clip_grads; stage3.py does the same per
+    sub-group)."""
+    if not name.startswith("zero"):
+        return 0.0
+    share, p = m.params / lay.gpus, value_bytes(t.precision)
+    passes = 4 + 8 + (4 + p) + (p + 4 if p == 2 else 0)
+    return share * passes / elementwise_rate(rates, int(share), "stream")
+
+
 def offload_seconds(name: str, m, lay, t, rates: Rates) -> float | None:
     """The host's part: 16-bit gradients down and parameters up over PCIe (ZeRO-3 with offloaded parameters
     fetches them in forward and again in backward), DeepSpeed's CPU Adam on this node's share, NVMe swaps."""
@@ -347,9 +417,9 @@ def step(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, steps: int | N
     if rates.matmul_flops is None and not rates.matmul_seconds:  # the link alone still times the traffic
         return Time(None, None, comm, exposed, None if "offload" in name else 0.0, None, None,
                     rates.basis.get("device", "device unknown"))
-    compute = t.grad_accum * compute_seconds(m, t, t.attention, rates, device, name)
+    compute = t.grad_accum * compute_seconds(m, t, t.attention, rates, device, name, lay.gpus)
     off = offload_seconds(name, m, lay, t, rates)
-    opt = optimizer_seconds(name, m, lay, t, rates)
+    opt = optimizer_seconds(name, m, lay, t, rates) + zero_step_seconds(name, m, lay, t, rates)
     if exposed is None or off is None:
         missing = "link bandwidth unknown" if exposed is None else "host link, CPU Adam or NVMe rate unknown"
         return Time(None, compute, comm, exposed, off, opt, None, missing)

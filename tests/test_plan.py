@@ -185,8 +185,10 @@ def test_pcie_layout_prefers_less_traffic():
     slow = plan_json("--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "16GiB", "--link", "SYS", "--batch-size", "1")
     assert fast["recommendation"]["interconnect"] == "nvlink" and slow["recommendation"]["interconnect"] == "pcie"
     z3, z2 = by_name(slow)["zero3"], by_name(slow)["zero2"]
-    assert z3["comm_bytes_per_step"] == pytest.approx(1.5 * z2["comm_bytes_per_step"], rel=0.01)
-    assert any("communicates less" in r for r in slow["recommendation"]["reasons"])
+    # DeepSpeed's stage 2 all-reduces its buckets and all-gathers: the bytes of ZeRO-3's two gathers + reduce-scatter.
+    assert z3["comm_bytes_per_step"] == pytest.approx(z2["comm_bytes_per_step"], rel=0.01)
+    assert any("decision tree puts ZeRO-2 with CPU offload before ZeRO-3" in r
+               for r in slow["recommendation"]["reasons"])
 
 
 def test_global_batch_derives_accumulation():

@@ -192,3 +192,36 @@ def test_sampled_blocks_make_the_compute():
     rates = speed.Rates(matmul_flops=1e13, mem_bytes_per_s=1e11, sampled={"block_s": 0.03, "head_s": 0.05})
     assert speed.compute_seconds(m, t, "sdpa", rates, name="single") == pytest.approx(0.05 + 12 * 0.03)
     assert speed.compute_seconds(m, t, "sdpa", rates, name="ddp") == pytest.approx(0.41 + 16 * m.params / 1e11)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-xl", "llama-2-7b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-7b"])
+def test_parameter_tensors_add_up_to_the_model(name):
+    """The tensors DeepSpeed's buckets see, biases read from the count: exactly the model's parameters."""
+    m = models.named(name)
+    norm = m.hidden_size * (2 if m.norm == "layernorm" else 1)
+    assert sum(speed.gradient_order(m)) == m.params
+    assert sum(n for n, _ in speed.block_tensors(m)) * m.layers + sum(speed.embedding_tensors(m)) + norm == m.params
+
+
+def test_bucket_filling_follows_deepspeed():
+    """A tensor larger than the bucket goes alone, small ones share until the next would overflow (stage_1_and_2.py,
+    reduce_independent_p_g_buckets_and_remove_grads)."""
+    assert speed.bucket_reduces([10, 1, 1, 10, 3, 3, 3, 1], 8) == 5   # [10] [1 1] [10] [3 3] [3 1]
+    assert speed.bucket_reduces([8, 8], 8) == 2 and speed.bucket_reduces([], 8) == 0
+    llama = dataclasses.replace(models.named("llama-2-7b"), layers=4, hidden_size=256, heads=8, kv_heads=2,
+                                intermediate_size=688, vocab_size=8192, params=6965504)
+    # 8 per block (down, up, gate, norm, o, v+k, q, norm) + head, final norm, embedding: a profile of a ZeRO-2
+    # step of this model shows 35 bucket all-reduces besides the gradient norm's.
+    assert speed.bucket_reduces(speed.gradient_order(llama), 256 * 256) == 35
+
+
+def test_zero_traffic_is_deepspeeds_bucket_all_reduce():
+    lay = Layout(gpus_per_node=4, gpu_mem_bytes=2 ** 35)
+    t = Training(precision="bf16", batch_size=1, seq_len=1024, grad_accum=2)
+    ring, P = 3 / 4, GPT2.params
+    from gputopo.plan import comm_bytes
+    assert comm_bytes("zero1", GPT2, lay, t) == int(3 * ring * 2 * P)          # all-reduce + all-gather, once
+    assert comm_bytes("zero2", GPT2, lay, t) == int(ring * 2 * P * 5)          # all-reduce per micro-step
+    assert comm_bytes("zero3", GPT2, lay, t) == int(3 * ring * 2 * P * 2)
+    ckpt = dataclasses.replace(t, grad_checkpointing=True)                     # the recomputed forward gathers again
+    assert comm_bytes("zero3", GPT2, lay, ckpt) == int(4 * ring * 2 * P * 2)
