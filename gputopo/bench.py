@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BadInput, BenchmarkFailed, TooFewGpus
-from .worker import OFFLINE, RESULT, WIKITEXT
+from .worker import OFFLINE, PROGRESS, RESULT, WIKITEXT
 
 SCHEMA_VERSION = 1
 ARMS = (("p2p", None), ("no_p2p", "1"))
@@ -105,9 +105,60 @@ def check_ask(a: Ask) -> None:
         if given:
             raise BadInput(f"{flag} ignores {', '.join(given)}: leave {'it' if len(given) == 1 else 'them'} out")
     if a.nnodes > 1 and not a.rdzv_endpoint:
-        raise BadInput("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
+        raise BadInput("--nodes > 1 needs --master-addr HOST (node 0's address)")
     if not 0 <= a.node_rank < a.nnodes:
         raise BadInput(f"--node-rank {a.node_rank}: must be between 0 and {a.nnodes - 1}")
+    if not a.allreduce_only:
+        check_model(a.model)
+    if a.node_rank > 0:
+        check_endpoint(a.rdzv_endpoint)
+
+
+def check_model(name: str) -> None:
+    """Refuse, before any process starts, a --model the workers could not build: not a folder with
+    config.json, not in the local HF cache, not a causal LM of gputopo's catalog (gputopo.worker.build_model)."""
+    from .models import ALIASES, CATALOG
+    path = Path(name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise BadInput(f"--model {name}: no config.json in that folder")
+        return
+    c = CATALOG.get(ALIASES.get(name, name).lower())
+    if c is not None and c["family"] in ("gpt2", "llama"):
+        return
+    hub = Path(os.environ.get("HF_HUB_CACHE", Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+                              / "hub"))
+    if (hub / ("models--" + name.replace("/", "--")) / "snapshots").is_dir():
+        return
+    why = "not a causal LM of gputopo's catalog (gpt2*, llama*, mistral*, qwen*)" if c is None else \
+        f"a {c['family']} model, not a causal LM the benchmark trains"
+    raise BadInput(f"--model {name}: {why}, not a folder with config.json, and not in the local HF cache"
+                   " (nothing is downloaded)")
+
+
+def check_endpoint(endpoint: str, wait: float = 3.0) -> None:
+    """On a node other than 0, refuse in seconds an endpoint that does not resolve or does not answer (torchrun
+    would retry for minutes). Nothing listening yet is fine: node 0 opens the rendezvous when its first arm
+    starts, and this node's torchrun waits for it."""
+    import errno
+    import socket
+    host, _, port = endpoint.rpartition(":")
+    try:
+        addr = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][4]
+    except (socket.gaierror, UnicodeError) as e:
+        raise BadInput(f"--master-addr {host}: does not resolve here ({e.strerror or e})") from None
+    try:
+        with socket.create_connection(addr[:2], timeout=wait):
+            return
+    except ConnectionRefusedError:
+        return
+    except TimeoutError:
+        raise BadInput(f"--master-addr {host}: no answer within {wait:g} s at port {port} (host down, or a firewall"
+                       " drops the port); node 0 must be reachable from here") from None
+    except OSError as e:
+        if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            raise BadInput(f"--master-addr {host}: unreachable from here ({e.strerror})") from None
+        raise BadInput(f"--master-addr {host}:{port}: {e.strerror or e}") from None
 
 
 def _gpus(a: Ask, topo) -> tuple[Options, dict | None]:
@@ -116,7 +167,7 @@ def _gpus(a: Ask, topo) -> tuple[Options, dict | None]:
     from .topology import select
     names = select(topo, a.gpu_ids)
     if a.nproc and a.nproc > len(names):
-        raise TooFewGpus(f"--nproc {a.nproc}: only {len(names)} GPU(s) selected")
+        raise TooFewGpus(f"--gpus {a.nproc}: only {len(names)} GPU(s) selected")
     need_two_gpus(names, a.nproc, a.model)
     names = names[: a.nproc or None]
     link = None
@@ -145,7 +196,7 @@ def prepare(a: Ask) -> Prepared:
     elif a.gpu_ids:
         raise BadInput("--gpu-ids: no NVIDIA GPU visible here")
     elif a.nproc == 1 and a.nnodes == 1:  # as on CUDA: an A/B of peer-to-peer needs a peer
-        raise TooFewGpus("bench-nvlink compares P2P on and off between 2 or more processes; --nproc 1 on one node"
+        raise TooFewGpus("bench-nvlink compares P2P on and off between 2 or more processes; --gpus 1 on one node"
                          " has no peer (on CPU the twin runs 2 processes)")
     else:
         o, link = Options(device="cpu", nproc=a.nproc or 2, precision=precision(a.precision, None, "cpu")[0]), None
@@ -276,14 +327,42 @@ RANK_PREFIX = re.compile(r"^\[rank\d+\]:")  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPL
 ERROR_LINE = re.compile(r"^(error: |Fatal Python error|[\w.]*(Error|Exception)(: |$))")
 
 
+def duration(seconds: float) -> str:
+    """12s, 3m05s, 1h02m: an ETA a person reads at a glance."""
+    s = int(round(seconds))
+    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class Tracker:
+    """Rank 0's progress lines (gputopo.worker.progress) as one line of text: the step, seconds per step over
+    the last few steps, and the time left at that pace."""
+
+    def __init__(self):
+        self.seconds: list[float] = []
+
+    def text(self, f: dict) -> str | None:
+        if f.get("phase") == "build":
+            return f"building {f['model']} in {f['world']} process(es)"
+        if f.get("phase") == "allreduce":
+            return f"all-reduce {f['size'] / 2 ** 20:g} MiB ({f['index']}/{f['of']})"
+        if f.get("phase") != "train":
+            return None
+        self.seconds.append(f["seconds"])
+        pace = statistics.median(self.seconds[-5:])
+        left = f["steps"] - f["step"]
+        return f"step {f['step']}/{f['steps']}, {pace:.3f} s/step" + (f", ETA {duration(left * pace)}" if left else "")
+
+
 def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, log_dir: Path | None = None) -> dict:
     """Run one torchrun, stream its output behind a progress line, return the worker's result dict. With
     log_dir, the child's whole output goes to log_dir/output.log beside torchrun's per-rank logs."""
     tail: collections.deque[str] = collections.deque(maxlen=200)
     found: list[dict] = []
     log = open(log_dir / "output.log", "w") if log_dir else None
+    progress(label, "starting torchrun", True)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, bufsize=1)
+    tracker = Tracker()
 
     def read():
         for line in proc.stdout:
@@ -293,9 +372,13 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, l
             text = RANK_PREFIX.sub("", line)
             if text.startswith(RESULT):
                 found.append(json.loads(text[len(RESULT):]))
-                continue
-            tail.append(line)
-            progress(label, line)
+            elif text.startswith(PROGRESS):
+                shown = tracker.text(json.loads(text[len(PROGRESS):]))
+                if shown:
+                    progress(label, shown, True)
+            else:
+                tail.append(line)
+                progress(label, line)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
@@ -419,7 +502,7 @@ def need_two_gpus(selected: list[str], nproc: int | None, model: str) -> None:
     """An A/B of NCCL peer-to-peer needs two GPUs in one node: refuse (exit 4) and say what works instead."""
     if len(selected) >= 2 and (nproc is None or nproc >= 2):
         return
-    why = (f"--nproc {nproc} uses one GPU" if len(selected) >= 2 else
+    why = (f"--gpus {nproc} uses one GPU" if len(selected) >= 2 else
            f"only one GPU ({', '.join(selected)}) is available to it")
     raise TooFewGpus(f"bench-nvlink compares P2P on and off between 2 or more GPUs of a node, and {why}; for one"
                      f" GPU's step time run `torchrun --nproc_per_node 1 -m gputopo.worker --model {model}`,"
@@ -437,7 +520,8 @@ def run(o: Options, link: dict | None, save, progress) -> dict:
     out = {"schema_version": SCHEMA_VERSION, "device": o.device, "backend": "nccl" if o.device == "cuda" else "gloo",
            "nproc": o.nproc, "nnodes": o.nnodes, "model": None, "dataset": None, "link": link,
            "settings": {"steps": o.steps, "warmup_steps": o.warmup_steps, "batch_size": o.batch_size,
-                        "seq_len": o.seq_len, "precision": o.precision, "repeat": o.repeat, "dataset": o.dataset},
+                        "seq_len": o.seq_len, "precision": o.precision, "repeat": o.repeat, "dataset": o.dataset}
+           if o.train else None,
            "runs": [], "comparison": None, "speedup": None, "allreduce": [], "predicted_ratio": None,
            "reference": REFERENCE,
            "log_dir": str(log_root), "notes": list(o.notes), "complete": False, "error": None}
@@ -475,7 +559,7 @@ def calibration(o: Options, progress) -> tuple[object, object, dict | None, str 
     seq = min(o.seq_len, spec.max_positions or o.seq_len)   # as gputopo.worker clips it
     t = Training(precision=o.precision, batch_size=o.batch_size, seq_len=seq)
     threads = int(child_env(o, None)["OMP_NUM_THREADS"])
-    progress("calibrating", f"timing {spec.name}'s step parts in {o.nproc} process(es) for the prediction")
+    progress("calibrating", f"timing {spec.name}'s step parts in {o.nproc} process(es) for the prediction", True)
     try:
         cal = calibrate.run(calibrate.request(spec, t, threads, device=o.device), copies=o.nproc,
                             env=child_env(o, None))

@@ -352,24 +352,31 @@ class _Drawing:
 
 
 def bench(data: dict) -> bytes:
-    """`bench-nvlink --plot`: step times per arm and all_reduce bus bandwidth per size, as one PNG."""
+    """`bench-nvlink --plot`: step times per arm and all_reduce bus bandwidth per size, as one PNG; a half that
+    did not run (--allreduce-only, --train-only) gets no panel."""
     import matplotlib
     matplotlib.use("Agg")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(11, 4))   # no pyplot: nothing global to close, safe in a long-lived process
+    panels = [p for p, rows in (("steps", data["runs"]), ("allreduce", data["allreduce"])) if rows]
+    fig = Figure(figsize=(5.5 * max(1, len(panels)), 4))   # no pyplot: nothing global to close
     FigureCanvasAgg(fig)
-    ax1, ax2 = fig.subplots(1, 2)
-    for r in data["runs"]:
-        ax1.plot(r["step_times_s"], marker=".", label=f"{r['label']} (median {r['step_time_s']['median']:.3f} s)")
-    ax1.set(title="step time per timed step", xlabel="step", ylabel="seconds")
-    ax1.legend()
-    for p2p in (True, False):
-        pts = sorted((r["bytes"], r["busbw_gbps"]) for r in data["allreduce"] if r["p2p"] == p2p)
-        if pts:
-            ax2.plot([p[0] / 2 ** 20 for p in pts], [p[1] for p in pts], marker="o", label="P2P" if p2p else "no P2P")
-    ax2.set(title="all_reduce bus bandwidth", xlabel="MiB", ylabel="GB/s", xscale="log")
-    ax2.legend()
+    axes = dict(zip(panels, fig.subplots(1, len(panels), squeeze=False)[0])) if panels else {}
+    if "steps" in axes:
+        ax = axes["steps"]
+        for r in data["runs"]:
+            ax.plot(r["step_times_s"], marker=".", label=f"{r['label']} (median {r['step_time_s']['median']:.3f} s)")
+        ax.set(title="step time per timed step", xlabel="step", ylabel="seconds")
+        ax.legend()
+    if "allreduce" in axes:
+        ax = axes["allreduce"]
+        for p2p in (True, False):
+            pts = sorted((r["bytes"], r["busbw_gbps"]) for r in data["allreduce"] if r["p2p"] == p2p)
+            if pts:
+                ax.plot([p[0] / 2 ** 20 for p in pts], [p[1] for p in pts], marker="o",
+                        label="P2P" if p2p else "no P2P")
+        ax.set(title="all_reduce bus bandwidth", xlabel="MiB", ylabel="GB/s", xscale="log")
+        ax.legend()
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, dpi=100, format="png")

@@ -231,10 +231,11 @@ def measured(m: dict) -> str:
 def bench(data: dict) -> str:
     """Human text for `gputopo bench-nvlink`, laid out like the reference table."""
     st = data["settings"]
-    out = [f"{data['nnodes']} node(s) x {data['nproc']} process(es) on {data['device']} ({data['backend']});"
-           f" model {data['model']['name'] if data['model'] else 'N/A'}; data {data['dataset'] or 'N/A'}",
-           f"{st['steps']} steps per arm ({st['warmup_steps']} warm-up not timed), batch {st['batch_size']} x"
-           f" {st['seq_len']} per process, {st['precision']}, {st['repeat']} run(s) per arm"]
+    where = f"{data['nnodes']} node(s) x {data['nproc']} process(es) on {data['device']} ({data['backend']})"
+    out = [f"{where}; all-reduce sweep only (--allreduce-only: no training)"] if st is None else [
+        f"{where}; model {data['model']['name'] if data['model'] else 'N/A'}; data {data['dataset'] or 'N/A'}",
+        f"{st['steps']} steps per arm ({st['warmup_steps']} warm-up not timed), batch {st['batch_size']} x"
+        f" {st['seq_len']} per process, {st['precision']}, {st['repeat']} run(s) per arm"]
     link = data.get("link")
     out.append(f"GPUs share: {link['type']} ({link['a']}-{link['b']}, the weakest link)" if link else
                "GPUs share: no GPU link here")

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 RESULT = "GPUTOPO_RESULT "
+PROGRESS = "GPUTOPO_PROGRESS "   # rank 0's lines as it works: bench-nvlink turns them into its live line
 WIKITEXT = "wikitext-2-raw-v1"  # the reference experiment's data
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}  # no model hub: nothing is downloaded at run time
 
@@ -63,14 +64,22 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
+def progress(**fields) -> None:
+    """One progress line on stdout, from global rank 0 only (the others train the same steps)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(PROGRESS + json.dumps(fields), flush=True)
+
+
 class StepTimer:
     """Step boundaries without stalling the loop: CUDA events on the GPU's stream (read once, after the last
     step), perf_counter on CPU. A host sync per step (torch.cuda.synchronize, loss.item()) would stop the CPU
-    from queueing the next step while the GPU finishes this one, and the bench would time its own stalls."""
+    from queueing the next step while the GPU finishes this one, and the bench would time its own stalls.
+    Each mark after the first reports progress with the host's clock, which the queue keeps near the GPU's."""
 
-    def __init__(self, device):
+    def __init__(self, device, steps: int | None = None):
         self.cuda = device.type == "cuda"
         self.marks: list = []
+        self.steps, self.host = steps, []
 
     def mark(self) -> None:
         if self.cuda:
@@ -80,6 +89,10 @@ class StepTimer:
             self.marks.append(event)
         else:
             self.marks.append(time.perf_counter())
+        self.host.append(time.perf_counter())
+        if self.steps and len(self.host) > 1:
+            progress(phase="train", step=len(self.host) - 1, steps=self.steps,
+                     seconds=self.host[-1] - self.host[-2])
 
     def intervals(self) -> list[float]:
         """Seconds between consecutive marks."""
@@ -189,7 +202,8 @@ def allreduce_sweep(sizes: list[int], iters: int, device, world: int) -> list[di
     import torch
     import torch.distributed as dist
     out = []
-    for size in sizes:
+    for i, size in enumerate(sizes):
+        progress(phase="allreduce", size=size, index=i + 1, of=len(sizes))
         t = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
         for _ in range(2):
             dist.all_reduce(t)
@@ -230,7 +244,7 @@ def train_plain(args, model, data, device, world, rank):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16" and device.type == "cuda")
     data = data.to(device)  # once: a per-step copy from pageable memory would block the host on CUDA
-    timer, losses = StepTimer(device), []
+    timer, losses = StepTimer(device, args.steps), []
     synchronize(device)
     timer.mark()
     for step in range(args.steps):  # each step runs from one mark to the next: nothing in the loop goes untimed
@@ -252,7 +266,7 @@ def train_deepspeed(args, model, data, device, world, rank):
     engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                    config=args.deepspeed)
     data = data.to(engine.device)
-    timer, losses = StepTimer(device), []
+    timer, losses = StepTimer(device, args.steps), []
     synchronize(device)
     timer.mark()
     for step in range(args.steps):
@@ -295,13 +309,15 @@ def train_hf(args, model, data, device):
         """Marks at step begin and end: the Trainer's logging between steps stays out of the step time."""
 
         def __init__(self):
-            self.timer = StepTimer(device)
+            self.timer = StepTimer(device)   # marks at begin and end: no progress from them
 
         def on_step_begin(self, *a, **k):
             self.timer.mark()
 
         def on_step_end(self, *a, **k):
             self.timer.mark()
+            t = self.timer.host
+            progress(phase="train", step=len(t) // 2, steps=args.steps, seconds=t[-1] - t[-2])
 
     class Tokens(torch.utils.data.Dataset):
         def __len__(self):
@@ -345,6 +361,7 @@ def main(argv=None) -> int:
     result = {"device": device.type, "backend": backend, "world_size": world,
               "env": {"NCCL_P2P_DISABLE": os.environ.get("NCCL_P2P_DISABLE")}}
     if args.train:
+        progress(phase="build", model=args.model, world=world)
         model, what = build_model(args.model)
         if args.grad_checkpointing:
             model.gradient_checkpointing_enable()

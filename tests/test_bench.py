@@ -14,6 +14,7 @@ import pytest
 from conftest import bin_path, make_model_dir
 
 from gputopo import bench
+from gputopo.errors import BadInput
 
 pytestmark = pytest.mark.skipif(__import__("importlib").util.find_spec("torch") is None, reason="torch not installed")
 
@@ -173,7 +174,15 @@ def test_bad_input(tmp_path, tiny_model, fake_nvml):
                       (["--train-only", "--allreduce-only"], "exclude each other"),
                       (["--allreduce-only"], "--allreduce-only ignores --model: leave it out"),
                       (["--train-only", "--allreduce-sizes", "1MB"], "--train-only ignores --allreduce-sizes"),
-                      (["--nnodes", "2"], "needs --rdzv-endpoint"),
+                      (["--nodes", "2"], "needs --master-addr"),
+                      (["--nnodes", "2"], "needs --master-addr"),   # the old spelling: still one line
+                      (["--nproc", "2", "--gpus", "2"], "--nproc is the old spelling of --gpus: give one"),
+                      (["--rdzv-endpoint", "h:1", "--master-addr", "h"], "old spelling of --master-addr"),
+                      (["--rdzv-endpoint", "nohost"], "HOST:PORT"),
+                      (["--master-port", "29400"], "--master-port needs --master-addr"),
+                      (["--nodes", "2", "--node-rank", "1", "--master-addr", "no-such-host.invalid"],
+                       "--master-addr no-such-host.invalid: does not resolve here"),
+                      (["--verbose", "--quiet"], "exclude each other"),
                       (["--gpu-ids", "0,1"], "no NVIDIA GPU visible"),
                       (["--steps", "0"], "--steps must be 1 or more"),
                       (["--steps", "2", "--warmup-steps", "2"], "leaves no timed step")):
@@ -223,7 +232,8 @@ def invoke(*args):
 @pytest.mark.parametrize("scenario,args,why", [
     ("one", [], "only one GPU (GPU0) is available to it"),
     ("one", ["--allreduce-only"], "only one GPU (GPU0) is available to it"),
-    ("two", ["--nproc", "1"], "--nproc 1 uses one GPU"),
+    ("two", ["--gpus", "1"], "--gpus 1 uses one GPU"),
+    ("two", ["--nproc", "1"], "--gpus 1 uses one GPU"),
     ("two", ["--gpu-ids", "1"], "only one GPU (GPU1) is available to it"),
 ])
 def test_one_gpu_is_refused_with_exit_4(fake_nvml, no_children, tmp_path, scenario, args, why):
@@ -416,3 +426,32 @@ def test_each_arm_is_predicted_from_its_own_sweep(fake_nvml, fake_calibration, m
     only = json.loads(invoke("--model", "gpt2", "--dataset", "synthetic", "--train-only", "--json").stdout)
     assert only["predicted_ratio"] is None and "predicted_step_s" not in only["runs"][0]
     assert any("--train-only skips the all-reduce sweep" in n for n in only["notes"])
+
+
+def test_checks_before_launch_start_nothing(tmp_path, fake_nvml, monkeypatch):
+    """Issue 20: an unknown model, one process, an endpoint that does not resolve: one line, before any child."""
+    import fake_nvml as fm
+    from click.testing import CliRunner
+
+    from gputopo.cli import cli
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    monkeypatch.setattr(bench, "run_child", lambda *a, **k: pytest.fail("a child was started"))
+    monkeypatch.setattr(bench, "calibration", lambda *a, **k: pytest.fail("calibration was started"))
+    (tmp_path / "empty").mkdir()
+    for args, code, msg in ((["--model", "nope"], 2, "--model nope: not a causal LM of gputopo's catalog"),
+                            (["--model", "bert-base-uncased"], 2, "a bert model, not a causal LM"),
+                            (["--model", str(tmp_path / "empty")], 2, "no config.json in that folder"),
+                            (["--gpus", "1"], 4, "--gpus 1 on one node has no peer"),
+                            (["--nproc", "1"], 4, "--gpus 1 on one node has no peer")):
+        r = CliRunner().invoke(cli, ["bench-nvlink", *args])
+        assert r.exit_code == code and msg in r.output and r.output.count("\n") == 1, (args, r.output)
+
+
+def test_endpoint_check_lets_a_closed_port_wait_for_node_0():
+    """Nothing listening yet is the normal start of a multi-node run: node 0 opens the rendezvous later."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bench.check_endpoint(f"127.0.0.1:{port}")   # refused connection: accepted
+    with pytest.raises(BadInput, match="does not resolve"):
+        bench.check_endpoint("no-such-host.invalid:29500")

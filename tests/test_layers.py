@@ -12,7 +12,7 @@ LAYERS = [
     # facts and catalogs: the data models, pure
     {"gpus", "datasheets", "topology", "models", "memory", "system"},
     # reading the machine and the inputs
-    {"parse", "probe", "sources", "health", "nvme", "validate", "dsops", "launch", "worker"},
+    {"parse", "probe", "sources", "health", "nvme", "validate", "dsops", "launch", "worker", "nccllog"},
     # what fits, how fast, what to use
     {"plan", "speed", "calibrate", "advise", "request", "dsconfig", "measure", "doctor", "bench"},
     # one answer per command

@@ -535,7 +535,8 @@ def _inspect_force(tmp):
 def _fake_child(calls):
     def run_child(label, cmd, env, timeout, progress, log_dir=None):
         calls.append({"label": label, "cmd": cmd, "env": env, "timeout": timeout, "progress": progress})
-        progress(label, "step 1")
+        progress(label, "a line of the child")
+        progress(label, "step 1/3, 0.100 s/step", True)
         args = cmd[cmd.index("gputopo.worker") + 1:]
         steps = int(args[args.index("--steps") + 1])
         warm = int(args[args.index("--warmup-steps") + 1])
@@ -575,7 +576,8 @@ def _worker_arg(calls, flag):
 
 BENCH = {
     "model": (["--model", "gpt2-medium"], lambda r, c: _worker_arg(c, "--model")),
-    "nproc": (["--nproc", "3"], lambda r, c: _worker_arg(c, "--nproc_per_node")),
+    "gpus": (["--gpus", "3"], lambda r, c: _worker_arg(c, "--nproc_per_node")),
+    "nproc": (["--nproc", "3"], lambda r, c: (_worker_arg(c, "--nproc_per_node"), "spelled --gpus now" in r.output)),
     "steps": (["--steps", "5"], lambda r, c: _worker_arg(c, "--steps")),
     "warmup_steps": (["--warmup-steps", "2"], lambda r, c: _worker_arg(c, "--warmup-steps")),
     "batch_size": (["--batch-size", "3"], lambda r, c: _worker_arg(c, "--batch-size")),
@@ -588,10 +590,15 @@ BENCH = {
     "train_only": (["--train-only"], lambda r, c: [x["label"] for x in c]),
     "allreduce_only": (["--allreduce-only"], lambda r, c: [x["label"] for x in c]),
     "allreduce_sizes": (["--allreduce-sizes", "1MB,2MB"], lambda r, c: _worker_arg(c[-1:], "--allreduce-sizes")),
-    "node_rank": (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:1"],
+    "node_rank": (["--nodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", "1"],
                   lambda r, c: _worker_arg(c, "--node_rank")),
-    "rdzv_endpoint": (["--rdzv-endpoint", "127.0.0.1:1"], lambda r, c: _worker_arg(c, "--rdzv_endpoint")),
-    "verbose": (["--verbose"], lambda r, c: "[p2p] step 1" in r.output),
+    "master_addr": (["--master-addr", "127.0.0.1"], lambda r, c: _worker_arg(c, "--rdzv_endpoint")),
+    "master_port": (["--master-addr", "127.0.0.1", "--master-port", "1"],
+                    lambda r, c: _worker_arg(c, "--rdzv_endpoint") == "127.0.0.1:1"),
+    "rdzv_endpoint": (["--rdzv-endpoint", "127.0.0.1:1"], lambda r, c: (_worker_arg(c, "--rdzv_endpoint"),
+                                                                       "--master-addr HOST --master-port" in r.output)),
+    "verbose": (["--verbose"], lambda r, c: "[p2p] a line of the child" in r.output),
+    "quiet": (["--quiet"], lambda r, c: "[p2p] step 1/3" in r.output),
     "as_json": (["--json"], lambda r, c: r.stdout.lstrip().startswith("{")),
 }
 
@@ -601,10 +608,11 @@ def _bench_check(name, tmp):
         if name == "gpu_ids":
             one_line_usage_error(run("bench-nvlink", "--gpu-ids", "0,1"), "--gpu-ids: no NVIDIA GPU visible here")
             return
-        if name == "nnodes":
-            one_line_usage_error(run("bench-nvlink", "--nnodes", "2"), "--nnodes > 1 needs --rdzv-endpoint")
-            r, c = _bench(calls, "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1")
+        if name in ("nodes", "nnodes"):
+            one_line_usage_error(run("bench-nvlink", f"--{name}", "2"), "--nodes > 1 needs --master-addr")
+            r, c = _bench(calls, f"--{name}", "2", "--master-addr", "127.0.0.1")
             assert r.exit_code == 0 and _worker_arg(c, "--nnodes") == "2"
+            assert ("spelled --nodes now" in r.output) == (name == "nnodes")
             return
         if name in ("output", "force"):
             out = tmp / "ab.json"
@@ -648,7 +656,7 @@ def all_options():
 
 def test_walk_covers_every_option(tmp_path):
     walked = set(_walk(tmp_path)) | {("bench-nvlink", n)
-                                     for n in list(BENCH) + ["gpu_ids", "nnodes", "output", "force", "plot"]}
+                                     for n in list(BENCH) + ["gpu_ids", "nodes", "nnodes", "output", "force", "plot"]}
     walked |= {("gputopo", "version"), ("gputopo", "debug")}
     missing = sorted(set(all_options()) - walked)
     assert not missing, f"options with no entry in tests/test_options.py (show their effect or refusal): {missing}"

@@ -143,6 +143,22 @@ def test_bench_plot_png_from_plot_module():
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
+@pytest.mark.parametrize("half", ["runs", "allreduce"])
+def test_bench_plot_draws_only_the_half_that_ran(half, recwarn):
+    """--allreduce-only has no step times: one panel, no empty axes, no matplotlib warning (issue 20)."""
+    import io
+
+    from PIL import Image
+
+    from gputopo import plot
+    runs = [{"label": "p2p", "step_times_s": [0.1, 0.12], "step_time_s": {"median": 0.11}}]
+    allreduce = [{"bytes": 2 ** k, "busbw_gbps": k / 10, "p2p": True} for k in (20, 24)]
+    data = {"runs": runs if half == "runs" else [], "allreduce": allreduce if half == "allreduce" else []}
+    both = Image.open(io.BytesIO(plot.bench({"runs": runs, "allreduce": allreduce})))
+    one = Image.open(io.BytesIO(plot.bench(data)))
+    assert one.width < 0.6 * both.width and not [w for w in recwarn if "matplotlib" in str(w.filename)]
+
+
 def test_only_plot_imports_matplotlib():
     """matplotlib is imported in plot.py only, and there inside functions (the CLI must start fast)."""
     import ast

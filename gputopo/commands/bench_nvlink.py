@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import click
 
@@ -12,28 +13,45 @@ from .common import emit, notes
 
 
 class Progress:
-    """One progress line per arm on a terminal (the child's latest line); every line with --verbose."""
+    """Each arm's progress on stderr, fed by rank 0 as it trains (step k/N, seconds per step, ETA). On a
+    terminal one live line per arm; elsewhere (a log, a pipe) a line every 10 s and at each arm's end;
+    --verbose adds every line of the children, --quiet shows nothing."""
+    EVERY = 10.0
 
-    def __init__(self, verbose: bool):
-        self.verbose, self.tty, self.label = verbose, sys.stderr.isatty(), None
+    def __init__(self, verbose: bool, quiet: bool = False):
+        self.verbose, self.quiet, self.tty = verbose, quiet, sys.stderr.isatty()
+        self.label, self.last, self.pending, self.shown_at = None, "", None, 0.0
 
-    def __call__(self, label, line):
-        if self.verbose:
+    def __call__(self, label, line, is_progress: bool = False):
+        if self.quiet or not (is_progress or self.verbose):
+            return
+        if self.verbose or not is_progress:
             click.echo(f"[{label}] {line}", err=True)
             return
         if label != self.label:
-            if self.label and self.tty:
-                click.echo("", err=True)
-            self.label = label
-            if not self.tty:
-                click.echo(f"[{label}] running", err=True)
+            self._end_arm()
+            self.label, self.shown_at = label, 0.0
+        self.last = line
+        now = time.monotonic()
         if self.tty:
-            width = 100
-            click.echo(f"\r[{label}] {line[:width]:<{width}}", err=True, nl=False)
+            click.echo(f"\r[{label}] {line[:100]:<100}", err=True, nl=False)
+        elif now - self.shown_at >= self.EVERY:
+            click.echo(f"[{label}] {line}", err=True)
+            self.shown_at, self.pending = now, None
+        else:
+            self.pending = line
+
+    def _end_arm(self):
+        """Close the previous arm's line: a newline on a terminal, its last state in a log."""
+        if self.label and self.tty:
+            click.echo("", err=True)
+        elif self.label and self.pending:
+            click.echo(f"[{self.label}] {self.pending}", err=True)
+        self.pending = None
 
     def done(self):
-        if self.tty and self.label:
-            click.echo("", err=True)
+        self._end_arm()
+        self.label = None
 
 
 def _check_outputs(output, plot, force) -> None:
@@ -46,42 +64,81 @@ def _check_outputs(output, plot, force) -> None:
         raise BadInput("--output and --plot name the same file")
 
 
-def _run(prepared, output: str | None, verbose: bool) -> dict:
+def _old_spellings(o: dict) -> tuple[dict, list[str]]:
+    """bench-nvlink's options in plan's and deepspeed-config's words; the old spellings still work, with a note.
+    Returns bench.Ask's keywords and the notes."""
+    said = []
+    for old, new in (("nproc", "gpus"), ("nnodes", "nodes")):
+        if o[old] is not None:
+            if o[new] is not None:
+                raise BadInput(f"--{old} is the old spelling of --{new}: give one")
+            o[new] = o[old]
+            said.append(f"--{old} is spelled --{new} now, as in plan and deepspeed-config")
+    endpoint = o.pop("rdzv_endpoint")
+    addr, port = o.pop("master_addr"), o.pop("master_port")
+    if endpoint:
+        if addr or port:
+            raise BadInput("--rdzv-endpoint is the old spelling of --master-addr/--master-port: give one")
+        host, sep, number = endpoint.rpartition(":")
+        if not sep or not host or not number.isdigit() or not 0 < int(number) < 65536:
+            raise BadInput(f"--rdzv-endpoint {endpoint}: HOST:PORT, e.g. 10.0.0.1:29500")
+        addr, port = host, int(number)
+        said.append("--rdzv-endpoint HOST:PORT is spelled --master-addr HOST --master-port PORT now")
+    if port and not addr:
+        raise BadInput("--master-port needs --master-addr (node 0's address)")
+    ask = {k: v for k, v in o.items() if k not in ("nproc", "nnodes", "gpus", "nodes")}
+    ask.update(nproc=o["gpus"], nnodes=o["nodes"] or 1, rdzv_endpoint=f"{addr}:{port or 29500}" if addr else None)
+    return ask, said
+
+
+def _run(prepared, output: str | None, verbose: bool, quiet: bool) -> dict:
     """Pre-flight, then both arms; results saved to --output after every finished arm."""
     from .. import bench, doctor, files, render
-    saved = {"runs": 0, "allreduce": 0}
+    finished: list[str] = []
 
     def save(results):
+        finished[:] = finished_arms(results)
         if output:
             files.write_atomic(output, render.to_json(results) + "\n")
-            saved.update(runs=len(results["runs"]), allreduce=len(results["allreduce"]))
     topo = prepared.topology
     report = doctor.preflight("bench-nvlink", topo=topo, status=None if topo else "no NVIDIA GPU visible")
     if report["counts"]["warn"]:
         notes([f"`gputopo doctor` has {report['counts']['warn']} warning(s) about this machine"])
-    prepared.options.log_dir = bench.new_log_dir()
-    click.echo(f"logs of this run: {prepared.options.log_dir}", err=True)
-    progress = Progress(verbose)
+    log_dir = prepared.options.log_dir = bench.new_log_dir()
+    click.echo(f"logs of this run: {log_dir}", err=True)
+    progress = Progress(verbose, quiet)
     try:
         return bench.run(prepared.options, prepared.link, save, progress)
     except KeyboardInterrupt:
-        raise Interrupted("interrupted: the children were stopped" + (
-            f"; finished arms are in {output}" if output and any(saved.values())
-            else "; nothing was written")) from None
+        during = f" during {progress.label}" if progress.label else ""
+        if not finished:
+            raise Interrupted(f"interrupted{during}: the children were stopped; no arm had finished, so nothing was"
+                              f" written{f' to {output}' if output else ''} (logs so far: {log_dir})") from None
+        where = f"in {output}, and " if output else ""
+        raise Interrupted(f"interrupted{during}: the children were stopped; finished: {', '.join(finished)}"
+                          f" ({where}each arm's output.log under {log_dir})") from None
     except GputopoError as e:
         if output:
-            e.details += (f"Finished arms are kept in {output}" if any(saved.values()) else
+            e.details += (f"Finished arms are kept in {output}: {', '.join(finished)}" if finished else
                           f"No arm finished; {output} records the failure",)
         raise
     finally:
         progress.done()
 
 
+def finished_arms(results: dict) -> list[str]:
+    """The arms a results dict holds: training runs by label, then the all-reduce sweeps."""
+    sweeps = sorted({"all-reduce " + ("p2p" if r["p2p"] else "no_p2p") for r in results["allreduce"]},
+                    reverse=True)
+    return [r["label"] for r in results["runs"]] + sweeps
+
+
 @click.command("bench-nvlink")
 @click.option("--model", type=TEXT, default="gpt2", show_default=True,
               help="Causal LM: catalog name, HF cache name or a folder.")
-@click.option("--nproc", type=COUNT, help="Processes per node [default: all visible GPUs; 2 on CPU].")
-@click.option("--gpu-ids", type=GPU_IDS, help="Use these GPUs (indices as nvidia-smi prints them).")
+@click.option("--gpus", type=COUNT, help="Processes per node, one per GPU [default: all visible GPUs; 2 on CPU].")
+@click.option("--nproc", type=COUNT, hidden=True, help="The old spelling of --gpus.")
+@click.option("--gpu-ids", type=GPU_IDS, help="Use these GPUs (indices as nvidia-smi prints them); --gpus counts.")
 @click.option("--steps", type=COUNT, help="Steps per arm [default: 200 on GPU as in the reference; 4 on CPU].")
 @click.option("--warmup-steps", type=Count(0), help="Steps left out of the timing [default: 10 on GPU, 1 on CPU].")
 @click.option("--batch-size", type=COUNT, help="Per process [default: 4 on GPU as in the reference, 2 on CPU].")
@@ -97,28 +154,35 @@ def _run(prepared, output: str | None, verbose: bool) -> dict:
 @click.option("--allreduce-only", is_flag=True, help="Skip the training arms.")
 @click.option("--allreduce-sizes", type=SIZES, help="Sizes of the sweep, e.g. 1MB,64MB (binary: 1MB = 1 MiB)"
               " [default: 1 MiB to 1 GiB on GPU, 1 MiB to 32 MiB on CPU].")
-@click.option("--nnodes", type=COUNT, default=1, show_default=True, help="Nodes taking part (one torchrun each).")
+@click.option("--nodes", type=COUNT, help="Nodes taking part, one torchrun each [default: 1].")
+@click.option("--nnodes", type=COUNT, hidden=True, help="The old spelling of --nodes.")
 @click.option("--node-rank", type=Count(0), default=0, show_default=True, help="This node's rank, 0 on the first.")
-@click.option("--rdzv-endpoint", type=TEXT, metavar="HOST:PORT",
-              help="c10d rendezvous for several nodes (node 0's address).")
-@click.option("--output", type=PATH, metavar="PATH",
+@click.option("--master-addr", type=TEXT, metavar="HOST", help="Node 0's address, with --nodes 2 or more.")
+@click.option("--master-port", type=click.IntRange(1, 65535), help="Node 0's rendezvous port [default: 29500].")
+@click.option("--rdzv-endpoint", type=TEXT, hidden=True, metavar="HOST:PORT",
+              help="The old spelling of --master-addr HOST --master-port PORT.")
+@click.option("--output", "-o", type=PATH, metavar="PATH",
               help="Results JSON, written after every finished arm ('-': on stdout at the end, as --json).")
 @click.option("--force", is_flag=True, help="Overwrite --output / --plot.")
 @click.option("--plot", type=PATH, metavar="PATH.png",
               help="A PNG of step times and the all-reduce sweep (matplotlib).")
 @click.option("--verbose", is_flag=True, help="Stream every line of the children.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 @json_option
 @click.pass_context
-def bench_nvlink(ctx, output, force, plot, verbose, as_json, **options):
+def bench_nvlink(ctx, output, force, plot, verbose, quiet, as_json, **options):
     """Train the same DDP run with and without NCCL_P2P_DISABLE=1 through torchrun, and sweep all-reduce."""
     from .. import bench, files, render
     from .. import plot as drawing
     if output == "-":  # results on stdout
         output, as_json = None, True
+    if verbose and quiet:
+        raise BadInput("--verbose and --quiet exclude each other")
     _check_outputs(output, plot, force)
+    options, renamed = _old_spellings(options)
     prepared = bench.prepare(bench.Ask(**options, given=typed(ctx)))
-    notes(prepared.notes)
-    results = _run(prepared, output, verbose)
+    notes(renamed + prepared.notes)   # after every check: a refusal stays one line
+    results = _run(prepared, output, verbose, quiet)
     if plot:
         files.write_atomic(plot, drawing.bench(results))
     emit(results, render.bench, as_json)
