@@ -455,3 +455,32 @@ def test_endpoint_check_lets_a_closed_port_wait_for_node_0():
     bench.check_endpoint(f"127.0.0.1:{port}")   # refused connection: accepted
     with pytest.raises(BadInput, match="does not resolve"):
         bench.check_endpoint("no-such-host.invalid:29500")
+
+
+@pytest.mark.parametrize("arms_before", [0, 1])
+def test_ctrl_c_says_only_what_is_true(tmp_path, fake_nvml, fake_calibration, monkeypatch, arms_before):
+    """Issue 20: after Ctrl-C in the first arm it said "finished arms are in int.json", which did not exist."""
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    calls = []
+
+    def child(label, cmd, env, timeout, progress, log_dir=None):
+        calls.append(label)
+        progress(label, "step 1/3, 0.100 s/step", True)
+        if len(calls) > arms_before:
+            raise KeyboardInterrupt
+        t = [0.1, 0.1]
+        return {"world_size": 2, "steps": 3, "warmup_steps": 1, "train_runtime_s": 0.3, "timed_runtime_s": 0.2,
+                "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
+                "loss_finite": True, "model": {"name": "gpt2"}, "dataset": "synthetic"}
+    monkeypatch.setattr(bench, "run_child", child)
+    out = tmp_path / "int.json"
+    r = invoke("--steps", "3", "--output", str(out))
+    last = r.output.strip().splitlines()[-1]
+    assert r.exit_code == 130
+    if arms_before == 0:
+        assert "interrupted during p2p" in last and "no arm had finished, so nothing was written to" in last
+        assert not out.exists()
+    else:
+        assert "interrupted during no_p2p" in last and f"finished: p2p (in {out}, and each arm's output.log" in last
+        assert [x["label"] for x in json.loads(out.read_text())["runs"]] == ["p2p"]
