@@ -12,6 +12,16 @@ POWER_CAP_FRACTION = 0.97
 BENIGN_THROTTLE = {"applications_clocks_setting", "display_clock_setting", "sync_boost"}
 # NCCL_P2P_LEVEL: the farthest path over which NCCL still uses P2P (NCCL docs, "NCCL_P2P_LEVEL").
 P2P_LEVELS = ["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]
+# Its old numeric values, as NCCL's levelsOldToNew maps them (src/graph/paths.cc): 4 and above are SYS.
+OLD_P2P_LEVELS = ["LOC", "PIX", "PXB", "PHB", "SYS"]
+
+
+def p2p_level(value: str | None) -> int | None:
+    """NCCL_P2P_LEVEL's value (a name or an old number) -> its index in P2P_LEVELS; None if NCCL ignores it."""
+    v = (value or "").strip().upper()
+    if v.isdigit():
+        return P2P_LEVELS.index(OLD_P2P_LEVELS[min(int(v), len(OLD_P2P_LEVELS) - 1)])
+    return P2P_LEVELS.index(v) if v in P2P_LEVELS else None
 
 
 @dataclass(frozen=True)
@@ -100,8 +110,7 @@ def _env_findings(topo: Topology, names: list[str], env: dict) -> list[Finding]:
                               if has_nv else "")))
     level = (env.get("NCCL_P2P_LEVEL") or "").upper()
     if level:
-        idx = (int(level) + 1 if level.isdigit() and int(level) < 5 else
-               (P2P_LEVELS.index(level) if level in P2P_LEVELS else None))
+        idx = p2p_level(level)
         if idx is None:
             out.append(Finding("warn", "nccl_p2p_level", "env", f"NCCL_P2P_LEVEL={level} is not a level NCCL knows"
                                                                   " (LOC, NVL, PIX, PXB, PHB, SYS)"))

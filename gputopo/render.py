@@ -316,3 +316,55 @@ def doctor(data: dict) -> str:
     out.append("")
     out.append("Exit 1: something above will break a run." if c["fail"] else "Nothing blocks a run here.")
     return "\n".join(out)
+
+
+def _yes(value) -> str:
+    """true/false/null as yes/no/unknown."""
+    return "unknown" if value is None else "yes" if value else "no"
+
+
+def nccl(data: dict, most: int = 30) -> str:
+    """Human text for `gputopo inspect --nccl-log`: what the log shows, the settings behind it, the pairs of
+    GPUs (the first `most`), the check against a topology, and the findings."""
+    n = data["nccl"]
+    hosts = _short([f"{h} ({k} rank{'s' * (k != 1)})" for h, k in n["ranks_per_host"].items()], 8)
+    out = [f"NCCL {n['version'] or '(version not in the log)'}, from {data['inputs'][0]}"
+           + (f"; topology from {', '.join(data['inputs'][1:])}" if len(data["inputs"]) > 1 else ""),
+           f"{len(n['hosts'])} host(s)" + (f": {hosts}" if hosts else " named (the lines carry no host prefix)")
+           + (f"; {n['nranks']} ranks in all" if n["nranks"] else "")
+           + (f"; {n['channels']} channels" if n["channels"] else ""),
+           f"GPUDirect RDMA: {_yes(n['gdrdma'])} · NVLS: {_yes(n['nvls'])}"
+           + (" (available)" if n["nvls_available"] and not n["nvls"] else "") + f" · CollNet: {_yes(n['collnet'])}"]
+    details: dict = {}
+    for p in n["pairs"]:
+        details.setdefault(p["transport"], []).append(p["detail"])
+    rows = [[k, c, _short(list(dict.fromkeys(details.get(k, [])))[:4], 3)] for k, c in n["transports"].items()]
+    out += ["", "Transports (connection lines seen):", table(rows, ["kind", "lines", "as printed"]) if rows
+            else "  none: the log holds no connection lines (NCCL prints them at init, with NCCL_DEBUG=INFO)"]
+    if n["settings"]:
+        out += ["", "Settings that change NCCL's choice:"]
+        out += [f"  {k}={n['env'][k]}: {v}" for k, v in n["settings"].items()]
+    others = [f"{k}={v}" for k, v in n["env"].items() if k not in n["settings"]]
+    if others:
+        out.append("Other NCCL variables: " + _short(others, 8))
+    if n["pairs"]:
+        rows = [[p["from"], p["to"], p["transport"], p["detail"] + (f" [{p['side']}]" if p["side"] else "")]
+                for p in n["pairs"][:most]]
+        out += ["", f"Connections ({len(n['pairs'])} distinct"
+                + (f", the first {most}" if len(n["pairs"]) > most else "") + "):",
+                table(rows, ["from", "to", "transport", "detail"])]
+    out += _nccl_check(n.get("cross_check"), most)
+    out += ["", "Findings:"] + ([f"- {f}" for f in n["findings"]] or ["  nothing to act on in this log"])
+    return "\n".join(out)
+
+
+def _nccl_check(check: dict | None, most: int) -> list[str]:
+    """The pairs of GPUs checked against the topology: their link, the transport used and the one expected."""
+    if not check:
+        return []
+    if not check["pairs"]:
+        return ["", "Against the topology: no pair of GPUs of one host could be matched to it"]
+    rows = [[r["host"] or "", r["from"], r["to"], r["link"], r["transport"], r["expected"]]
+            for r in check["pairs"][:most]]
+    return ["", f"Against the topology ({len(check['pairs'])} pairs; GPU numbers: {check['gpu_numbers']}):",
+            table(rows, ["host", "from", "to", "link", "used", "expected"])]

@@ -131,3 +131,18 @@ def inspect_report(inputs, *, gpu_ids=None, best=None, options: dict | None = No
         from . import doctor
         data["host_checks"] = doctor.blocking(doctor.run(topo_fn=doctor.known_topology(topo, inputs.status or "")))
     return data
+
+
+def nccl(text: str, name: str, inputs=None) -> tuple[dict, list[str]]:
+    """`inspect --nccl-log`: the log's summary (gputopo.nccllog), checked against the topology of `inputs`
+    (gputopo.sources.Inputs) when given; and the log lines it read, for --markdown's source block."""
+    from . import nccllog
+    from .errors import BadInput
+    try:
+        log = nccllog.parse(text)
+    except BadInput as e:
+        raise BadInput(f"{name}: {e}") from None
+    topo = inputs.topology if inputs else None
+    data = {"schema_version": SCHEMA_VERSION, "inputs": [name] + (list(inputs.sources) if inputs else []),
+            "nccl": nccllog.summary(log, topo)}
+    return data, log.read

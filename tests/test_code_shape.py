@@ -8,7 +8,7 @@ import pytest
 import gputopo
 
 SRC = Path(gputopo.__file__).parent
-MODULES = ["graph", "mermaid", "markdown", "plot", "render", "report"]
+MODULES = ["graph", "mermaid", "markdown", "plot", "render", "report", "nccllog"]
 MOST_LINES = 80
 
 

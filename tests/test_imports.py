@@ -30,6 +30,8 @@ def cli(*args) -> str:
     cli("plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu-mem", "80GiB"),
     cli("doctor"),
     cli("inspect", "--example", "dgx-a100", "--markdown"),
+    cli("inspect", "--nccl-log", str(FIXTURES / "nccl" / "nccl2.3x-8xGPU-1node-ring-p2p-ipc-garbled-interleave.log"),
+        "-f", str(FIXTURES / "topo" / "rtx5090x2_phb.txt")),
     "from gputopo import dsconfig, launch; dsconfig.build(3, 'cpu', hidden_size=64);"
     " launch.command('slurm', 'x', gpus=8)",
 ])

@@ -496,6 +496,10 @@ def _walk(tmp):
         ("inspect", "gpu_mem"): differs("inspect", INSPECT_PLAN, INSPECT_PLAN + ["--gpu-mem", "40GB"],
                                         lambda d: d["plan"]["layout"]["gpu_mem_bytes"]),
         ("inspect", "as_json"): _json_flag("inspect", ["--example", "dgx-a100"]),
+        # --nccl-log explains the log instead, checked against the example's topology (tests/test_nccllog.py).
+        ("inspect", "nccl_log"): differs("inspect", INSPECT, INSPECT + ["--nccl-log", str(
+            FIXTURES / "nccl" / "ncclUNK-8xA100-nvswitch-p2p-level-LOC-shm-part2-channels.log")],
+            lambda d: d.get("nccl") and d["nccl"]["cross_check"]["pairs"]),
         ("inspect", "markdown"): _inspect_markdown,
         ("inspect", "plot"): _inspect_plot(tmp),
         ("inspect", "force"): _inspect_force(tmp),

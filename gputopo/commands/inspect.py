@@ -49,6 +49,32 @@ def _check(ctx, options: dict, markdown: bool, plot: str | None, force: bool, as
         raise BadInput("--best picks K GPUs among all; --gpu-ids names them: give one")
 
 
+NCCL_WITH = ("nccl_log", "from_file", "example", "markdown", "as_json")
+
+
+def _nccl(ctx, path: str, from_file, example, markdown: bool, as_json: bool) -> None:
+    """--nccl-log: the log explained, and checked against the topology of --from-file or --example when given."""
+    from .. import render, report, sources
+    others = given(ctx, [p.name for p in ctx.command.params if p.name not in NCCL_WITH])
+    if others:
+        raise BadInput(f"{', '.join(others)}: nothing to do with --nccl-log, which reads the log (--from-file or"
+                       " --example gives the topology to check it against)")
+    if markdown and as_json:
+        raise BadInput("--markdown and --json exclude each other")
+    if example == "list":
+        raise BadInput("--example list lists the examples; with --nccl-log give one: --example NAME")
+    if path == "-" and "-" in from_file:
+        raise BadInput("--nccl-log - and --from-file - both read stdin: give one of them a file")
+    text = sources.read_text(path, expect="an NCCL_DEBUG=INFO log")
+    inputs = sources.topology(from_file, example) if from_file or example else None
+    data, lines = report.nccl(text, "stdin" if path == "-" else path, inputs)
+    if markdown:
+        from .. import markdown as md
+        click.echo(md.nccl_report(data, lines, inputs.pasted if inputs else []), nl=False)
+    else:
+        emit(data, render.nccl, as_json)
+
+
 def _list_examples(as_json: bool) -> None:
     from .. import render, sources
     data = {"schema_version": 1, "examples": sources.examples()}
@@ -67,6 +93,9 @@ def _list_examples(as_json: bool) -> None:
 @click.option("--gpu-mem", type=SIZE, help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
 @model_options
 @training_options
+@click.option("--nccl-log", type=PATH, metavar="PATH",
+              help="Explain an NCCL_DEBUG=INFO log ('-' for stdin): hosts, ranks, the transport between each pair of"
+                   " GPUs, GPUDirect RDMA, the NCCL_* settings behind them; checked against --from-file/--example.")
 @click.option("--markdown", is_flag=True, help="Print a report to paste into a GitHub issue (Mermaid graph, source"
               " text); `inspect -f report.md` reads it back.")
 @click.option("--plot", type=PATH, metavar="PATH.png|svg",
@@ -75,9 +104,13 @@ def _list_examples(as_json: bool) -> None:
 @host_options
 @json_option
 @click.pass_context
-def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, markdown, plot, force, as_json, **options):
-    """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model)."""
+def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log, markdown, plot, force, as_json,
+            **options):
+    """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model); with
+    --nccl-log, what NCCL chose between them."""
     from .. import render, report, sources
+    if nccl_log:
+        return _nccl(ctx, nccl_log, from_file, example, markdown, as_json)
     _check(ctx, {**options, "best": best, "gpu_ids": gpu_ids}, markdown, plot, force, as_json, example)
     if example == "list":
         return _list_examples(as_json)

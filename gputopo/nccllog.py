@@ -1,0 +1,911 @@
+"""An NCCL_DEBUG=INFO log -> which transport NCCL chose between GPUs and hosts, and why (issue 20). Stdlib only,
+pure: no torch, no machine access.
+
+`parse(text)` reads a log as people paste it, from NCCL 2.3 on: the old `Ring 00 : 0[0] -> 1[1] via P2P/IPC`
+and the new `Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read` forms; several hosts and processes interleaved,
+even within one line (it splits at each `NCCL INFO`); anything before `host:pid:tid [dev] NCCL INFO` (mpirun's
+`[1,0]<stdout>:`, pdsh's `host: `, timestamps, Python logging, Markdown quotes and fences, a TUI's box
+characters, line numbers) or no prefix at all; CRLF, blank lines, the program's own output in between; a
+connection line a terminal wrapped before its transport is joined back, a line cut at the end of a paste is
+read as far as it goes. A text without one NCCL line is refused (BadInput); anything else is read for what it
+holds and never raises.
+
+`summary(log, topology=None)` is the "nccl" object of `gputopo inspect --nccl-log --json` (docs/inspect.md):
+  version         "2.18.5" from `NCCL version ...` (PyTorch's error spelling "21.0.3" read as 2.10.3), else null
+  hosts           host names in the order first seen (log prefixes, nccl-tests' "Rank N ... on HOST" header)
+  ranks_per_host  {host: ranks seen on it, or the GPUs its lines come from where no rank number is printed}
+  nranks          the largest rank count an init line states, else null
+  transports      {KIND: connection lines seen}, KIND as below
+  gdrdma          true if a network connection used GPUDirect RDMA (`/GDRDMA`); false if there were RDMA
+                  network connections (not sockets) and none did; null if there were none
+  channels        "N coll channels" (the largest), else the ring lists' channel count, else null
+  nvls            true: NVLS set up (its lines, or "N nvls channels" > 0); false: 0 nvls channels,
+                  NCCL_NVLS_ENABLE=0 or no multicast support; null: the log does not say
+  nvls_available  "NVLS multicast support is (not) available" on any GPU, else null
+  collnet         true: CollNet connections; false: "0 collnet channels", NCCL_COLLNET_ENABLE=0 or NCCL's
+                  "CollNet is not supported" warning; null otherwise (a collnet channel count alone is not use)
+  env             {NCCL_*: value} from "set by environment to", "set to", a plugin's "Setting NCCL_X to", and
+                  `NCCL_X=value` on a pasted command line (NCCL's own lines win)
+  settings        {NCCL_*: what it changes} for the variables set that change NCCL's choice of transport
+  pairs           one entry per distinct connection: {"from", "to", "transport", "detail", "side", "gdr",
+                  "lines"}; "from"/"to" are "HOST GPU d" (d: NVML's index, as nvidia-smi numbers GPUs, where the
+                  log prints it, else the CUDA device), "HOST rank r" when the GPU is unknown, "rank r (GPU d)"
+                  when the prefix with the host was stripped
+  warnings        the distinct messages of NCCL WARN lines
+  findings        sentences a person acts on
+  cross_check     with a topology: {"hosts", "gpu_numbers": "nvml"|"cuda"|"mixed"|null, "pairs": [{"host", "from",
+                  "to", "transport", "link", "expected"}]}, else null
+  lines           {"nccl": NCCL lines read, "connections", "rings", "trees"}
+
+KIND (each connection line NCCL printed counts once; a cut last line counts once its transport's name is
+whole, e.g. `via P2P/I`; NVLS and CollNet count their setup lines):
+  P2P         P2P/IPC, P2P/CUMEM, P2P/direct pointer, P2P/MNNVL, P2P/indirect (with /read or /CE)
+  SHM         SHM/direct/direct, and NCCL 2.7's "via direct shared memory"
+  NET/IB      NET/IB, and the HPC-X plugin's NET/IBext, NET/IBext_v8, ... (the same verbs transport)
+  NET/Socket  NET/Socket
+  NVLS        NVLink SHARP prints no per-peer line: each "NVLS comm ... headRank" or "Connected NVLS tree"
+  COLLNET     "CollNet 00/0 : 3 [send] via COLLNET/..." (and the older "Coll 00 :" form)
+  NET/<name>  any other network plugin, under the name NCCL prints after NET/ ("NET/AWS Libfabric" of
+              aws-ofi-nccl, "NET/OFI", "NET/FastSocket", ...): what it runs on is the plugin's business, so it is
+              neither folded into NET/IB nor into NET/Socket.
+Words that name a transport without being a connection ("P2P plugin IBext_v8", "use ring PXN 0 GDR 1",
+"Using network IB") are not counted.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .errors import BadInput
+from .health import P2P_LEVELS, p2p_level
+from .parse import ANSI
+from .topology import Topology, kind_of, rank
+
+KINDS = ("P2P", "SHM", "NET/IB", "NET/Socket", "NVLS", "COLLNET")
+RUN_WITH = "run the job with NCCL_DEBUG=INFO and give its output (every rank's stdout and stderr)"
+
+MARKER = re.compile(r"\bNCCL (INFO|WARN|TRACE|ABORT)\b ?")
+# What a process prints before its marker: host:pid:tid [cudaDev], and on WARN lines the source file:line.
+PREFIX = re.compile(r"(?:(?P<host>[\w.<>-]+):(?P<pid>\w+):\w+\s+)?(?:\[(?P<dev>\d+)\]\s+)?(?:[\w./-]+:\d+\s+)?$")
+HOST_PID = re.compile(r"[\w.<>-]+:\w+:\w+\s+\[\d+\]")
+PREFIX_REACH = 300  # a prefix is a few dozen characters: looking further back only costs time on junk
+CONNECTION = re.compile(r"\b(Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[(\w+)\])? -> (\d+)(?:\[(\w+)\])?"
+                        r"(?:\s*\[(send|receive)\])?\s+via (.*)")
+COLLNET_CONNECTION = re.compile(r"\b(?:CollNet|Coll) (\d+)(?:/\d+)? : (\d+) \[(send|receive)\] via (COLLNET/.*)")
+VERSION = re.compile(r"\bNCCL version (\d+)\.(\d+)\.(\d+)")
+ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (.+)")
+PLUGIN_ENV = re.compile(r"\bSetting (NCCL_[A-Z0-9_]+) (?:environment variable )?to (\S+)")
+COMMAND_ENV = re.compile(r"(?<![\w$])(NCCL_[A-Z0-9_]+)=(\S+)")
+# A pasted command line: it starts with VAR=value (after a shell prompt, `export` or `env`), or passes -x/-e NCCL_*
+# to mpirun or docker. Prose that mentions NCCL_X=1 sets nothing.
+COMMAND_LINE = re.compile(r"^\s*(?:\S*[$#]\s+)?(?:(?:export|env)\s+)?[A-Za-z_]\w*=\S|(?:^|\s)(?:-x|-e|--env)\s+NCCL_")
+INIT = re.compile(r"\brank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev (\d+))?(?: busId ([0-9a-fA-F]+))?")
+COMM = re.compile(r"\brank (\d+) nRanks (\d+) nNodes (\d+)")
+CHANNELS = re.compile(r"\b(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels)?")
+# A ring list: "Channel 00/08 :    0   1 ..." (the count has two digits, where a connection's index has one), or
+# NCCL 2.4's "Channel 00 :    0   1 ..." without the count.
+RING_LIST = re.compile(r"\bChannel (\d+)(?:/(\d{2,}) :(?:\s+\d+)+| :(?:\s+\d+){2,})\s*$")
+RING_GRAPH = re.compile(r"\bRing \d+ : -?\d+ -> -?\d+ -> -?\d+")
+TREE = re.compile(r"\bTrees? (?:\[\d+\]|\d+ : )")
+NVLS_SUPPORT = re.compile(r"\bNVLS multicast support is (not )?available")
+NVLS_SETUP = re.compile(r"\bConnected NVLS tree|\bNVLS comm 0x[0-9a-fA-F]+ headRank")
+P2P_FAILED = re.compile(r"\bCould not enable P2P between dev (\d+)\(=\w+\) and dev (\d+)\(=\w+\)")
+NETWORK = re.compile(r"\bUsing (?:internal )?[Nn]etwork (\w+)")
+IB_DEVICES = re.compile(r"\bNET/IB ?: ?(?:Using \[\d|\[\d+\] \w)")
+IB_ABSENT = re.compile(r"\bNET/IB ?: ?No device found|\bFailed to open libibverbs")
+COLLNET_OFF = re.compile(r"\bCollNet is not supported")
+TESTS_RANK = re.compile(r"^\s*#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)")
+CONNECTION_START = re.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? : \d+\S* -> ")
+
+
+@dataclass
+class Rank:
+    """One rank as the log shows it: where it runs and on which GPU."""
+    rank: int
+    host: str | None = None
+    pid: str | None = None
+    cuda_dev: int | None = None   # the [d] after host:pid:tid, or an init line's cudaDev
+    nvml_dev: int | None = None   # nvidia-smi's number: an init line's nvmlDev, or a new-format bracket
+    bus_id: str | None = None     # "1a000", as NCCL prints it
+
+
+@dataclass
+class Connection:
+    """One connection line, e.g. `Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA`."""
+    kind: str
+    detail: str                   # after "via", as printed: "P2P/CUMEM/read", "NET/IB/0/GDRDMA"
+    src: int | None = None        # ranks (None where the line names none: NVLS, CollNet's far end)
+    dst: int | None = None
+    src_dev: str | None = None    # the brackets as printed: a device number or a bus id
+    dst_dev: str | None = None
+    channel: int | None = None
+    side: str | None = None       # "send" or "receive", on network lines
+    gdr: bool | None = None       # GPUDirect RDMA, on network lines
+    host: str | None = None       # the host of the process that printed it
+    old_form: bool = False        # `Ring NN :` (NCCL < 2.7): a small number in brackets is (mostly) the CUDA device
+
+
+@dataclass
+class NcclLog:
+    """What a log says (see parse)."""
+    version: str | None = None
+    versions: dict = field(default_factory=dict)      # host -> the version its own line printed
+    hosts: list = field(default_factory=list)
+    ranks: dict = field(default_factory=dict)         # rank -> Rank
+    processes: dict = field(default_factory=dict)     # host -> {(pid, cuda dev)} of the lines it printed
+    connections: list = field(default_factory=list)
+    channels: int | None = None
+    coll_channels: int | None = None
+    ring_channels: int | None = None
+    nvls_channels: int | None = None
+    collnet_channels: int | None = None
+    ring_lines: int = 0
+    tree_lines: int = 0
+    nvls: bool | None = None
+    nvls_available: bool | None = None
+    collnet: bool | None = None
+    collnet_refused: bool = False
+    env: dict = field(default_factory=dict)
+    command_env: dict = field(default_factory=dict)   # NCCL_X=value on a pasted command line
+    warnings: list = field(default_factory=list)
+    networks: list = field(default_factory=list)      # "Using network X"
+    ib_devices: bool = False                          # NET/IB listed devices
+    ib_absent: str | None = None                      # NCCL's words for finding no IB
+    p2p_failures: set = field(default_factory=set)    # (host, cuda dev, cuda dev): "Could not enable P2P"
+    nranks: int | None = None
+    nnodes: int | None = None
+    lines: int = 0
+    read: list = field(default_factory=list)          # the text's lines that said something, as given
+
+
+# ---------------------------------------------------------------- reading the text
+
+def parse(text: str) -> NcclLog:
+    """Read an NCCL_DEBUG=INFO log (see the module docstring); BadInput if it holds no NCCL line."""
+    log = NcclLog()
+    for line in _lines(text):
+        said = False
+        for prefix, level, message in _records(line):
+            said = _read(log, prefix, level, message) or said
+        if said:
+            log.read.append(line)
+    if not log.lines:
+        raise BadInput(f"no NCCL_DEBUG=INFO lines: {RUN_WITH}")
+    _finish(log)
+    return log
+
+
+def _lines(text: str) -> list[str]:
+    """Logical lines: escapes and NULs dropped, CRLF read, wrapped connection lines joined back."""
+    text = ANSI.sub("", text.replace("\x00", "").lstrip("\ufeff"))
+    out: list[str] = []
+    for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        line = raw.rstrip()
+        if out and _continues(out[-1], line):
+            out[-1] += line
+        else:
+            out.append(line)
+    return out
+
+
+def _continues(previous: str, line: str) -> bool:
+    """A terminal or editor wrapped `previous`, a connection line, before its transport's name was whole, onto
+    `line`, which starts no log line of its own. (Other wrapped lines stay apart: joining a complete line to the
+    next, a table row of nccl-tests say, would only spoil it.)"""
+    if not line.strip() or MARKER.search(line) or HOST_PID.search(line) or line.lstrip().startswith("#"):
+        return False
+    return _unfinished(previous)
+
+
+def _unfinished(line: str) -> bool:
+    """A connection line cut or wrapped before its transport's name is whole."""
+    if not CONNECTION_START.search(line):
+        return False
+    m = CONNECTION.search(line)
+    return m is None or transport_kind(m.group(8).strip()) is None
+
+
+def _records(line: str):
+    """(prefix match or None, level or None, message) of each process's output on the line: a line is split at
+    each `NCCL INFO`, the prefix of the next process cut from the end of the text before it."""
+    marks = list(MARKER.finditer(line))
+    if not marks:
+        yield None, None, line
+        return
+    prefix = _prefix(line[:marks[0].start()])
+    for i, m in enumerate(marks):
+        body = line[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(line)]
+        following = _prefix(body) if i + 1 < len(marks) else None
+        if following is not None:
+            body = body[:len(body) - len(following.group(0))]
+        yield prefix, m.group(1), body
+        prefix = following
+
+
+def _prefix(text: str):
+    """The host:pid:tid [dev] at the end of `text` (groups None when absent)."""
+    return PREFIX.search(text[-PREFIX_REACH:])
+
+
+def _read(log: NcclLog, prefix, level: str | None, message: str) -> bool:
+    """One process's message into `log`; True if the line said something NCCL or job related."""
+    host = pid = dev = None
+    if prefix is not None:
+        host, pid, dev = prefix.group("host"), prefix.group("pid"), prefix.group("dev")
+        dev = int(dev) if dev else None
+    if level:
+        log.lines += 1
+        if host:
+            _add_host(log, host)
+            log.processes.setdefault(host, set()).add((pid, dev))
+        if level == "WARN" and message.strip() and message.strip() not in log.warnings:
+            log.warnings.append(message.strip())
+    known = _message(log, (host, pid, dev), message.strip())
+    if known and not level:
+        log.lines += 1
+    return bool(level) or known or (not level and _job_line(log, message))
+
+
+def _message(log: NcclLog, where: tuple, message: str) -> bool:
+    """Dispatch a message to the first handler whose pattern it holds."""
+    for pattern, handle in HANDLERS:
+        m = pattern.search(message)
+        if m:
+            handle(log, where, m)
+            return True
+    return False
+
+
+def _job_line(log: NcclLog, line: str) -> bool:
+    """Not NCCL's: nccl-tests' device list, or a command line setting NCCL_* variables."""
+    m = TESTS_RANK.search(line)
+    if m:
+        r = _rank(log, int(m.group(1)))
+        _fill(r, host=m.group(3), pid=m.group(2), cuda_dev=int(m.group(4)))
+        _add_host(log, m.group(3))
+        return True
+    if not COMMAND_LINE.search(line):
+        return False
+    found = False
+    for m in COMMAND_ENV.finditer(line):
+        log.command_env.setdefault(m.group(1), m.group(2).strip("'\"`"))
+        found = True
+    return found
+
+
+# ---------------------------------------------------------------- handlers, one per kind of message
+
+def transport_kind(detail: str) -> str | None:
+    """A connection's KIND from the text after "via"; None when its name is not whole (a cut line)."""
+    if detail.startswith("direct shared memory"):
+        return "SHM"
+    head, slash, rest = detail.partition("/")
+    if not slash:
+        return None
+    if head in ("P2P", "SHM", "NVLS", "COLLNET"):
+        return head
+    name, slash, _ = rest.partition("/")
+    if head != "NET" or not slash or not name:
+        return None
+    if name.startswith("IB"):  # IB, and the HPC-X plugin's IBext, IBext_v8, ...: the same verbs transport
+        return "NET/IB"
+    return f"NET/{name}"
+
+
+def _connection(log: NcclLog, where: tuple, m) -> None:
+    """A `Channel`/`Ring` connection line; the ranks at both ends learn their host and GPU from it."""
+    word, channel, a, a_dev, b, b_dev, side, detail = m.groups()
+    detail = detail.strip().rstrip("│|").strip()
+    kind = transport_kind(detail)
+    if kind is None:
+        return
+    gdr = ("/GDRDMA" in detail) if kind.startswith("NET/") else None
+    c = Connection(kind, detail, int(a), int(b), a_dev, b_dev, int(channel), side, gdr, where[0], word == "Ring")
+    log.connections.append(c)
+    printer, own, peer, peer_dev = (c.dst, b_dev, c.src, a_dev) if side == "receive" else (c.src, a_dev, c.dst, b_dev)
+    r = _rank(log, printer)
+    _fill(r, host=where[0], pid=where[1], cuda_dev=where[2])
+    _device(r, own, c.old_form)
+    if kind in ("P2P", "SHM") and "MNNVL" not in detail:  # within one host (multi-node NVLink aside)
+        p = _rank(log, peer)
+        _fill(p, host=where[0])
+        _device(p, peer_dev, c.old_form)
+
+
+def _collnet(log: NcclLog, where: tuple, m) -> None:
+    """A CollNet connection: one rank to the network's collective engine."""
+    channel, r, side, detail = m.groups()
+    detail = detail.strip()
+    log.connections.append(Connection("COLLNET", detail, int(r), None, channel=int(channel), side=side,
+                                      gdr="/GDRDMA" in detail, host=where[0]))
+    _fill(_rank(log, int(r)), host=where[0], pid=where[1], cuda_dev=where[2])
+
+
+def _version(log: NcclLog, where: tuple, m) -> None:
+    """`NCCL version 2.18.5+cuda12.2`: the first one is the log's; each host keeps its own."""
+    major, minor, patch = (int(x) for x in m.groups())
+    if major >= 20:  # PyTorch's errors split NCCL_VERSION_CODE wrongly: "20.9.9" is 2.9.9, "21.0.3" is 2.10.3
+        major, minor = major // 10, (major % 10) * 10 + minor
+    v = f"{major}.{minor}.{patch}"
+    log.version = log.version or v
+    if where[0]:
+        log.versions.setdefault(where[0], v)
+
+
+def _env(log: NcclLog, where: tuple, m) -> None:
+    """`NCCL_X set by environment to Y`, `NCCL_X set to Y`, a plugin's `Setting NCCL_X to Y`."""
+    value = m.group(2).strip().rstrip("│|").strip()
+    if re.fullmatch(r"-?\d+\.", value):  # NCCL prints integers as "%lld."
+        value = value[:-1]
+    if value:
+        log.env[m.group(1)] = value
+
+
+def _init(log: NcclLog, where: tuple, m) -> None:
+    """`comm 0x.. rank R nranks N cudaDev C [nvmlDev V] [busId B]`: where rank R runs."""
+    r = _rank(log, int(m.group(1)))
+    _fill(r, host=where[0], pid=where[1], cuda_dev=int(m.group(3)))
+    _fill(r, nvml_dev=int(m.group(4)) if m.group(4) else None, bus_id=(m.group(5) or "").lower() or None)
+    log.nranks = max(log.nranks or 0, int(m.group(2)))
+
+
+def _comm(log: NcclLog, where: tuple, m) -> None:
+    """`comm 0x.. rank R nRanks N nNodes K ...` (2.19+)."""
+    _fill(_rank(log, int(m.group(1))), host=where[0], pid=where[1], cuda_dev=where[2])
+    log.nranks = max(log.nranks or 0, int(m.group(2)))
+    log.nnodes = max(log.nnodes or 0, int(m.group(3)))
+
+
+def _channels(log: NcclLog, where: tuple, m) -> None:
+    """`N coll channels, [N collnet channels, ][N nvls channels, ]N p2p channels`."""
+    coll, collnet, nvls = (int(x) if x else None for x in m.groups())
+    log.coll_channels = max(log.coll_channels or 0, coll)
+    if collnet is not None:
+        log.collnet_channels = max(log.collnet_channels or 0, collnet)
+    if nvls is not None:
+        log.nvls_channels = max(log.nvls_channels or 0, nvls)
+
+
+def _ring_list(log: NcclLog, where: tuple, m) -> None:
+    """A ring list `Channel 00/08 :    0   1 ...`: the channel count."""
+    log.ring_lines += 1
+    count = int(m.group(2)) if m.group(2) else int(m.group(1)) + 1  # NCCL 2.4 lists without "/NN"
+    log.ring_channels = max(log.ring_channels or 0, count)
+
+
+def _flag(attr: str):
+    """A handler that only notes that the line was seen (IB devices listed, CollNet refused)."""
+    def handle(log: NcclLog, where: tuple, m) -> None:
+        """Note it."""
+        setattr(log, attr, True)
+    return handle
+
+
+def _count(attr: str):
+    """A handler that only counts the line (ring and tree layouts)."""
+    def handle(log: NcclLog, where: tuple, m) -> None:
+        """Count one more line."""
+        setattr(log, attr, getattr(log, attr) + 1)
+    return handle
+
+
+def _nvls_support(log: NcclLog, where: tuple, m) -> None:
+    """`NVLS multicast support is (not) available on dev N`: available if any GPU says so."""
+    log.nvls_available = bool(log.nvls_available) or not m.group(1)
+
+
+def _nvls_setup(log: NcclLog, where: tuple, m) -> None:
+    """An NVLS setup line counts as one NVLS connection (NCCL prints none per peer)."""
+    log.connections.append(Connection("NVLS", m.group(0), host=where[0]))
+
+
+def _p2p_failed(log: NcclLog, where: tuple, m) -> None:
+    """`Could not enable P2P between dev a(=bus) and dev b(=bus)` (CUDA device numbers)."""
+    log.p2p_failures.add((where[0], int(m.group(1)), int(m.group(2))))
+
+
+def _network(log: NcclLog, where: tuple, m) -> None:
+    """`Using network IB|Socket|IBext_v8|...`: the network NCCL picked."""
+    if m.group(1) not in log.networks:
+        log.networks.append(m.group(1))
+
+
+def _ib_absent(log: NcclLog, where: tuple, m) -> None:
+    """Why NCCL has no InfiniBand/RoCE, in words a person can act on."""
+    log.ib_absent = log.ib_absent or ("NCCL found no InfiniBand/RoCE device" if "No device" in m.group(0)
+                                      else "libibverbs could not be loaded")
+
+
+HANDLERS = [(CONNECTION, _connection), (COLLNET_CONNECTION, _collnet), (VERSION, _version), (ENV, _env),
+            (PLUGIN_ENV, _env), (INIT, _init), (COMM, _comm), (CHANNELS, _channels), (RING_LIST, _ring_list),
+            (RING_GRAPH, _count("ring_lines")), (TREE, _count("tree_lines")), (NVLS_SUPPORT, _nvls_support),
+            (NVLS_SETUP, _nvls_setup), (P2P_FAILED, _p2p_failed), (NETWORK, _network),
+            (IB_DEVICES, _flag("ib_devices")), (IB_ABSENT, _ib_absent), (COLLNET_OFF, _flag("collnet_refused"))]
+
+
+def _add_host(log: NcclLog, host: str) -> None:
+    """Hosts in the order they first appear."""
+    if host not in log.hosts:
+        log.hosts.append(host)
+
+
+def _rank(log: NcclLog, n: int) -> Rank:
+    """Rank `n`, created on first sight."""
+    return log.ranks.setdefault(n, Rank(n))
+
+
+def _fill(r: Rank, **known) -> None:
+    """Set what is not known yet: with several communicators a rank number can name other GPUs; the first wins."""
+    for k, v in known.items():
+        if v is not None and getattr(r, k) is None:
+            setattr(r, k, v)
+
+
+def _is_index(token: str) -> bool:
+    """A device number in brackets (a bus id such as 1a000 or 7000 is longer)."""
+    return token.isdigit() and int(token) < 256
+
+
+def _device(r: Rank, token: str | None, old_form: bool) -> None:
+    """What a bracket says about the rank's GPU: a bus id, NVML's index (NCCL 2.12+) or the CUDA device (< 2.7)."""
+    if token is None:
+        return
+    if not _is_index(token):
+        _fill(r, bus_id=token.lower())
+    elif old_form:
+        _fill(r, cuda_dev=int(token))
+    else:
+        _fill(r, nvml_dev=int(token))
+
+
+def _finish(log: NcclLog) -> None:
+    """What follows from everything read: the variables in effect, channel count, NVLS and CollNet use."""
+    log.env = {**log.command_env, **log.env}
+    log.channels = log.coll_channels or log.ring_channels
+    kinds = {c.kind for c in log.connections}
+    if "NVLS" in kinds or (log.nvls_channels or 0) > 0:
+        log.nvls = True
+    elif log.nvls_channels == 0 or log.env.get("NCCL_NVLS_ENABLE") == "0" or log.nvls_available is False:
+        log.nvls = False
+    if "COLLNET" in kinds:
+        log.collnet = True
+    elif log.collnet_refused or log.collnet_channels == 0 or log.env.get("NCCL_COLLNET_ENABLE") == "0":
+        log.collnet = False
+
+
+# ---------------------------------------------------------------- the summary
+
+def transports(log: NcclLog) -> dict:
+    """{KIND: connection lines}, the six KINDs first, then other networks by name."""
+    counts = Counter(c.kind for c in log.connections)
+    return {k: counts[k] for k in sorted(counts, key=lambda k: (k not in KINDS, KINDS.index(k) if k in KINDS
+                                                                 else 0, k))}
+
+
+def gdrdma(log: NcclLog) -> bool | None:
+    """GPUDirect RDMA on the RDMA network connections (sockets have none to use); None without such connections."""
+    rdma = [c.gdr for c in log.connections if c.gdr is not None and "Socket" not in c.kind]
+    return any(rdma) if rdma else None
+
+
+def summary(log: NcclLog, topology: Topology | None = None) -> dict:
+    """The JSON object the module docstring describes; a topology adds the cross-check."""
+    check = cross_check(log, topology) if topology is not None else None
+    return {"version": log.version, "hosts": list(log.hosts), "ranks_per_host": ranks_per_host(log),
+            "nranks": log.nranks, "transports": transports(log), "gdrdma": gdrdma(log), "channels": log.channels,
+            "nvls": log.nvls, "nvls_available": log.nvls_available, "collnet": log.collnet, "env": dict(log.env),
+            "settings": settings(log.env), "pairs": pairs(log), "warnings": list(log.warnings),
+            "findings": (check.pop("findings") if check else []) + findings(log, checked=check is not None),
+            "cross_check": check,
+            "lines": {"nccl": log.lines, "connections": len(log.connections), "rings": log.ring_lines,
+                      "trees": log.tree_lines}}
+
+
+def ranks_per_host(log: NcclLog) -> dict:
+    """{host: ranks seen there}; where a host's lines name fewer ranks than GPUs, the GPUs they come from."""
+    out = {}
+    for h in log.hosts:
+        ranks = {r.rank for r in log.ranks.values() if r.host == h}
+        out[h] = max(len(ranks), len(log.processes.get(h, ())))
+    return out
+
+
+def _host_of(log: NcclLog, c: Connection, r: int) -> str | None:
+    """The host of rank `r` of connection `c`: the printer's, the same for P2P and SHM, else the rank's."""
+    printer = c.dst if c.side == "receive" else c.src
+    if c.host and (r == printer or (c.kind in ("P2P", "SHM") and "MNNVL" not in c.detail)):
+        return c.host
+    known = log.ranks.get(r)
+    return known.host if known else None
+
+
+def _bus_index(log: NcclLog) -> dict:
+    """(host, bus id) -> (nvidia-smi's GPU number, certain): NVML's index where known, else the CUDA device."""
+    out = {}
+    for r in log.ranks.values():
+        if r.bus_id and r.nvml_dev is not None:
+            out[(r.host, r.bus_id)] = (r.nvml_dev, True)
+        elif r.bus_id and r.cuda_dev is not None:
+            out.setdefault((r.host, r.bus_id), (r.cuda_dev, False))
+    return out
+
+
+def gpu_number(log: NcclLog, host: str | None, r: int, token: str | None, old_form: bool,
+               index: dict | None = None) -> tuple[int | None, bool]:
+    """The GPU of rank `r` on `host` as nvidia-smi numbers it, and whether that is certain (NVML's index) or the
+    CUDA device, which CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER renumber."""
+    if token is not None and _is_index(token):
+        return int(token), not old_form
+    if token is not None:
+        return (index if index is not None else _bus_index(log)).get((host, token.lower()), (None, False))
+    known = log.ranks.get(r)
+    if known is None:
+        return None, False
+    return (known.nvml_dev, True) if known.nvml_dev is not None else (known.cuda_dev, False)
+
+
+def _label(host: str | None, gpu: int | None, r: int) -> str:
+    """'HOST GPU d', or 'HOST rank r' when the GPU is unknown; 'rank r (GPU d)' where the prefix was stripped
+    (a GPU number alone would not say which host)."""
+    if not host:
+        return f"rank {r}" + (f" (GPU {gpu})" if gpu is not None else "")
+    return f"{host} GPU {gpu}" if gpu is not None else f"{host} rank {r}"
+
+
+def pairs(log: NcclLog) -> list[dict]:
+    """One entry per distinct (from, to, transport, detail, side), with how many lines set it up."""
+    index, out = _bus_index(log), {}
+    for c in log.connections:
+        if c.src is None or c.dst is None:
+            continue
+        ends = []
+        for r, token in ((c.src, c.src_dev), (c.dst, c.dst_dev)):
+            host = _host_of(log, c, r)
+            ends.append(_label(host, gpu_number(log, host, r, token, c.old_form, index)[0], r))
+        key = (*ends, c.kind, c.detail, c.side)
+        if key in out:
+            out[key]["lines"] += 1
+        else:
+            out[key] = {"from": ends[0], "to": ends[1], "transport": c.kind, "detail": c.detail, "side": c.side,
+                        "gdr": c.gdr, "lines": 1}
+    return list(out.values())
+
+
+# ---------------------------------------------------------------- what the variables change
+
+def _on(value: str | None) -> bool:
+    """An NCCL integer switch that is set (NCCL reads it with strtol: "1", not "true")."""
+    try:
+        return int(str(value).strip(), 0) != 0
+    except ValueError:
+        return False
+
+
+def p2p_limit(env: dict) -> tuple[int | None, str | None]:
+    """The farthest path (index in health.P2P_LEVELS) the variables allow P2P over, and which variable said so;
+    (None, None) when they leave NCCL's default (NVLink and PCIe switches, PXB)."""
+    if (env.get("NCCL_P2P_DISABLE") or "").strip() == "1":
+        return 0, "NCCL_P2P_DISABLE=1"
+    level = p2p_level(env.get("NCCL_P2P_LEVEL"))
+    return (level, f"NCCL_P2P_LEVEL={env['NCCL_P2P_LEVEL']}") if level is not None else (None, None)
+
+
+def settings(env: dict) -> dict:
+    """{variable: what it changes} for the variables set that change NCCL's choice of transport."""
+    out = {}
+    level, var = p2p_limit(env)
+    if var:
+        out[var.split("=")[0]] = ("no P2P over NVLink or PCIe between any GPUs" if level == 0 else
+                                  f"P2P only between GPUs at most {P2P_LEVELS[level]} apart (LOC: none, NVL: NVLink,"
+                                  " PIX/PXB: through PCIe switches, PHB: one CPU, SYS: any)")
+    if _on(env.get("NCCL_SHM_DISABLE")):
+        out["NCCL_SHM_DISABLE"] = "no shared memory: GPUs of one host without P2P talk through the network"
+    if _on(env.get("NCCL_IB_DISABLE")):
+        out["NCCL_IB_DISABLE"] = "no InfiniBand/RoCE: hosts talk through TCP sockets (NET/Socket)"
+    if env.get("NCCL_NET"):
+        out["NCCL_NET"] = f"only the {env['NCCL_NET']} network"
+    if env.get("NCCL_NET_GDR_LEVEL"):
+        out["NCCL_NET_GDR_LEVEL"] = (f"GPUDirect RDMA only for GPUs at most {env['NCCL_NET_GDR_LEVEL']} from their"
+                                     " NIC (default PXB)")
+    if env.get("NCCL_NVLS_ENABLE") == "0":
+        out["NCCL_NVLS_ENABLE"] = "no NVLink SHARP (NVLS)"
+    if env.get("NCCL_COLLNET_ENABLE") == "0":
+        out["NCCL_COLLNET_ENABLE"] = "no CollNet (SHARP in the network)"
+    return out
+
+
+def expected_transport(link_type: str | None, env: dict) -> str:
+    """What NCCL chooses between two GPUs of one host over `link_type` (as `nvidia-smi topo -m` prints it) under
+    `env`: P2P up to the allowed level (PXB by default: NVLink and PCIe switches), else SHM, else the network."""
+    level, _ = p2p_limit(env)
+    allowed = P2P_LEVELS.index("PXB") if level is None else level
+    if _link_level(link_type) <= allowed:
+        return "P2P"
+    return "NET" if _on(env.get("NCCL_SHM_DISABLE")) else "SHM"
+
+
+def _link_level(link_type: str | None) -> int:
+    """A topo -m link type on NCCL_P2P_LEVEL's scale (NV# is NVL; NODE, within one CPU, is PHB)."""
+    k = kind_of(link_type or "SYS")
+    k = {"NV": "NVL", "NODE": "PHB"}.get(k, k)
+    return P2P_LEVELS.index(k) if k in P2P_LEVELS else len(P2P_LEVELS) - 1
+
+
+# ---------------------------------------------------------------- findings from the log alone
+
+def findings(log: NcclLog, checked: bool = False) -> list[str]:
+    """What a person would act on, from the log alone. `checked`: a topology cross-check judged every pair of
+    GPUs already, so the log-only sentence about SHM pairs is left out."""
+    out = ([] if checked else _shm_findings(log)) + _p2p_failure_findings(log) + _same_host_network(log)
+    out += _socket_findings(log) + _gdr_findings(log) + _nvls_findings(log) + _host_findings(log)
+    out += [f"NCCL warned: {w}" for w in log.warnings[:3]]
+    return list(dict.fromkeys(out))
+
+
+def _where(log: NcclLog, host: str | None) -> str:
+    """'HOST: ' before a sentence about one host of several."""
+    return f"{host}: " if host and len(log.hosts) > 1 else ""
+
+
+def _listed(items: list, most: int = 4) -> str:
+    """'a, b and c', or the first few and how many more."""
+    items = [str(i) for i in items]
+    if len(items) > most:
+        return f"{', '.join(items[:most])} and {len(items) - most} more"
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]])) if items else ""
+
+
+def _same_host(log: NcclLog, c: Connection) -> str | None:
+    """The host both ends of `c` are on, if the log shows they share one (P2P and SHM always do)."""
+    if c.src is None or c.dst is None or "MNNVL" in c.detail:
+        return None
+    a, b = _host_of(log, c, c.src), _host_of(log, c, c.dst)
+    if c.kind in ("P2P", "SHM"):
+        return a or b or ""
+    return a if a and a == b else None
+
+
+def _shm_findings(log: NcclLog) -> list[str]:
+    """Pairs of one host that went through SHM, and the variable or failure that explains it."""
+    _, var = p2p_limit(log.env)
+    by_host: dict = {}
+    for c in log.connections:
+        if c.kind == "SHM" and c.src is not None and c.dst is not None:
+            by_host.setdefault(c.host, set()).add(frozenset((c.src, c.dst)))
+    out = []
+    for host, found in by_host.items():
+        text = f"{_where(log, host)}{len(found)} pair(s) of GPUs went through SHM (host memory), not P2P: "
+        if var:
+            text += f"{var} was set; without it NCCL uses NVLink or PCIe P2P where the GPUs allow it"
+        elif any(f[0] == host for f in log.p2p_failures):
+            text += "CUDA could not enable P2P between some of them"
+        else:
+            text += ("NCCL does so for GPUs further apart than a PCIe switch (PXB) or where P2P fails; `inspect"
+                     " --nccl-log` with `--from-file` and this machine's `nvidia-smi topo -m` checks each pair")
+        out.append(text)
+    return out
+
+
+def _p2p_failure_findings(log: NcclLog) -> list[str]:
+    """NCCL's "Could not enable P2P between dev a and dev b" lines, per host."""
+    by_host: dict = {}
+    for host, a, b in log.p2p_failures:
+        by_host.setdefault(host, set()).add(tuple(sorted((a, b))))
+    return [f"{_where(log, host)}CUDA could not enable P2P between devices"
+            f" {_listed([f'{a}-{b}' for a, b in sorted(ps)])}: NCCL falls back to SHM for them; `nvidia-smi topo"
+            " -p2p r` shows which pairs support it (IOMMU or ACS on PCIe switches, or GPUs split across"
+            " containers, block it)"
+            for host, ps in sorted(by_host.items(), key=lambda x: str(x[0]))]
+
+
+def _same_host_network(log: NcclLog) -> list[str]:
+    """Ranks of one host that connect through the network, as if on different machines."""
+    found: dict = {}
+    for c in log.connections:
+        host = _same_host(log, c) if c.kind.startswith("NET/") else None
+        if host:
+            found.setdefault((host, c.kind), set()).update((c.src, c.dst))
+    _, var = p2p_limit(log.env)
+    why = (f"{var} and NCCL_SHM_DISABLE=1 leave them only the network" if var and _on(log.env.get("NCCL_SHM_DISABLE"))
+           else "NCCL does so when going through the NIC beats SHM across CPU sockets (NCCL_NET_DISABLE_INTRA=1"
+                " stops it), or when the processes cannot share memory (separate containers or pods without a"
+                " shared /dev/shm and IPC namespace); or two machines have the same hostname")
+    return [f"Ranks {_listed(sorted(ranks), 6)} on host {host} connect through {kind}: {why}"
+            for (host, kind), ranks in found.items()]
+
+
+def _socket_findings(log: NcclLog) -> list[str]:
+    """Hosts that talk over TCP sockets, and why NCCL did not use InfiniBand/RoCE."""
+    socket = [c for c in log.connections if c.kind == "NET/Socket"]
+    several = len(log.hosts) > 1 or (log.nnodes or 0) > 1
+    nets = [c for c in log.connections if c.kind.startswith("NET/")]
+    if not socket and not (several and "Socket" in log.networks and not nets):
+        return []
+    env = log.env
+    if _on(env.get("NCCL_IB_DISABLE")):
+        why = "NCCL_IB_DISABLE=1 was set"
+    elif "SOCKET" in (env.get("NCCL_NET") or "").upper():
+        why = f"NCCL_NET={env['NCCL_NET']} was set"
+    elif log.ib_devices or any(n.startswith("IB") for n in log.networks):
+        why = "InfiniBand/RoCE devices were listed, yet not used (ports down, or NCCL_IB_HCA naming none active?)"
+    elif log.ib_absent:
+        why = f"{log.ib_absent}; if the hosts have InfiniBand or RoCE, check its driver and rdma-core"
+    else:
+        why = "no InfiniBand/RoCE network was used"
+    lead = ("Traffic between hosts went through NET/Socket (TCP)" if socket else
+            "NCCL chose TCP sockets (Socket) as the network between hosts")
+    return [f"{lead}: {why}; InfiniBand or RoCE with GPUDirect RDMA carries several times more"]
+
+
+def _gdr_findings(log: NcclLog) -> list[str]:
+    """Network connections without GPUDirect RDMA: all of them, one direction, some hosts or some GPUs."""
+    rdma = [c for c in log.connections if c.gdr is not None and "Socket" not in c.kind]
+    without = [c for c in rdma if not c.gdr]
+    if not without:
+        return []
+    level = log.env.get("NCCL_NET_GDR_LEVEL")
+    if len(without) == len(rdma):
+        nets = "/".join(sorted({c.kind for c in without}))
+        return [f"No GPUDirect RDMA on the {len(without)} {nets} connection lines: data is staged through host"
+                " memory; " + (f"NCCL_NET_GDR_LEVEL={level} was set" if level else
+                               "load the nvidia-peermem kernel module (nv_peer_mem before driver 470), and check that"
+                               " GPUs and NICs share a PCIe switch (`nvidia-smi topo -m`: PIX or PXB)")]
+    with_ = [c for c in rdma if c.gdr]
+    sides, others = {c.side for c in with_}, {c.side for c in without}
+    if len(sides) == len(others) == 1 and sides != others:
+        side, other = sides.pop(), others.pop()
+        return [f"GPUDirect RDMA on {side} only: {len(without)} {other} connection lines stage through host memory"
+                + (" (NCCL_NET_GDR_READ=1 lets the NIC read GPU memory when sending)" if other == "send" else "")]
+    hosts, bare = {c.host for c in with_}, {c.host for c in without}
+    if None not in hosts | bare and not hosts & bare:
+        return [f"GPUDirect RDMA on {_listed(sorted(hosts))} but not on {_listed(sorted(bare))}: load nvidia-peermem"
+                " there, or compare NCCL_NET_GDR_LEVEL"]
+    return [f"GPUDirect RDMA on {len(with_)} of {len(rdma)} network connection lines; the others"
+            f" ({_listed(sorted({c.detail for c in without}))}) probably come from GPUs further from their NIC than"
+            f" NCCL_NET_GDR_LEVEL allows ({level or 'PXB by default'}): `--from-file` with `nvidia-smi topo -m`"
+            " checks"]
+
+
+def _nvls_findings(log: NcclLog) -> list[str]:
+    """NVLink SHARP available but left unused."""
+    if not log.nvls_available or log.nvls is not False:
+        return []
+    if log.env.get("NCCL_NVLS_ENABLE") == "0":
+        return ["NVLS multicast (NVLink SHARP) is available but NCCL_NVLS_ENABLE=0 turns it off"]
+    algo = log.env.get("NCCL_ALGO")
+    why = (f"NCCL_ALGO={algo} leaves NVLS out" if algo and "NVLS" not in algo.upper() else
+           "too few GPUs per node, or NCCL_ALGO/NCCL_NVLS_ENABLE")
+    return [f"NVLS multicast (NVLink SHARP) is available but NCCL set up no NVLS channels: {why}"]
+
+
+def _host_findings(log: NcclLog) -> list[str]:
+    """Hosts that differ: NCCL versions, or the transports between their own GPUs."""
+    out = []
+    versions: dict = {}
+    for h, v in log.versions.items():
+        versions.setdefault(v, []).append(h)
+    if len(versions) > 1:
+        out.append("Hosts run different NCCL versions (" + "; ".join(f"{v} on {_listed(hs, 3)}" for v, hs in
+                                                                      versions.items())
+                   + "): use one NCCL everywhere; mismatched versions hang or fail at init")
+    inside: dict = {}
+    for c in log.connections:
+        host = _same_host(log, c)
+        if host:
+            inside.setdefault(host, set()).add(c.kind)
+    groups: dict = {}
+    for h, kinds in inside.items():
+        groups.setdefault(" and ".join(sorted(kinds)), []).append(h)
+    if len(groups) > 1:
+        out.append("Hosts connect their own GPUs differently in this log: " + "; ".join(
+            f"{k} on {_listed(hs, 3)}" for k, hs in groups.items()) + ". On identical machines the same pairs should"
+            " use the same transport: compare NCCL_P2P_* and NCCL_SHM_* settings, IOMMU/ACS and containers")
+    return out
+
+
+# ---------------------------------------------------------------- the log against the machine's topology
+
+def cross_check(log: NcclLog, topo: Topology) -> dict:
+    """Each connection between two GPUs of one host against `topo`, that machine's `nvidia-smi topo -m` (every
+    host taken to be alike): {"hosts", "gpu_numbers", "pairs", "findings"}."""
+    index, by_number = _bus_index(log), {g.index: g for g in topo.gpus}
+    rows: dict = {}
+    certain, missing = set(), set()
+    for c in log.connections:
+        host = _same_host(log, c)
+        if host is None:
+            continue
+        (a, sure_a), (b, sure_b) = (gpu_number(log, host or None, r, t, c.old_form, index)
+                                    for r, t in ((c.src, c.src_dev), (c.dst, c.dst_dev)))
+        if a is None or b is None or a == b:
+            continue
+        if a not in by_number or b not in by_number:
+            missing |= {x for x in (a, b) if x not in by_number}
+            continue
+        link = topo.link(by_number[a].name, by_number[b].name)
+        if link is None or link.type is None:
+            continue
+        certain.add(sure_a and sure_b)
+        rows.setdefault((host, a, b, c.kind), {"host": host or None, "from": by_number[a].name,
+                                               "to": by_number[b].name, "transport": c.kind, "link": link.type,
+                                               "expected": expected_transport(link.type, log.env)})
+    found = _pair_findings(log, list(rows.values())) + _nic_findings(log, topo, index) + _nvls_topology(log, topo)
+    if missing:
+        found.append(f"The log names GPU(s) {_listed(sorted(missing))} that this topology lacks (GPUs"
+                     f" {_listed([g.index for g in topo.gpus], 8)}): is `nvidia-smi topo -m` from another machine?")
+    if False in certain:
+        found.append("GPU numbers above are CUDA device numbers (this NCCL prints no NVML index): they are"
+                     " nvidia-smi's only without CUDA_VISIBLE_DEVICES and with CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    checked = [h for h in log.hosts if any(r["host"] == h for r in rows.values())]
+    if len(checked) > 1:
+        found.append(f"The topology is taken as every host's ({len(checked)} hosts checked)")
+    numbers = None if not certain else {frozenset({True}): "nvml", frozenset({False}): "cuda"}.get(
+        frozenset(certain), "mixed")
+    return {"hosts": checked, "gpu_numbers": numbers, "pairs": list(rows.values()), "findings": found}
+
+
+def _pair_findings(log: NcclLog, rows: list[dict]) -> list[str]:
+    """Sentences for the pairs whose transport differs from what their link allows by NCCL's default."""
+    level, var = p2p_limit(log.env)
+    groups: dict = {}
+    for r in rows:
+        used, t, host = r["transport"], r["link"], r["host"]
+        default_p2p = expected_transport(t, {}) == "P2P"
+        if used != "P2P" and default_p2p:
+            what = f"went through {used} although they share {t}"
+            why = (f"{var} was set" if var else
+                   "CUDA could not enable P2P between them" if any(f[0] == host for f in log.p2p_failures) else
+                   "nothing in the log explains it: check `nvidia-smi topo -p2p r`, IOMMU/ACS, and whether the"
+                   " processes share one container")
+        elif used == "P2P" and not default_p2p:
+            what = f"used P2P across {t}"
+            why = ((f"{var} allowed it" if var and level is not None and level >= _link_level(t) else
+                    "NCCL does this by default only on AMD CPUs with two GPUs")
+                   + "; through the CPUs P2P can be slower than SHM: measure both")
+        elif used.startswith("NET/"):
+            what = f"went through {used} on one host"
+            why = f"{r['expected']} was expected over {t}: NCCL_SHM_DISABLE, or processes in separate containers"
+        else:
+            continue
+        listed = groups.setdefault((host, what, why), [])
+        if f"{r['to'][3:]} -> {r['from'][3:]}" not in listed:
+            listed.append(f"{r['from'][3:]} -> {r['to'][3:]}")
+    return [f"{_where(log, host)}GPU {_listed(ps)} {what}: {why}" for (host, what, why), ps in groups.items()]
+
+
+def _nic_findings(log: NcclLog, topo: Topology, index: dict) -> list[str]:
+    """Network connections without GPUDirect RDMA against how far each GPU is from its nearest NIC."""
+    nics = {n.name for n in topo.nics}
+    groups: dict = {}
+    for c in log.connections:
+        if not nics or c.gdr is not False or "Socket" in c.kind:
+            continue
+        printer, token = (c.dst, c.dst_dev) if c.side == "receive" else (c.src, c.src_dev)
+        number, _ = gpu_number(log, c.host, printer, token, c.old_form, index)
+        g = next((g for g in topo.gpus if g.index == number), None)
+        near = [l.type for l in topo.links if g is not None and g.name in (l.a, l.b) and {l.a, l.b} & nics and l.type]
+        if near:
+            best = max(near, key=rank)
+            groups.setdefault((c.host, best, c.kind), set()).add(g.index)
+    out, level = [], log.env.get("NCCL_NET_GDR_LEVEL")
+    for (host, best, kind), gpus in groups.items():
+        one = len(gpus) == 1
+        who = f"{_where(log, host)}GPU{'' if one else 's'} {_listed(sorted(gpus))}"
+        if kind_of(best) in ("PIX", "PXB"):
+            out.append(f"{who} share{'s' * one} {best} with a NIC, yet {kind} used no GPUDirect RDMA: " + (
+                f"NCCL_NET_GDR_LEVEL={level} was set" if level else
+                "is nvidia-peermem loaded (`lsmod | grep peermem`)?"))
+        else:
+            out.append(f"{who} {'is' if one else 'are'} {best} from the nearest NIC: NCCL uses GPUDirect RDMA only"
+                       " up to PXB by default (NCCL_NET_GDR_LEVEL=PHB or SYS allows it, not always faster)")
+    return out
+
+
+def _nvls_topology(log: NcclLog, topo: Topology) -> list[str]:
+    """NVLS missing on GPUs that all share NV18 (an NVSwitch system of the Hopper generation or newer)."""
+    links = topo.gpu_links()
+    if log.nvls_available is False and len(topo.gpus) >= 4 and links and all(l.nvlinks >= 18 for l in links):
+        return ["NVLS multicast is not available although every pair of GPUs shares NV18 (NVSwitch): NVLS needs"
+                " the fabric manager running, CUDA 12.1+ and driver 530+"]
+    return []
