@@ -35,16 +35,16 @@ def interconnect(topo: Topology, names: list[str]) -> Advice:
     nv = [l for l in links if l.nvlinks]
     if len(nv) == len(links):
         return Advice("ddp", "nvlink", "low", (
-            f"every pair of the {len(names)} GPUs is joined by NVLink (weakest {weakest.type}): ZeRO-1/2 move what"
-            " DDP's all-reduce moves and ZeRO-3 about 1.5x that, which is cheap here, so shard (ZeRO-2/3) freely"
-            " when memory asks for it;",
+            f"every pair of the {len(names)} GPUs is joined by NVLink (weakest {weakest.type}): ZeRO-1/2/3 each"
+            " move about 1.5x the elements DDP's all-reduce moves (DeepSpeed all-reduces gradient buckets and"
+            " gathers parameters), which is cheap here, so shard (ZeRO-2/3) freely when memory asks for it;",
             "DDP stays the fastest choice while the model, its gradients and optimizer states fit on one GPU."))
     return Advice("ddp", "mixed" if nv else "pcie", "high", (
         f"the weakest link is {weakest.a}-{weakest.b} {weakest.type} ({explain(weakest.type)}): every all-reduce"
         " waits for it;",
         "DDP and ZeRO-1 sync gradients once per step (gradient accumulation then cuts the traffic); ZeRO-2"
-        " reduces on every micro-step and ZeRO-3 adds the parameter all-gathers (about 1.5x DDP's), so prefer DDP"
-        " and, if memory is short, ZeRO-1/2 or CPU offload before ZeRO-3."))
+        " reduces on every micro-step and ZeRO-3 gathers every module's parameters before it runs (each about"
+        " 1.5x DDP's elements), so prefer DDP and, if memory is short, ZeRO-1/2 or CPU offload before ZeRO-3."))
 
 
 ORDER = {

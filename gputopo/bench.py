@@ -294,8 +294,14 @@ def worker_args(o: Options, train: bool, sizes: list[int]) -> list[str]:
     return args
 
 
-def child_env(o: Options, p2p_disable: str | None) -> dict:
+def child_env(o: Options, p2p_disable: str | None, log_dir: Path | None = None) -> dict:
+    """The arm's environment: NCCL_P2P_DISABLE only where the arm sets it, the GPUs selected, one thread per
+    process's share of the cores; with log_dir, NCCL's INFO lines of init, graph and environment go to one file
+    per process there (read back by nccl_report)."""
     env = dict(os.environ)
+    if log_dir is not None:
+        env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,GRAPH,ENV",
+                   NCCL_DEBUG_FILE=str(log_dir / "nccl.%h.%p.log"))
     env.pop("NCCL_P2P_DISABLE", None)
     if p2p_disable:
         env["NCCL_P2P_DISABLE"] = p2p_disable
@@ -466,7 +472,8 @@ def merge_runs(label: str, env_value: str | None, results: list[dict]) -> dict:
             "samples_per_second": statistics.mean(r["samples_per_second"] for r in results),
             "step_time_s": {"median": statistics.median(times), "p10": qs[0], "p90": qs[-1]},
             "run_medians_s": [r["step_time_s"]["median"] for r in results],
-            "step_times_s": times, "losses_finite": all(r["loss_finite"] for r in results)}
+            "step_times_s": times, "losses_finite": all(r["loss_finite"] for r in results),
+            "nccl": next((r["nccl"] for r in results if r.get("nccl")), None)}
 
 
 def compare(device: str, p2p: dict, no_p2p: dict) -> dict:
@@ -522,19 +529,22 @@ def run(o: Options, link: dict | None, save, progress) -> dict:
            "settings": {"steps": o.steps, "warmup_steps": o.warmup_steps, "batch_size": o.batch_size,
                         "seq_len": o.seq_len, "precision": o.precision, "repeat": o.repeat, "dataset": o.dataset}
            if o.train else None,
-           "runs": [], "comparison": None, "speedup": None, "allreduce": [], "predicted_ratio": None,
+           "runs": [], "comparison": None, "speedup": None, "allreduce": [], "allreduce_nccl": {},
+           "nccl_check": None, "predicted_ratio": None,
            "reference": REFERENCE,
            "log_dir": str(log_root), "notes": list(o.notes), "complete": False, "error": None}
     if o.device == "cpu":
         out["notes"].append("no GPU: CPU processes with gloo, which ignores NCCL_P2P_DISABLE; both arms still run"
                             " so the whole path is exercised, and their difference is noise")
+        out["notes"].append("gloo writes no NCCL log: no transport to report (runs[].nccl is null)")
     stamp = "gputopo"  # rendezvous ids must be the same on every node
 
     def child(label: str, rdzv: str, train: bool, sizes: list[int], value: str | None) -> dict:
         arm_dir = log_root / slug(label)
         arm_dir.mkdir(parents=True, exist_ok=True)
-        return run_child(label, torchrun_command(o, f"gputopo-{stamp}-{rdzv}", str(arm_dir))
-                         + worker_args(o, train, sizes), child_env(o, value), o.timeout, progress, arm_dir)
+        res = run_child(label, torchrun_command(o, f"gputopo-{stamp}-{rdzv}", str(arm_dir))
+                        + worker_args(o, train, sizes), child_env(o, value, arm_dir), o.timeout, progress, arm_dir)
+        return {**res, "nccl": nccl_report(arm_dir) if o.device == "cuda" else None}
     try:
         _arms(o, out, child, link, save, progress)
     except BenchmarkFailed as e:
@@ -544,6 +554,40 @@ def run(o: Options, link: dict | None, save, progress) -> dict:
     out["complete"] = True
     save(out)
     return out
+
+
+def nccl_report(arm_dir: Path) -> dict | None:
+    """What NCCL said it did in one arm, from every process's NCCL_DEBUG_FILE (gputopo.nccllog); None when NCCL
+    wrote nothing there (a rank that never initialised NCCL)."""
+    from . import nccllog
+    from .errors import BadInput as NoLines
+    text = "".join(f.read_text(errors="replace") for f in sorted(arm_dir.glob("nccl.*.log")))
+    try:
+        s = nccllog.summary(nccllog.parse(text))
+    except NoLines:
+        return None
+    return {k: s[k] for k in ("version", "hosts", "transports", "gdrdma", "channels", "nvls", "env", "pairs",
+                              "findings")}
+
+
+def nccl_check(link: dict | None, arms: dict[str, tuple[bool, dict | None]]) -> str | None:
+    """Whether the arms ({label: (P2P allowed, NCCL report)}) took the paths the A/B claims: P2P where it is
+    allowed and the GPUs share NVLink or a PCIe switch (NCCL's default P2P reach), none under
+    NCCL_P2P_DISABLE=1. None when every arm did, or no arm has an NCCL log."""
+    from .topology import kind_of
+    said = []
+    near = link is not None and kind_of(link["type"]) in ("NV", "PIX", "PXB")
+    for label, (allowed, nccl) in arms.items():
+        if not nccl:
+            continue
+        p2p = nccl["transports"].get("P2P", 0)
+        if allowed and not p2p and near:
+            said.append(f"{label} used no P2P although {link['a']}-{link['b']} share {link['type']} (NCCL chose"
+                        f" {', '.join(nccl['transports']) or 'nothing it printed'}; NCCL_* it saw:"
+                        f" {', '.join(f'{k}={v}' for k, v in nccl['env'].items()) or 'none'})")
+        if not allowed and p2p:
+            said.append(f"{label} still used P2P on {p2p} connection(s) with NCCL_P2P_DISABLE=1")
+    return ("the A/B did not test what it claims: " + "; ".join(said)) if said else None
 
 
 def calibration(o: Options, progress) -> tuple[object, object, dict | None, str | None]:
@@ -591,6 +635,17 @@ def predict(o: Options, out: dict, spec, t, cal: dict) -> None:
         out["prediction_basis"] = basis[True]
 
 
+def judge_paths(out: dict, link: dict | None) -> None:
+    """The NCCL logs against the A/B's claim: when an arm took the wrong path, the verdict says so and no
+    speed-up is claimed."""
+    arms = {r["label"]: (r["env"]["NCCL_P2P_DISABLE"] is None, r.get("nccl")) for r in out["runs"]}
+    arms.update({f"all-reduce {k}": (k == "p2p", v) for k, v in out["allreduce_nccl"].items()})
+    out["nccl_check"] = nccl_check(link, arms)
+    if out["nccl_check"] and out["comparison"]:
+        out["comparison"].update(verdict="not_what_it_claims", message=out["nccl_check"])
+        out["speedup"] = None
+
+
 def _arms(o: Options, out: dict, child, link: dict | None, save, progress=None) -> None:
     if o.train:
         spec, t, cal, why = calibration(o, progress or (lambda *a: None))
@@ -617,7 +672,9 @@ def _arms(o: Options, out: dict, child, link: dict | None, save, progress=None) 
             for r in res.get("allreduce", []):
                 out["allreduce"].append({**r, "p2p": value is None,
                                          "busbw_fraction_of_theoretical": r["busbw_gbps"] / theo if theo else None})
+            out["allreduce_nccl"][label] = res.get("nccl")
             save(out)
+    judge_paths(out, link)
     if o.train and cal:
         predict(o, out, spec, t, cal)
         save(out)

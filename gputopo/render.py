@@ -272,10 +272,27 @@ def bench(data: dict) -> str:
             rows.append(row)
         out += ["", "all_reduce (GB/s; busbw = algbw x 2(n-1)/n as nccl-tests):",
                 table(rows, ["size", "P2P algbw", "P2P busbw", "no-P2P algbw", "no-P2P busbw", "busbw/theoretical"])]
+    out += _nccl_paths(data)
     out += [f"Note: {n}" for n in data["notes"]]
     if data.get("log_dir"):
         out.append(f"Logs (every rank's stdout/stderr): {data['log_dir']}")
     return "\n".join(out)
+
+
+def _nccl_paths(data: dict) -> list[str]:
+    """Per arm, the path NCCL said it took (its NCCL_DEBUG=INFO log), and whether the A/B tested its claim."""
+    arms = [(r["label"], r.get("nccl")) for r in data["runs"]]
+    arms += [(f"all-reduce {k}", v) for k, v in (data.get("allreduce_nccl") or {}).items()]
+    rows = [[label, n["version"] or "?", ", ".join(f"{k} {v}" for k, v in n["transports"].items()) or "none printed",
+             ", ".join(sorted({p["detail"] for p in n["pairs"]}))[:60], str(n["channels"] or "?"),
+             ", ".join(f"{k}={v}" for k, v in n["env"].items()) or "-"] for label, n in arms if n]
+    if not rows:
+        return []
+    out = ["", "Paths NCCL took (its NCCL_DEBUG=INFO log, connection lines per transport):",
+           table(rows, ["arm", "NCCL", "transports", "as printed", "channels", "NCCL_* seen"])]
+    check = data.get("nccl_check")
+    out.append(f"Paths: {check}" if check else "Paths: each arm took the path it claims (P2P on, then off).")
+    return out
 
 
 def _predicted(run: dict) -> str:

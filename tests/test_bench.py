@@ -484,3 +484,63 @@ def test_ctrl_c_says_only_what_is_true(tmp_path, fake_nvml, fake_calibration, mo
     else:
         assert "interrupted during no_p2p" in last and f"finished: p2p (in {out}, and each arm's output.log" in last
         assert [x["label"] for x in json.loads(out.read_text())["runs"]] == ["p2p"]
+
+
+NCCL_FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
+P2P_LOG = "nccl2.20.5-8xL20-1proc-pcie-p2p-direct-pointer-run2.log"      # real: every channel via P2P/direct pointer
+SHM_LOG = "nccl2.20.5-8xL20-1proc-pcie-shm-direct-direct-run1.log"       # real: the same machine through SHM
+
+
+@pytest.mark.parametrize("swapped", [False, True])
+def test_each_arm_reports_the_path_nccl_took(tmp_path, fake_nvml, fake_calibration, monkeypatch, swapped):
+    """The CUDA path with recorded real NCCL logs: each arm's child writes its log where NCCL_DEBUG_FILE points
+    (one file per process), the bench reads it back per arm and judges the A/B by it."""
+    import fake_nvml as fm
+    fake_nvml(fm.rtx3090_pair())   # NV4 between the two GPUs: P2P is expected with P2P allowed
+    monkeypatch.setattr("gputopo.doctor.preflight", lambda *a, **k: {"counts": {"warn": 0}})  # CPU torch here
+    envs = []
+
+    def child(label, cmd, env, timeout, progress, log_dir=None):
+        envs.append(env)
+        disabled = env.get("NCCL_P2P_DISABLE") == "1"
+        log = (P2P_LOG if disabled else SHM_LOG) if swapped else (SHM_LOG if disabled else P2P_LOG)
+        target = env["NCCL_DEBUG_FILE"].replace("%h", "node").replace("%p", "4242")
+        Path(target).write_text((NCCL_FIXTURES / log).read_text())
+        t = [0.1, 0.1]
+        return {"world_size": 2, "steps": 3, "warmup_steps": 1, "train_runtime_s": 0.3, "timed_runtime_s": 0.2,
+                "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
+                "loss_finite": True, "model": {"name": "gpt2"}, "dataset": "synthetic",
+                "allreduce": [{"bytes": 2 ** 20, "seconds": 1e-3, "algbw_gbps": 1.0, "busbw_gbps": 1.0}]}
+    monkeypatch.setattr(bench, "run_child", child)
+    args = ["--model", "gpt2", "--steps", "3", "--warmup-steps", "1", "--allreduce-sizes", "1MB"]
+    r = invoke(*args, "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert all(e["NCCL_DEBUG"] == "INFO" and "INIT" in e["NCCL_DEBUG_SUBSYS"] for e in envs)
+    p2p, no_p2p = (run["nccl"] for run in data["runs"])
+    assert set((no_p2p if swapped else p2p)["transports"]) == {"P2P"} and p2p["pairs"] and no_p2p["pairs"]
+    assert set((p2p if swapped else no_p2p)["transports"]) == {"SHM"}
+    assert data["allreduce_nccl"]["p2p"]["transports"] == p2p["transports"]
+    text = invoke(*args).output
+    if swapped:
+        assert data["comparison"]["verdict"] == "not_what_it_claims" and data["speedup"] is None
+        assert "p2p used no P2P although GPU0-GPU1 share NV4" in data["nccl_check"]
+        assert "no_p2p still used P2P" in data["nccl_check"]
+        assert "Paths: the A/B did not test what it claims" in text
+    else:
+        assert data["nccl_check"] is None and data["comparison"]["verdict"] != "not_what_it_claims"
+        assert "Paths: each arm took the path it claims" in text and "P2P/direct pointer" in text
+
+
+def test_cpu_twin_says_gloo_has_no_nccl_log(tmp_path, fake_nvml, fake_calibration, monkeypatch):
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+
+    def child(label, cmd, env, timeout, progress, log_dir=None):
+        t = [0.1, 0.1]
+        return {"world_size": 2, "steps": 3, "warmup_steps": 1, "train_runtime_s": 0.3, "timed_runtime_s": 0.2,
+                "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
+                "loss_finite": True, "model": {"name": "gpt2"}, "dataset": "synthetic"}
+    monkeypatch.setattr(bench, "run_child", child)
+    r = invoke("--steps", "3", "--train-only")
+    assert r.exit_code == 0 and r.output.count("gloo writes no NCCL log") == 1 and "Paths NCCL took" not in r.output
