@@ -267,5 +267,5 @@ def test_a_launch_without_a_gpu_count_says_what_it_assumed():
 def test_bench_one_process_on_cpu_is_refused_like_one_gpu():
     if "No NVIDIA GPU" not in run("inspect").stdout:
         pytest.skip("a GPU is visible here")
-    r = run("bench-nvlink", "--nproc", "1", "--allreduce-only")
-    assert r.exit_code == 4 and "--nproc 1 on one node has no peer" in r.output
+    r = run("bench-nvlink", "--gpus", "1", "--allreduce-only")
+    assert r.exit_code == 4 and "--gpus 1 on one node has no peer" in r.output
