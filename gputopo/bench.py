@@ -188,13 +188,13 @@ def prepare(a: Ask) -> Prepared:
     from .request import precision
     check_ask(a)
     try:
-        topo = probe.topology()
-    except NvmlUnavailable:
-        topo = None
+        topo, why = probe.topology(), None
+    except NvmlUnavailable as e:
+        topo, why = None, str(e)
     if topo is not None:
         o, link = _gpus(a, topo)
-    elif a.gpu_ids:
-        raise BadInput("--gpu-ids: no NVIDIA GPU visible here")
+    elif a.gpu_ids:  # as inspect says it (report.inspect_report): the same option, the same answer
+        raise NvmlUnavailable(f"--gpu-ids needs a topology and no GPU is visible ({why})")
     elif a.nproc == 1 and a.nnodes == 1:  # as on CUDA: an A/B of peer-to-peer needs a peer
         raise TooFewGpus("bench-nvlink compares P2P on and off between 2 or more processes; --gpus 1 on one node"
                          " has no peer (on CPU the twin runs 2 processes)")

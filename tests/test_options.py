@@ -610,7 +610,11 @@ BENCH = {
 def _bench_check(name, tmp):
     def check(calls):
         if name == "gpu_ids":
-            one_line_usage_error(run("bench-nvlink", "--gpu-ids", "0,1"), "--gpu-ids: no NVIDIA GPU visible here")
+            # the same answer as inspect's on a machine without GPUs: one line, exit 3
+            bench_, inspect_ = run("bench-nvlink", "--gpu-ids", "0,1"), run("inspect", "--gpu-ids", "0,1")
+            assert bench_.exit_code == inspect_.exit_code == 3 and bench_.output.count("\n") == 1
+            assert bench_.output.startswith("Error: --gpu-ids needs a topology and no GPU is visible (")
+            assert inspect_.output.startswith(bench_.output.split("(")[0])
             return
         if name in ("nodes", "nnodes"):
             one_line_usage_error(run("bench-nvlink", f"--{name}", "2"), "--nodes > 1 needs --master-addr")
