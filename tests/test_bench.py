@@ -75,6 +75,10 @@ def test_full_bench_on_cpu(tmp_path, tiny_model):
     assert any("gloo, which ignores NCCL_P2P_DISABLE" in n for n in data["notes"])
     assert data["settings"]["dataset"] == "synthetic" and any("--dataset auto" in n for n in data["notes"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Progress from rank 0, on stderr (stdout holds the JSON alone): each arm starts with a line, steps follow.
+    for arm in ("p2p", "no_p2p"):
+        assert f"[{arm}] starting torchrun" in r.stderr and f"[{arm}] step 5/5, " in r.stderr
+    assert "[all-reduce p2p] all-reduce " in r.stderr
     text = gputopo("bench-nvlink", "--model", str(tiny_model), "--steps", "3", "--train-only", "--dataset",
                    str(tmp_path / "r.json"), cwd=tmp_path)
     assert text.returncode == 0, text.stderr[-2000:]
@@ -543,3 +547,33 @@ def test_cpu_twin_says_gloo_has_no_nccl_log(tmp_path, fake_nvml, fake_calibratio
     monkeypatch.setattr(bench, "run_child", child)
     r = invoke("--steps", "3", "--train-only")
     assert r.exit_code == 0 and r.output.count("gloo writes no NCCL log") == 1 and "Paths NCCL took" not in r.output
+
+
+def test_progress_text_and_pace():
+    """Rank 0's progress lines as a person reads them: the step, the median pace of the last 5, the time left."""
+    t = bench.Tracker()
+    assert t.text({"phase": "build", "model": "gpt2", "world": 2}) == "building gpt2 in 2 process(es)"
+    lines = [t.text({"phase": "train", "step": k, "steps": 200, "seconds": s}) for k, s in enumerate([9, 1, 1, 2], 1)]
+    assert lines[-1] == "step 4/200, 1.500 s/step, ETA 4m54s"     # median of 9, 1, 1, 2; 196 steps left
+    assert t.text({"phase": "train", "step": 200, "steps": 200, "seconds": 1}) == "step 200/200, 1.000 s/step"
+    assert t.text({"phase": "allreduce", "size": 2 ** 25, "index": 6, "of": 6}) == "all-reduce 32 MiB (6/6)"
+    assert (bench.duration(59), bench.duration(61), bench.duration(3725)) == ("59s", "1m01s", "1h02m")
+
+
+def test_progress_in_a_log_is_throttled_and_quiet_is_silent(capsys, monkeypatch):
+    from gputopo.commands.bench_nvlink import Progress
+    clock = iter([0.0, 1.0, 2.0, 12.0, 13.0])
+    monkeypatch.setattr("gputopo.commands.bench_nvlink.time.monotonic", lambda: next(clock))
+    p = Progress(verbose=False)
+    p.tty = False
+    for k in range(1, 5):
+        p("p2p", f"step {k}/5", True)
+    p("p2p", "a warning of the child")       # not progress: only with --verbose
+    p("no_p2p", "step 1/5", True)            # a new arm: the last state of the previous one is written
+    p.done()
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["[p2p] step 1/5", "[p2p] step 4/5", "[no_p2p] step 1/5"]
+    q = Progress(verbose=False, quiet=True)
+    q("p2p", "step 1/5", True)
+    q.done()
+    assert capsys.readouterr().err == ""

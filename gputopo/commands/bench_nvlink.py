@@ -30,7 +30,7 @@ class Progress:
             return
         if label != self.label:
             self._end_arm()
-            self.label, self.shown_at = label, 0.0
+            self.label, self.shown_at = label, float("-inf")   # an arm's first line is always shown
         self.last = line
         now = time.monotonic()
         if self.tty:
