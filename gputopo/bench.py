@@ -567,7 +567,7 @@ def nccl_report(arm_dir: Path) -> dict | None:
     except NoLines:
         return None
     return {k: s[k] for k in ("version", "hosts", "transports", "gdrdma", "channels", "nvls", "env", "pairs",
-                              "findings")}
+                              "findings", "lines")}   # lines: NCCL lines read, connections, ring and tree lines
 
 
 def nccl_check(link: dict | None, arms: dict[str, tuple[bool, dict | None]]) -> str | None:
