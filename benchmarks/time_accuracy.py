@@ -87,7 +87,8 @@ def run_case(case, folder: Path, steps: int, cores: int) -> dict:
     t = Training(precision=precision, batch_size=batch, seq_len=seq, grad_checkpointing=ckpt)
     threads = max(1, cores // n)
     cal = calibrate.run(calibrate.request(spec, t, threads, cpu_adam="offload" in strategy,
-                                          half_weights=strategy.startswith("zero")), copies=n)
+                                          half_weights=strategy.startswith("zero"),
+                                          zero3=strategy.startswith("zero3")), copies=n)
     cmd = [bin_path("torchrun"), "--standalone", "--nproc_per_node", str(n), "-m", "gputopo.worker",
            "--model", str(model_dir), "--steps", str(steps), "--warmup-steps", "3", "--batch-size", str(batch),
            "--seq-len", str(seq), "--precision", precision, "--dataset", "synthetic"]

@@ -28,11 +28,13 @@ LARGEST = 2 ** 24       # elementwise rates level off beyond a few caches' worth
 
 
 def request(model, training, threads: int | None = None, device: str = "cpu", cpu_adam: bool = False,
-            half_weights: bool = False, sweep: list[int] | None = None) -> dict:
+            half_weights: bool = False, sweep: list[int] | None = None, zero3: bool = False) -> dict:
     """What the child times: every distinct matmul shape of the step in the compute dtype, elementwise
     kernels at the sizes of the step's elementwise ops (a CPU's caches make small ones faster), and, when
     transformers can build the model, its first block and its head at the step's shape. half_weights:
-    the weights themselves are 16-bit (DeepSpeed's bf16), else mixed precision is torch.autocast."""
+    the weights themselves are 16-bit (DeepSpeed's bf16), else mixed precision is torch.autocast. zero3:
+    also DeepSpeed's own cost per module at stage 3 (its hooks and gathers), among the copies (True, or
+    "if-built": only when no op has to be built first)."""
     from .errors import BadInput
     from .models import hf_config
     try:
@@ -46,7 +48,8 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
     return {"shapes": shapes, "sizes": sizes, "precision": training.precision, "optimizer": training.optimizer,
             "threads": threads, "cpu_adam": cpu_adam, "config": config, "batch_size": training.batch_size,
             "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
-            "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep}
+            "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep,
+            "zero3": zero3}
 
 
 def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = None) -> dict:
@@ -144,6 +147,9 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
                             f" {cal['sampled']['head_s'] * 1e3:.1f} ms")
     if cal.get("cpu_adam_params_per_s"):
         basis["cpu_adam"] = f"calibrated: DeepSpeed's CPU Adam, {cal['cpu_adam_params_per_s'] / 1e6:.0f} M params/s"
+    if cal.get("zero3_module_s"):
+        basis["zero3"] = (f"calibrated: DeepSpeed's ZeRO-3 hooks and gathers, {cal['zero3_module_s'] * 1e3:.2f} ms per"
+                          " module per step (half again for checkpointing's recomputed forward)")
     basis["summary"] = f"calibrated on this machine ({device})"
     return Rates(matmul_flops=cal["matmul_flops"], mem_bytes_per_s=cal["mem_bytes_per_s"], busbw=busbw,
                  busbw_no_p2p=busbw, inter_node=busbw, latency_s=latency,
@@ -151,7 +157,8 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
                  cpu_adam=cal.get("cpu_adam_params_per_s"), sampled=cal.get("sampled"),
                  # on a CPU the "device" is the host: offloading is a copy in the same memory
                  host_link=cal["mem_bytes_per_s"] if cal["device"] == "cpu" else None,
-                 optimizer_params_per_s=cal["optimizer_params_per_s"], basis=basis)
+                 optimizer_params_per_s=cal["optimizer_params_per_s"], zero3_module_s=cal.get("zero3_module_s"),
+                 basis=basis)
 
 
 SWEEP = [2 ** k for k in range(16, 25, 2)]   # 64 KiB .. 16 MiB: the sizes of DDP's and ZeRO's buckets
@@ -176,9 +183,10 @@ def for_plan(req) -> tuple[object, str]:
     cores = os.cpu_count() or 1
     device = "cuda" if gpus else "cpu"
     copies = min(lay.gpus_per_node, gpus or cores)
+    deepspeed = find_spec("deepspeed") is not None
     cal = run(request(req.model, t, None if gpus else max(1, cores // copies), device=device,
-                      cpu_adam=find_spec("deepspeed") is not None and "if-built", sweep=SWEEP if copies > 1 else None),
-              copies=copies)
+                      cpu_adam=deepspeed and "if-built", sweep=SWEEP if copies > 1 else None,
+                      zero3=deepspeed and copies > 1 and "if-built"), copies=copies)
     mine, sheet = rates(cal), gpu_rates(lay, t)
     fill = {k: getattr(sheet, k) for k in ("host_link", "cpu_adam", "nvme") if getattr(mine, k) is None}
     if gpus:
@@ -255,8 +263,8 @@ def child(req: dict) -> dict:
     return {"device": device.type, "threads": torch.get_num_threads(), "matmul_seconds": out,
             "matmul_flops": flops / seconds if seconds else None, "mem_bytes_per_s": mem, "elementwise": ew,
             "optimizer_params_per_s": _optimizer_rate(torch, req, device, sync), "torch": torch.__version__,
-            "cpu_adam_params_per_s": _cpu_adam_rate(torch) if _cpu_adam_wanted(req.get("cpu_adam")) else None,
-            "sampled": sampled, "sample_error": why, "allreduce": _sweep(req, device, cuda)}
+            "cpu_adam_params_per_s": _cpu_adam_rate(torch) if _op_ready("cpu_adam", req.get("cpu_adam")) else None,
+            "sampled": sampled, "sample_error": why, **_in_group(req, device, cuda)}
 
 
 def _elementwise(torch, n: int, device, sync, budget: float) -> dict:
@@ -361,11 +369,12 @@ def _one_step(torch, req: dict, device, layers: int):
     return step
 
 
-def _sweep(req: dict, device, cuda: bool) -> list[dict] | None:
-    """With req["sweep"] and several copies: the copies form a process group (NCCL on GPUs, gloo on CPU) and
-    time all-reduce at those sizes, as gputopo.worker's sweep does; rank 0 returns it."""
-    if not req.get("sweep") or req.get("copies", 1) < 2:
-        return None
+def _in_group(req: dict, device, cuda: bool) -> dict:
+    """What the copies time together, in one process group (NCCL on GPUs, gloo on CPU): the all-reduce sweep
+    (req["sweep"], as gputopo.worker's) and DeepSpeed's ZeRO-3 cost per module (req["zero3"]); rank 0's."""
+    out = {"allreduce": None, "zero3_module_s": None}
+    if not (req.get("sweep") or req.get("zero3")) or req.get("copies", 1) < 2:
+        return out
     import torch.distributed as dist
 
     from .worker import allreduce_sweep
@@ -373,21 +382,62 @@ def _sweep(req: dict, device, cuda: bool) -> list[dict] | None:
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{req['port']}", rank=rank,
                             world_size=req["copies"])
     try:
-        rows = allreduce_sweep(req["sweep"], 10, device, req["copies"])
+        if req.get("sweep"):
+            out["allreduce"] = allreduce_sweep(req["sweep"], 10, device, req["copies"])
+        # on a CPU DeepSpeed's processes talk through its shared-memory op, built on first use
+        if req.get("zero3") and (cuda or _op_ready("deepspeed_shm_comm", req["zero3"])):
+            out["zero3_module_s"] = _zero3_module_seconds(device)
     finally:
         dist.destroy_process_group()
-    return rows if rank == 0 else None
+    return out if rank == 0 else {"allreduce": None, "zero3_module_s": out["zero3_module_s"]}
 
 
-def _cpu_adam_wanted(how) -> bool:
-    """cpu_adam: True times DeepSpeed's CPU Adam (building the op if need be, about 40 s); "if-built" only when
+ZERO3_PROBE = (2, 10)   # linear layers of the two probe models: their difference is 8 modules' cost
+
+
+def _zero3_module_seconds(device) -> float:
+    """DeepSpeed's stage-3 cost per module with parameters, per training step: its pre/post forward and
+    backward hooks, the gather of the module's parameters before forward and again before backward, the
+    release after each, timed on this machine's Python and this process group. Two stacks of small linear
+    layers (persistence threshold 0, so every one is gathered) step through deepspeed.initialize; the median
+    step difference per layer is the cost, the layers' own arithmetic being negligible at 64 x 64."""
+    import statistics
+
+    import deepspeed
+    import torch
+    # torch's SGD: the step is one call on the flat partition whatever the optimizer, and DeepSpeed's fused Adam
+    # would first build its op (a minute and a half here)
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+           "zero_allow_untested_optimizer": True, "steps_per_print": 10 ** 9,
+           "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "overlap_comm": True,
+                                 "contiguous_gradients": True}}
+    medians = []
+    for layers in ZERO3_PROBE:
+        model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(layers)])
+        engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=1e-4),
+                                          config=cfg)
+        x = torch.randn(4, 64, device=engine.device)
+        times = []
+        for _ in range(12):
+            t0 = time.perf_counter()
+            engine.backward(engine(x).float().pow(2).mean())
+            engine.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        medians.append(statistics.median(times[4:]))
+        engine.destroy()
+    return max(0.0, (medians[1] - medians[0]) / (ZERO3_PROBE[1] - ZERO3_PROBE[0]))
+
+
+def _op_ready(op: str, how) -> bool:
+    """True times what needs DeepSpeed's op `op` (building it if need be, 30-90 s); "if-built" only when
     DeepSpeed ships it prebuilt or torch's JIT built it already here (plan --calibrate stays a few seconds)."""
     if how != "if-built":
         return bool(how)
     from deepspeed.git_version_info import installed_ops
     from torch.utils.cpp_extension import _get_build_directory
-    return bool(installed_ops.get("cpu_adam")) or os.path.exists(
-        os.path.join(_get_build_directory("cpu_adam", False), "cpu_adam.so"))
+    return bool(installed_ops.get(op)) or os.path.exists(os.path.join(_get_build_directory(op, False), f"{op}.so"))
 
 
 def _cpu_adam_rate(torch) -> float:

@@ -44,6 +44,7 @@ class Rates:
     elementwise: dict | None = None        # calibrated: elements -> {"stream", "math"} bytes/s at that size
     sampled: dict | None = None            # calibrated: {"block_s", "head_s"} of one micro-step, the model's own
     optimizer_params_per_s: float | None = None   # calibrated: torch's optimizer on this device
+    zero3_module_s: float | None = None    # calibrated: DeepSpeed's stage-3 hooks and gathers per module per step
     basis: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -253,6 +254,10 @@ def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", na
                     gpus: int = 1) -> float:
     """One micro-step's forward and backward on one device, with the framework's copies."""
     copies = copy_bytes(name, m, t, gpus) / elementwise_rate(rates, m.params, "stream")
+    if name.startswith("zero3") and rates.zero3_module_s and gpus > 1:
+        # DeepSpeed's hooks and gathers per module, measured per forward + backward; the recomputed forward of
+        # checkpointing runs the forward half again
+        copies += zero3_modules(m) * rates.zero3_module_s * (1.5 if t.grad_checkpointing else 1.0)
     if rates.sampled:   # the model's own block and head, timed by calibration at this shape
         return rates.sampled["head_s"] + m.layers * rates.sampled["block_s"] + copies
     mm = matmul_seconds(training_matmuls(m, t, attention, device), rates, value_bytes(t.precision))
@@ -337,10 +342,19 @@ def collectives(name: str, m, lay, t) -> int:
         bucket = m.hidden_size ** 2 or DS_BUCKET    # what gputopo's configs write (dsconfig)
         reduces = bucket_reduces(gradient_order(m), bucket)
         return reduces * (t.grad_accum if name.startswith("zero2") else 1) + 2
-    mats = weight_matrices(m)
-    modules = len(mats) - (0 if m.tied else 1) + 2  # the head's weight is gathered with the embedding when tied
-    passes = 3 if t.grad_checkpointing else 2
-    return t.grad_accum * (passes * modules + math.ceil(P / zero3_buckets(m.hidden_size)[1]))
+    return zero3_gathers(m, t) + t.grad_accum * math.ceil(P / zero3_buckets(m.hidden_size)[1])
+
+
+def zero3_modules(m) -> int:
+    """Modules whose parameters ZeRO-3 gathers: each projection, the embeddings and an untied head (a tied head
+    is the embedding's weight); norms and biases stay whole below stage3_param_persistence_threshold (10 h)."""
+    return len(weight_matrices(m)) + 1
+
+
+def zero3_gathers(m, t) -> int:
+    """ZeRO-3's parameter gathers per optimizer step: each module before forward and before backward, and
+    before the recomputed forward under checkpointing."""
+    return t.grad_accum * (3 if t.grad_checkpointing else 2) * zero3_modules(m)
 
 
 def link_busbw(lay, rates: Rates, p2p: bool) -> float | None:
@@ -360,7 +374,10 @@ def comm_seconds(name: str, m, lay, t, rates: Rates, p2p: bool = True) -> tuple[
         return None, None
     # comm_bytes counts what each GPU sends in ring passes; bus bandwidth is per GPU and direction in the same
     # units (nccl-tests' busbw), so time = bytes sent / busbw.
-    total = sent / bw + collectives(name, m, lay, t) * rates.latency_s
+    calls = collectives(name, m, lay, t)
+    if name.startswith("zero3") and rates.zero3_module_s:   # the gathers' latency is in the measured module cost
+        calls -= zero3_gathers(m, t)
+    total = sent / bw + calls * rates.latency_s
     hidden = rates.overlap * total if name == "ddp" else 0.0
     return total, total - hidden
 

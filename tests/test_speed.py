@@ -225,3 +225,36 @@ def test_zero_traffic_is_deepspeeds_bucket_all_reduce():
     assert comm_bytes("zero3", GPT2, lay, t) == int(3 * ring * 2 * P * 2)
     ckpt = dataclasses.replace(t, grad_checkpointing=True)                     # the recomputed forward gathers again
     assert comm_bytes("zero3", GPT2, lay, ckpt) == int(4 * ring * 2 * P * 2)
+
+
+def test_zero3_module_cost_replaces_the_gathers_latency():
+    """A measured ZeRO-3 cost per module (hooks + gathers) is added per module, half again under checkpointing,
+    and the gathers then no longer pay the link's latency separately: it is inside the measurement."""
+    m = models.named("gpt2")
+    lay = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 35)
+    base = speed.Rates(matmul_flops=1e13, mem_bytes_per_s=1e11, busbw=1e10, latency_s=1e-3,
+                       sampled={"block_s": 0.03, "head_s": 0.05})
+    measured = dataclasses.replace(base, zero3_module_s=2e-3)
+    assert speed.zero3_modules(m) == 12 * 4 + 2 + 1   # 4 projections per block, wte, wpe, (tied head: none) + 1
+    for ckpt in (False, True):
+        t = Training(precision="fp32", batch_size=4, seq_len=1024, grad_checkpointing=ckpt)
+        a, b = speed.step("zero3", m, lay, t, base), speed.step("zero3", m, lay, t, measured)
+        hooks = speed.zero3_modules(m) * 2e-3 * (1.5 if ckpt else 1.0)
+        assert b.compute_s - a.compute_s == pytest.approx(hooks)
+        assert a.comm_s - b.comm_s == pytest.approx(speed.zero3_gathers(m, t) * 1e-3)
+        assert speed.zero3_gathers(m, t) == (3 if ckpt else 2) * speed.zero3_modules(m)
+    t = Training(precision="fp32", batch_size=4, seq_len=1024)
+    assert speed.step("zero2", m, lay, t, measured).step_s == speed.step("zero2", m, lay, t, base).step_s
+
+
+@pytest.mark.slow
+def test_calibration_measures_deepspeeds_zero3_module_cost(tmp_path, monkeypatch):
+    """Two copies in a gloo group step two stacks of linear layers through deepspeed.initialize at stage 3."""
+    pytest.importorskip("deepspeed")
+    from gputopo import calibrate
+    t = Training(precision="fp32", batch_size=2, seq_len=32)
+    req = dict(calibrate.request(models.named("gpt2"), t, 1, zero3=True), config=None, shapes=[], sizes=[1024])
+    cal = calibrate.run(req, copies=2)
+    assert 1e-5 < cal["zero3_module_s"] < 0.05
+    rates = calibrate.rates(cal)
+    assert rates.zero3_module_s == cal["zero3_module_s"] and "ZeRO-3 hooks and gathers" in rates.basis["zero3"]
