@@ -43,6 +43,7 @@ class ModelSpec:
 
 
 # Public hyper-parameters of well-known checkpoints (their config.json on the Hugging Face hub).
+CAUSAL_FAMILIES = ("gpt2", "llama")   # catalog families rebuilt as causal LMs (worker, --measure, bench)
 CATALOG = {
     "gpt2": dict(family="gpt2", h=768, L=12, a=12, V=50257, P=1024),
     "gpt2-medium": dict(family="gpt2", h=1024, L=24, a=16, V=50257, P=1024),
@@ -189,7 +190,7 @@ def hf_config(spec: ModelSpec) -> dict:
     """The transformers configuration (AutoConfig.for_model keywords) that rebuilds this model for --measure."""
     if spec.source == "config.json":
         return json.loads((Path(spec.name) / "config.json").read_text())
-    if spec.source != "catalog" or spec.family not in ("gpt2", "llama"):
+    if spec.source != "catalog" or spec.family not in CAUSAL_FAMILIES:
         raise BadInput(f"--measure builds causal LMs from their architecture; {spec.name} is not one"
                        " (give --model with a catalog causal LM or a folder with config.json)")
     if spec.family == "gpt2":

@@ -125,10 +125,10 @@ def build_model(name: str):
                 f"{name} (weights from the local HF cache)")
     except Exception:  # not cached: build the architecture from gputopo's catalog
         pass
-    from .models import ALIASES, CATALOG
+    from .models import ALIASES, CATALOG, CAUSAL_FAMILIES
     key = ALIASES.get(name, name).lower()
     c = CATALOG.get(key)
-    if c is None or c["family"] not in ("gpt2", "llama"):
+    if c is None or c["family"] not in CAUSAL_FAMILIES:
         raise SystemExit(f"error: --model {name}: no local copy, and not a causal LM in gputopo's catalog"
                          " (gpt2*, llama*, mistral*, qwen*); give a folder with config.json")
     if c["family"] == "gpt2":

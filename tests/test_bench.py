@@ -460,6 +460,14 @@ def test_endpoint_check_lets_a_closed_port_wait_for_node_0():
         bench.check_endpoint("no-such-host.invalid:29500")
 
 
+def arm_result() -> dict:
+    """What a fake arm's worker reports: 3 steps, 1 of them warm-up, 0.1 s each."""
+    t = [0.1, 0.1]
+    return {"world_size": 2, "steps": 3, "warmup_steps": 1, "train_runtime_s": 0.3, "timed_runtime_s": 0.2,
+            "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
+            "loss_finite": True, "model": {"name": "gpt2"}, "dataset": "synthetic"}
+
+
 @pytest.mark.parametrize("arms_before", [0, 1])
 def test_ctrl_c_says_only_what_is_true(tmp_path, fake_nvml, fake_calibration, monkeypatch, arms_before):
     """Issue 20: after Ctrl-C in the first arm it said "finished arms are in int.json", which did not exist."""
@@ -472,10 +480,7 @@ def test_ctrl_c_says_only_what_is_true(tmp_path, fake_nvml, fake_calibration, mo
         progress(label, "step 1/3, 0.100 s/step", True)
         if len(calls) > arms_before:
             raise KeyboardInterrupt
-        t = [0.1, 0.1]
-        return {"world_size": 2, "steps": 3, "warmup_steps": 1, "train_runtime_s": 0.3, "timed_runtime_s": 0.2,
-                "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
-                "loss_finite": True, "model": {"name": "gpt2"}, "dataset": "synthetic"}
+        return arm_result()
     monkeypatch.setattr(bench, "run_child", child)
     out = tmp_path / "int.json"
     r = invoke("--steps", "3", "--output", str(out))
@@ -509,11 +514,8 @@ def test_each_arm_reports_the_path_nccl_took(tmp_path, fake_nvml, fake_calibrati
         log = (P2P_LOG if disabled else SHM_LOG) if swapped else (SHM_LOG if disabled else P2P_LOG)
         target = env["NCCL_DEBUG_FILE"].replace("%h", "node").replace("%p", "4242")
         Path(target).write_text((NCCL_FIXTURES / log).read_text())
-        t = [0.1, 0.1]
-        return {"world_size": 2, "steps": 3, "warmup_steps": 1, "train_runtime_s": 0.3, "timed_runtime_s": 0.2,
-                "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
-                "loss_finite": True, "model": {"name": "gpt2"}, "dataset": "synthetic",
-                "allreduce": [{"bytes": 2 ** 20, "seconds": 1e-3, "algbw_gbps": 1.0, "busbw_gbps": 1.0}]}
+        return {**arm_result(), "allreduce": [{"bytes": 2 ** 20, "seconds": 1e-3, "algbw_gbps": 1.0,
+                                                "busbw_gbps": 1.0}]}
     monkeypatch.setattr(bench, "run_child", child)
     args = ["--model", "gpt2", "--steps", "3", "--warmup-steps", "1", "--allreduce-sizes", "1MB"]
     r = invoke(*args, "--json")
@@ -540,10 +542,7 @@ def test_cpu_twin_says_gloo_has_no_nccl_log(tmp_path, fake_nvml, fake_calibratio
     fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
 
     def child(label, cmd, env, timeout, progress, log_dir=None):
-        t = [0.1, 0.1]
-        return {"world_size": 2, "steps": 3, "warmup_steps": 1, "train_runtime_s": 0.3, "timed_runtime_s": 0.2,
-                "samples_per_second": 10.0, "step_times_s": t, "step_time_s": {"median": 0.1, "p10": 0.1, "p90": 0.1},
-                "loss_finite": True, "model": {"name": "gpt2"}, "dataset": "synthetic"}
+        return arm_result()
     monkeypatch.setattr(bench, "run_child", child)
     r = invoke("--steps", "3", "--train-only")
     assert r.exit_code == 0 and r.output.count("gloo writes no NCCL log") == 1 and "Paths NCCL took" not in r.output
