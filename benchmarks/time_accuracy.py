@@ -58,6 +58,7 @@ CASES = [
     ("gpt2-h256-L4", 2, "zero1", "fp32", False, 4, 256),
     ("llama-h256-L4", 2, "zero2", "fp32", False, 4, 256),
     ("qwen2-h256-L4", 2, "zero3", "fp32", False, 4, 256),
+    ("gpt2-h256-L4", 2, "zero3", "fp32", False, 4, 256),
     ("gpt2-h256-L4", 2, "zero3", "fp32", True, 4, 256),
     ("gpt2-h256-L4", 2, "zero2_offload_cpu", "bf16", False, 4, 256),
     ("llama-h256-L4", 2, "zero3_offload_cpu", "bf16", False, 4, 256),
@@ -88,7 +89,8 @@ def run_case(case, folder: Path, steps: int, cores: int) -> dict:
     threads = max(1, cores // n)
     cal = calibrate.run(calibrate.request(spec, t, threads, cpu_adam="offload" in strategy,
                                           half_weights=strategy.startswith("zero"),
-                                          zero3=strategy.startswith("zero3")), copies=n)
+                                          zero3=strategy.startswith("zero3"), sharded=strategy.startswith("zero")),
+                        copies=n)
     cmd = [bin_path("torchrun"), "--standalone", "--nproc_per_node", str(n), "-m", "gputopo.worker",
            "--model", str(model_dir), "--steps", str(steps), "--warmup-steps", "3", "--batch-size", str(batch),
            "--seq-len", str(seq), "--precision", precision, "--dataset", "synthetic"]

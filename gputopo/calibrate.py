@@ -28,13 +28,15 @@ LARGEST = 2 ** 24       # elementwise rates level off beyond a few caches' worth
 
 
 def request(model, training, threads: int | None = None, device: str = "cpu", cpu_adam: bool = False,
-            half_weights: bool = False, sweep: list[int] | None = None, zero3: bool = False) -> dict:
+            half_weights: bool = False, sweep: list[int] | None = None, zero3: bool = False,
+            sharded: bool = False) -> dict:
     """What the child times: every distinct matmul shape of the step in the compute dtype, elementwise
     kernels at the sizes of the step's elementwise ops (a CPU's caches make small ones faster), and, when
     transformers can build the model, its first block and its head at the step's shape. half_weights:
     the weights themselves are 16-bit (DeepSpeed's bf16), else mixed precision is torch.autocast. zero3:
     also DeepSpeed's own cost per module at stage 3 (its hooks and gathers), among the copies (True, or
-    "if-built": only when no op has to be built first)."""
+    "if-built": only when no op has to be built first). sharded: also what a pass of ZeRO's reduce-scatter
+    and all-gather costs against an all-reduce's, among the copies."""
     from .errors import BadInput
     from .models import hf_config
     try:
@@ -49,7 +51,7 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
             "threads": threads, "cpu_adam": cpu_adam, "config": config, "batch_size": training.batch_size,
             "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
             "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep,
-            "zero3": zero3}
+            "zero3": zero3, "sharded": sharded}
 
 
 def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = None) -> dict:
@@ -150,6 +152,10 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
     if cal.get("zero3_module_s"):
         basis["zero3"] = (f"calibrated: DeepSpeed's ZeRO-3 hooks and gathers, {cal['zero3_module_s'] * 1e3:.2f} ms per"
                           " module per step (half again for checkpointing's recomputed forward)")
+    if cal.get("collective_cost"):
+        cost = cal["collective_cost"]
+        basis["collectives"] = (f"measured: a reduce-scatter pass costs {cost['reduce_scatter']:.2f}, an all-gather"
+                                f" pass {cost['all_gather']:.2f} all-reduce passes (8 MiB)")
     basis["summary"] = f"calibrated on this machine ({device})"
     return Rates(matmul_flops=cal["matmul_flops"], mem_bytes_per_s=cal["mem_bytes_per_s"], busbw=busbw,
                  busbw_no_p2p=busbw, inter_node=busbw, latency_s=latency,
@@ -158,7 +164,7 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
                  # on a CPU the "device" is the host: offloading is a copy in the same memory
                  host_link=cal["mem_bytes_per_s"] if cal["device"] == "cpu" else None,
                  optimizer_params_per_s=cal["optimizer_params_per_s"], zero3_module_s=cal.get("zero3_module_s"),
-                 basis=basis)
+                 collective_cost=cal.get("collective_cost"), basis=basis)
 
 
 SWEEP = [2 ** k for k in range(16, 25, 2)]   # 64 KiB .. 16 MiB: the sizes of DDP's and ZeRO's buckets
@@ -186,7 +192,7 @@ def for_plan(req) -> tuple[object, str]:
     deepspeed = find_spec("deepspeed") is not None
     cal = run(request(req.model, t, None if gpus else max(1, cores // copies), device=device,
                       cpu_adam=deepspeed and "if-built", sweep=SWEEP if copies > 1 else None,
-                      zero3=deepspeed and copies > 1 and "if-built"), copies=copies)
+                      zero3=deepspeed and copies > 1 and "if-built", sharded=copies > 1), copies=copies)
     mine, sheet = rates(cal), gpu_rates(lay, t)
     fill = {k: getattr(sheet, k) for k in ("host_link", "cpu_adam", "nvme") if getattr(mine, k) is None}
     if gpus:
@@ -372,8 +378,8 @@ def _one_step(torch, req: dict, device, layers: int):
 def _in_group(req: dict, device, cuda: bool) -> dict:
     """What the copies time together, in one process group (NCCL on GPUs, gloo on CPU): the all-reduce sweep
     (req["sweep"], as gputopo.worker's) and DeepSpeed's ZeRO-3 cost per module (req["zero3"]); rank 0's."""
-    out = {"allreduce": None, "zero3_module_s": None}
-    if not (req.get("sweep") or req.get("zero3")) or req.get("copies", 1) < 2:
+    out = {"allreduce": None, "zero3_module_s": None, "collective_cost": None}
+    if not (req.get("sweep") or req.get("zero3") or req.get("sharded")) or req.get("copies", 1) < 2:
         return out
     import torch.distributed as dist
 
@@ -384,12 +390,49 @@ def _in_group(req: dict, device, cuda: bool) -> dict:
     try:
         if req.get("sweep"):
             out["allreduce"] = allreduce_sweep(req["sweep"], 10, device, req["copies"])
+        if req.get("sharded") or req.get("zero3"):
+            out["collective_cost"] = _collective_cost(device, req["copies"])
         # on a CPU DeepSpeed's processes talk through its shared-memory op, built on first use
         if req.get("zero3") and (cuda or _op_ready("deepspeed_shm_comm", req["zero3"])):
             out["zero3_module_s"] = _zero3_module_seconds(device)
     finally:
         dist.destroy_process_group()
-    return out if rank == 0 else {"allreduce": None, "zero3_module_s": out["zero3_module_s"]}
+    return out if rank == 0 else {**out, "allreduce": None}
+
+
+SHARD_ELEMENTS = 2 ** 21   # 8 MiB of fp32: large enough that the bandwidth, not the latency, sets the time
+
+
+def _collective_cost(device, world: int) -> dict:
+    """{"reduce_scatter", "all_gather"}: each collective's time for a ring pass over an all-reduce pass's, on
+    one 8 MiB buffer (an all-reduce makes two passes, a reduce-scatter of the buffer or an all-gather into it
+    one). NCCL's rings give about 1 for both; torch's gloo reduce-scatter takes longer than an all-reduce of
+    the same buffer (3.5 passes here), which is what ZeRO-3 on CPUs pays for every gradient bucket."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+    whole = torch.ones(SHARD_ELEMENTS, device=device)
+    part = torch.ones(SHARD_ELEMENTS // world, device=device)
+    runs = {"all_reduce": lambda: dist.all_reduce(whole),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, whole),
+            "all_gather": lambda: dist.all_gather_into_tensor(whole, part)}
+    took = {}
+    for kind, call in runs.items():
+        times = []
+        for _ in range(8):
+            dist.barrier()
+            t0 = time.perf_counter()
+            call()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        took[kind] = statistics.median(times[2:])
+    t = torch.tensor([took["all_reduce"] / 2, took["reduce_scatter"], took["all_gather"]], dtype=torch.float64,
+                     device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)   # the slowest rank sets the pace
+    ar, rs, ag = t.tolist()
+    return {"reduce_scatter": rs / ar, "all_gather": ag / ar}
 
 
 ZERO3_PROBE = (2, 10)   # linear layers of the two probe models: their difference is 8 modules' cost

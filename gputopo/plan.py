@@ -169,7 +169,13 @@ def _overhead(name: str, m: ModelSpec) -> int:
 
 
 def comm_bytes(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
-    """Bytes each GPU sends per optimizer step (ring collectives: (n-1)/n of the buffer per pass).
+    """Bytes each GPU sends per optimizer step, all collectives together (comm_split's sum)."""
+    return sum(comm_split(name, m, lay, t).values())
+
+
+def comm_split(name: str, m: ModelSpec, lay: Layout, t: Training) -> dict[str, int]:
+    """Bytes each GPU sends per optimizer step, by collective ("all_reduce", "reduce_scatter", "all_gather"),
+    counted as ring collectives move them: (n-1)/n of the buffer per pass, an all-reduce two passes.
 
     ZeRO-1/2 all-reduce their gradient buckets in the 16-bit reduce dtype (DeepSpeed's average_tensor hands
     every bucket to allreduce_and_scatter while use_multi_rank_bucket_allreduce is true, its default, even with
@@ -178,21 +184,22 @@ def comm_bytes(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:
     parameters in forward and again in backward, and once more in the recomputed forward of checkpointing."""
     n = lay.gpus
     if n == 1 or name == "single":
-        return 0
+        return {}
     ring = (n - 1) / n
     P, p16 = m.params, t.value_bytes
     if name == "ddp":
         # One all-reduce (2 passes) of fp32 gradients; accumulation steps use no_sync.
-        return int(2 * ring * 4 * P)
+        return {"all_reduce": int(2 * ring * 4 * P)}
+    gather = int(ring * p16 * P)
     if name.startswith("zero1"):
         # Stage 1 keeps whole gradients and reduces them only at the accumulation boundary (DeepSpeed's
         # reduce_ready_partitions_and_remove_grads), then all-gathers the updated parameters: once per step.
-        return int(3 * ring * p16 * P)
+        return {"all_reduce": 2 * gather, "all_gather": gather}
     if name.startswith("zero2"):
         # Stage 2 partitions gradients, so it all-reduces on every micro-step; parameters once per step.
-        return int(ring * p16 * P * (2 * t.grad_accum + 1))
+        return {"all_reduce": 2 * gather * t.grad_accum, "all_gather": gather}
     gathers = 3 if t.grad_checkpointing else 2
-    return int((gathers + 1) * ring * p16 * P * t.grad_accum)
+    return {"reduce_scatter": gather * t.grad_accum, "all_gather": gathers * gather * t.grad_accum}
 
 
 def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:

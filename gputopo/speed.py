@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from . import memory
-from .plan import comm_bytes, value_bytes, zero3_buckets
+from .plan import comm_split, value_bytes, zero3_buckets
 
 DDP_BUCKET = 25 * 2 ** 20          # torch DDP's bucket_cap_mb default (the first bucket is 1 MB)
 DS_BUCKET = 5 * 10 ** 8            # DeepSpeed's reduce/allgather bucket default (elements)
@@ -45,6 +45,8 @@ class Rates:
     sampled: dict | None = None            # calibrated: {"block_s", "head_s"} of one micro-step, the model's own
     optimizer_params_per_s: float | None = None   # calibrated: torch's optimizer on this device
     zero3_module_s: float | None = None    # calibrated: DeepSpeed's stage-3 hooks and gathers per module per step
+    collective_cost: dict | None = None    # calibrated: "reduce_scatter"/"all_gather" -> a ring pass's time over
+                                           # an all-reduce pass's at the same size (None: 1, as NCCL's rings)
     basis: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -366,14 +368,17 @@ def link_busbw(lay, rates: Rates, p2p: bool) -> float | None:
 
 def comm_seconds(name: str, m, lay, t, rates: Rates, p2p: bool = True) -> tuple[float | None, float | None]:
     """(all communication, the part not hidden behind backward) per optimizer step."""
-    sent = comm_bytes(name, m, lay, t)
-    if not sent:
+    split = comm_split(name, m, lay, t)
+    if not any(split.values()):
         return 0.0, 0.0
     bw = link_busbw(lay, rates, p2p)
     if not bw:
         return None, None
-    # comm_bytes counts what each GPU sends in ring passes; bus bandwidth is per GPU and direction in the same
-    # units (nccl-tests' busbw), so time = bytes sent / busbw.
+    # comm_split counts what each GPU sends in ring passes; bus bandwidth is per GPU and direction in the same
+    # units (nccl-tests' busbw), so time = bytes sent / busbw, times what a pass of each collective costs
+    # against an all-reduce's (1 for NCCL's rings; gloo's reduce-scatter is slower, calibration measures it)
+    cost = rates.collective_cost or {}
+    sent = sum(b * cost.get(kind, 1.0) for kind, b in split.items())
     calls = collectives(name, m, lay, t)
     if name.startswith("zero3") and rates.zero3_module_s:   # the gathers' latency is in the measured module cost
         calls -= zero3_gathers(m, t)
