@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 
 from . import doctor, dsconfig, launch, nvme, validate
@@ -168,6 +169,15 @@ def _trainer_note(a: Ask, req, targs: dict | None) -> list:
                if req.global_batch else "")]
 
 
+def launching_env() -> dict:
+    """This shell's variables that launch.ENV_CARRIED names, PATH with this Python's folder first: the printed
+    launch runs from this virtualenv, whether or not its folder is on PATH here."""
+    env = {name: os.environ[name] for name in launch.ENV_CARRIED if os.environ.get(name)}
+    here = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join(dict.fromkeys(p for p in [here, *env.get("PATH", "").split(os.pathsep)] if p))
+    return env
+
+
 def generate(a: Ask, req) -> Result:
     """The config, validated by DeepSpeed where it is installed, with every note and the launch."""
     stage, offload, planned, notes = _strategy(a, req)
@@ -194,6 +204,7 @@ def generate(a: Ask, req) -> Result:
     launch_info = launch.command(a.launcher, a.output or "ds_config.json", gpus=req.gpus_per_node, nodes=req.nodes,
                                  script=a.script, master=a.master_addr, port=a.master_port, stage=stage,
                                  folder=os.path.dirname(a.output) if a.output else "", shape=shape,
-                                 ds_optimizer=a.ds_optimizer, grad_accum=req.training.grad_accum) \
+                                 ds_optimizer=a.ds_optimizer, grad_accum=req.training.grad_accum,
+                                 env=launching_env()) \
         if a.launcher else None
     return Result(cfg, a.output, launch_info, notes, planned, targs)

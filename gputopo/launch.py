@@ -4,6 +4,13 @@ Files never hold a shell variable: YAML and hostfiles expand none, so `main_proc
 send every node looking for a host named "$MASTER_ADDR". What differs per node, or is known only there (the
 head node's address without --master-addr, the node's rank), goes on the printed command line as
 "$MASTER_ADDR" / "$NODE_RANK", and `run` says on which node to run which command.
+
+The deepspeed launcher's ssh path starts the other nodes' processes in a non-interactive remote shell: its PATH
+lacks the launching shell's virtualenv (DeepSpeed's JIT ops look for `ninja` there) and no variable crosses but
+DeepSpeed's few (PYTHON*, NCCL*, ...). So beside the hostfile goes `.deepspeed_env` (KEY=VALUE lines DeepSpeed
+exports on every node) with the launching shell's PATH and paths (ENV_CARRIED), and the command names it in
+DS_ENV_FILE. DeepSpeed pastes each value unquoted, or in double quotes, into the remote command line: a value
+holding `$`, a backquote, a backslash or a double quote is left out, with a note.
 """
 from __future__ import annotations
 
@@ -14,7 +21,12 @@ from .errors import BadInput
 
 LAUNCHERS = ("torchrun", "deepspeed", "accelerate", "slurm")
 PORT = 29500
-FILES = {"accelerate": "accelerate_config.yaml", "deepspeed": "hostfile", "slurm": "train.sbatch"}
+FILES = {"accelerate": ("accelerate_config.yaml",), "deepspeed": ("hostfile", ".deepspeed_env"),
+         "slurm": ("train.sbatch",)}
+# What the remote shell of `deepspeed --hostfile` lacks, carried in .deepspeed_env when set here: where the
+# virtualenv's tools are, CUDA for op builds, the JIT ops' folder, the Hugging Face cache.
+ENV_CARRIED = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "TORCH_EXTENSIONS_DIR", "HF_HOME")
+UNSAFE_IN_ENV = set('$`\\"\n')
 
 
 def check_options(launcher: str | None, nodes: int, master_addr: str | None, port: int | None,
@@ -36,21 +48,23 @@ def check_options(launcher: str | None, nodes: int, master_addr: str | None, por
 
 
 def file_names(launcher: str | None, nodes: int) -> list[str]:
-    """The files a launcher needs besides the DeepSpeed config (a hostfile only for several nodes)."""
+    """The files a launcher needs besides the DeepSpeed config (a hostfile and .deepspeed_env only for several
+    nodes)."""
     if launcher not in FILES or (launcher == "deepspeed" and nodes == 1):
         return []
-    return [FILES[launcher]]
+    return list(FILES[launcher])
 
 
 def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: str = "train.py",
             master: str | None = None, port: int = PORT, stage: int = 0, folder: str = "",
-            shape: str = "trainer", ds_optimizer: bool = False, grad_accum: int = 1) -> dict:
+            shape: str = "trainer", ds_optimizer: bool = False, grad_accum: int = 1, env: dict | None = None) -> dict:
     """{"launcher", "command", "run": [{"where", "command"}], "files": {path: text}, "notes", "script_needs"}.
 
     config: the DeepSpeed file as the commands name it; folder: where the launcher files go (beside the config);
-    shape: "trainer" (HF Trainer, "auto"), "initialize" (deepspeed.initialize) or "accelerate"."""
+    shape: "trainer" (HF Trainer, "auto"), "initialize" (deepspeed.initialize) or "accelerate"; env: the
+    launching shell's variables (ENV_CARRIED) for the deepspeed launcher's .deepspeed_env."""
     q = shlex.quote
-    path = {name: os.path.join(folder, name) for name in FILES.values()}
+    path = {name: os.path.join(folder, name) for names in FILES.values() for name in names}
     endpoint = q(f"{master}:{port}") if master else f'"$MASTER_ADDR:{port}"'
     args = f"{q(script)} --deepspeed {q(config)}"
     files: dict[str, str] = {}
@@ -71,15 +85,22 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
         else:
             hosts = [master or "node1"] + [f"node{i + 1}" for i in range(1, nodes)]
             files[path["hostfile"]] = "".join(f"{h} slots={gpus}\n" for h in hosts)
+            files[path[".deepspeed_env"]], left_out = deepspeed_env(env or {})
             hf = q(path["hostfile"])
             common = f"--master_addr {q(hosts[0])} --master_port {port}"
             run.append({"where": f"node 0 ({hosts[0]}) only: it starts the others over passwordless ssh",
-                        "command": f"deepspeed --hostfile {hf} --num_nodes {nodes} --num_gpus {gpus} {common} {args}"})
+                        "command": f"DS_ENV_FILE={q(path['.deepspeed_env'])} deepspeed --hostfile {hf}"
+                                   f" --num_nodes {nodes} --num_gpus {gpus} {common} {args}"})
             run.append({"where": "every node instead, without ssh: NODE_RANK=0 on the first host of the hostfile,"
                                  f" {_ranks(nodes)} on the others in hostfile order",
                         "command": f'deepspeed --hostfile {hf} --no_ssh --node_rank "$NODE_RANK" {common} {args}'})
             notes.append(f"edit {path['hostfile']}: one line per node, its ssh-reachable name and its GPU count"
                          + ("" if master else " (node1 is the head node)"))
+            notes.append(f"{path['.deepspeed_env']} (DS_ENV_FILE): what the nodes started over ssh get of this"
+                         " shell's environment; add your script's variables as KEY=VALUE lines (no comment, no"
+                         " blank line: DeepSpeed splits every line at '=')")
+            notes += [f"{name} is not in {path['.deepspeed_env']}: its value holds $, `, \\ or \" that the"
+                      " remote shell would expand" for name in left_out]
     elif launcher == "accelerate":
         # Absolute: accelerate reads the path relative to where it is launched, not to the YAML.
         files[path["accelerate_config.yaml"]] = accelerate_yaml(os.path.abspath(config), gpus=gpus, nodes=nodes,
@@ -111,6 +132,19 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
 
 def _ranks(nodes: int) -> str:
     return "1" if nodes == 2 else f"1 to {nodes - 1}"
+
+
+def deepspeed_env(env: dict) -> tuple[str, list[str]]:
+    """.deepspeed_env's text: KEY=VALUE for each ENV_CARRIED variable set in env; and the names left out,
+    their values holding what the remote shell would expand."""
+    lines, left_out = [], []
+    for name in ENV_CARRIED:
+        if env.get(name):
+            if UNSAFE_IN_ENV & set(env[name]):
+                left_out.append(name)
+            else:
+                lines.append(f"{name}={env[name]}\n")
+    return "".join(lines), left_out
 
 
 def accelerate_yaml(config: str, *, gpus: int, nodes: int, master: str | None, port: int, stage: int) -> str:

@@ -81,3 +81,29 @@ def fake_calibration(monkeypatch):
         return fake_calibration_result(req, copies)
     monkeypatch.setattr(calibrate, "run", run)
     return seen
+
+
+ENGINES = Path(__file__).parent / "engines"
+
+
+@pytest.fixture(scope="session")
+def engines(tmp_path_factory):
+    """Real engines on this machine for the whole test run: munge, slurmctld, two slurmd (node1, node2, 2 GPUs
+    each as gres), sshd with a root key for ssh/pdsh to node1 and node2 (tests/engines/start.sh); stopped by the
+    PIDs start.sh recorded at the end (stop.sh), /etc/hosts and ~/.ssh/config restored. Skips with start.sh's
+    reason where they cannot run (not root, no apt-get, the install failed) or with GPUTOPO_NO_ENGINES=1.
+    Yields the variables start.sh printed (SLURM_CONF, ENGINES_*)."""
+    import os
+    import subprocess
+    if os.environ.get("GPUTOPO_NO_ENGINES") == "1":
+        pytest.skip("GPUTOPO_NO_ENGINES=1: no Slurm, sshd or pdsh started")
+    state = tmp_path_factory.mktemp("engines")
+    try:
+        proc = subprocess.run(["bash", str(ENGINES / "start.sh"), str(state)], capture_output=True, text=True,
+                              timeout=900)
+        if proc.returncode == 77:
+            pytest.skip("engines: " + proc.stderr.strip().splitlines()[-1].removeprefix("reason: "))
+        assert proc.returncode == 0, f"tests/engines/start.sh {state} failed:\n{proc.stderr[-5000:]}"
+        yield dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    finally:
+        subprocess.run(["bash", str(ENGINES / "stop.sh"), str(state)], capture_output=True, timeout=300)

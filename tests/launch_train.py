@@ -8,7 +8,8 @@ script written as accelerate's examples are: its own torch AdamW and scheduler, 
 accelerator.backward, nothing DeepSpeed-specific; LAUNCH_TEST_DUMMY=1 makes it use DummyOptim/DummyScheduler,
 LAUNCH_TEST_OPT=sgd torch's SGD.
 The model is a tiny GPT-2 (LAUNCH_TEST_MODEL, a folder with config.json); LAUNCH_TEST_STEPS steps.
-Each node's first process prints `GPUTOPO_RESULT {json}` with the losses averaged over all ranks.
+Each node's first process prints `GPUTOPO_RESULT {json}` with the losses averaged over all ranks, and under
+--deepspeed first `GPUTOPO_ENV {json}` (its PATH and TORCH_EXTENSIONS_DIR, to see what crossed ssh).
 """
 import json
 import os
@@ -21,6 +22,9 @@ BATCH, SEQ = 2, 32
 
 def deepspeed_initialize():
     import runpy
+    if os.environ.get("LOCAL_RANK", "0") == "0":  # what this node's processes got (over ssh: .deepspeed_env)
+        seen = {k: os.environ.get(k) for k in ("PATH", "TORCH_EXTENSIONS_DIR")}
+        print("GPUTOPO_ENV " + json.dumps(seen), flush=True)
     sys.argv += ["--model", MODEL, "--steps", str(STEPS), "--batch-size", str(BATCH), "--seq-len", str(SEQ)]
     runpy.run_module("gputopo.worker", run_name="__main__")  # ends the process itself (os._exit)
 

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,28 @@ def test_launcher_files_obey_force_before_any_work(tmp_path):
     (tmp_path / "hostfile").write_text("mine")
     r = run("deepspeed-config", "--stage", "2", "--launcher", "deepspeed", "-o", str(out), "--force")
     assert r.exit_code == 0 and (tmp_path / "hostfile").read_text() == "mine"
+
+
+def test_deepspeed_env_carries_this_shell_to_the_ssh_nodes(tmp_path, monkeypatch):
+    """Several deepspeed nodes: .deepspeed_env beside the hostfile, named by DS_ENV_FILE in the ssh command (not in
+    the --no_ssh one, where each node runs in its own shell); PATH starts at this Python's folder; a value the
+    remote shell would expand is left out with a note; no blank line (DeepSpeed splits every line at '=')."""
+    monkeypatch.setenv("PATH", f"/usr/bin:{os.path.dirname(sys.executable)}:/bin")  # this venv's bin moves first
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/ops here")
+    monkeypatch.setenv("HF_HOME", "/cache/$USER")
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    data, out = generate(tmp_path, "--stage", "2", "--gpus", "2", "--nodes", "2", "--launcher", "deepspeed")
+    env_file = out.parent / ".deepspeed_env"
+    here = os.path.dirname(sys.executable)
+    assert env_file.read_text() == f"PATH={here}:/usr/bin:/bin\nTORCH_EXTENSIONS_DIR=/ops here\n"
+    ssh, no_ssh = data["launch"]["run"]
+    assert ssh["command"].startswith(f"DS_ENV_FILE={env_file} deepspeed --hostfile ")
+    assert "DS_ENV_FILE" not in no_ssh["command"]
+    assert any(n.startswith(f"HF_HOME is not in {env_file}") for n in data["launch"]["notes"])
+    # one node: no ssh, no file
+    data, _ = generate(tmp_path, "--stage", "2", "--gpus", "2", "--launcher", "deepspeed")
+    assert data["launch"]["files"] == {} and "DS_ENV_FILE" not in data["launch"]["command"]
 
 
 def auto_paths(cfg, prefix=""):

@@ -1,0 +1,177 @@
+"""What gputopo generates, run unmodified by real engines on this machine (the session's `engines` fixture,
+tests/engines/start.sh): Slurm 22.05 with two slurmd "nodes", node1 and node2 (2 GPUs each, gres backed by
+device files, so --gpus-per-node is accepted; the workers train on CPU with gloo), and sshd + pdsh for the
+deepspeed launcher's ssh path. node1/node2 resolve to 127.0.0.1.
+
+- `sbatch train.sbatch` of --launcher slurm, 1 and 2 nodes: waits for COMPLETED (scontrol: no accounting, so no
+  sacct), then world size, losses and one result per node from the job's output file;
+- launchers/slurm_deepspeed.sbatch and slurm_nvlink_ab.sbatch submitted as their first comment says;
+- `deepspeed --hostfile ... --num_nodes 2` of --launcher deepspeed over pdsh/ssh, with its .deepspeed_env;
+- the printed torchrun c10d command on both Slurm nodes through srun.
+
+Every run uses one TORCH_EXTENSIONS_DIR for the test session (unless the run was given one): DeepSpeed's JIT
+ops (shm_comm, fused_adam) are built there once per session (1-3.5 min on 2 cores), not shared with every
+other virtualenv's ~/.cache/torch_extensions, where builds of two checkouts undo each other and wait on each
+other's locks.
+"""
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_launch_runs import ROOT, STEPS, env_for, finish, free_port, generate, one, results, start
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    __import__("importlib").util.find_spec("deepspeed") is None, reason="deepspeed not installed")]
+
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+         "PREEMPTED"}
+WAITING = {"None", "Priority", "Resources"}  # any other reason to pend (PartitionConfig, ...) is for ever here
+SMALL = ["--batch-size", "2", "--seq-len", "32"]
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+@pytest.fixture(scope="session")
+def ops_dir(tmp_path_factory):
+    """TORCH_EXTENSIONS_DIR for these tests: the one the test run was given (a CI cache, say), else this
+    session's own, so no other virtualenv's build or stale lock in ~/.cache/torch_extensions is shared."""
+    given = os.environ.get("TORCH_EXTENSIONS_DIR")
+    return Path(given) if given else tmp_path_factory.mktemp("torch_extensions")
+
+
+@pytest.fixture
+def env(tmp_path, engines, ops_dir):
+    """The submitting shell: the venv first on PATH, the fake cluster's SLURM_CONF, the session's ops folder."""
+    return env_for(tmp_path, SLURM_CONF=engines["SLURM_CONF"], TORCH_EXTENSIONS_DIR=str(ops_dir))
+
+
+def job_fields(job: str, env) -> dict:
+    """scontrol's fields of a job (JobState, Reason, ExitCode, StdOut, NodeList, ...)."""
+    r = subprocess.run(["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return dict(re.findall(r"(\S+?)=(\S*)", r.stdout))
+
+
+def submit(command: str, cwd, env, timeout=600) -> tuple[dict, str]:
+    """Run a printed `sbatch ...` command as is; wait for the job to end; (its scontrol fields, its output)."""
+    r = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("Submitted batch job "), r.stdout + r.stderr
+    job = r.stdout.split()[-1]
+    end = time.monotonic() + timeout
+    while (f := job_fields(job, env)).get("JobState") not in ENDED:
+        stuck = f.get("JobState") == "PENDING" and f.get("Reason") not in WAITING
+        if stuck or time.monotonic() > end:
+            subprocess.run(["scancel", job], env=env)
+            pytest.fail(f"job {job} {f.get('JobState')} ({f.get('Reason')}): {command}")
+        time.sleep(0.5)
+    out = Path(f["StdOut"]).read_text()
+    assert f["JobState"] == "COMPLETED" and f["ExitCode"] == "0:0", (f["JobState"], f["ExitCode"], out[-5000:])
+    return f, out
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_generated_sbatch_trains_on_the_nodes(tmp_path, env, engines, nodes):
+    gpus = int(engines["ENGINES_GPUS_PER_NODE"])
+    info = generate(tmp_path / "cfg", "--stage", "1", "--no-hf", "--precision", "fp32", "--batch-size", "2",
+                    "--gpus", str(gpus), "--nodes", str(nodes), "--launcher", "slurm",
+                    "--master-port", str(free_port()), env=env)
+    (script,) = info["files"]
+    assert info["command"] == f"sbatch {script}"
+    job, out = submit(info["command"], tmp_path, env)
+    assert job["NumNodes"] == str(nodes) and job["NodeList"] == ("node1" if nodes == 1 else "node[1-2]")
+    assert job["JobName"] == "gputopo-train" and f"gres:gpu:{gpus}" in job["TresPerNode"]
+    assert len(results(out)) == nodes, out[-3000:]  # one torchrun per node, each reporting the run
+    r = one([(out, "")], world=gpus * nodes)
+    assert r["info"]["zero_stage"] == 1 and r["backend"] == "gloo"
+
+
+def header(script: str) -> list[str]:
+    """A launchers/ script's first comment, the command that runs it: `# sbatch ...`."""
+    line = (ROOT / "launchers" / script).read_text().splitlines()[1]
+    assert line.startswith("# sbatch "), line
+    return shlex.split(line[2:])
+
+
+def as_header_says(script: str, engines, env) -> str:
+    """The header's command with this cluster's GPUs per node, the repository's files by absolute path (it is
+    submitted elsewhere), the tiny model for --model, few steps and short sequences."""
+    argv = header(script)
+    out = []
+    for i, a in enumerate(argv):
+        if a.startswith("--gpus-per-node="):
+            a = f"--gpus-per-node={engines['ENGINES_GPUS_PER_NODE']}"
+        elif (ROOT / a).is_file():
+            a = str(ROOT / a)
+        elif i and argv[i - 1] in ("--model", "--steps"):
+            a = env["LAUNCH_TEST_MODEL"] if argv[i - 1] == "--model" else str(STEPS)
+        out.append(a)
+    return shlex.join(out + SMALL)
+
+
+def test_launchers_slurm_deepspeed_sbatch(tmp_path, env, engines):
+    """As its header: 2 nodes, the repository's ds_configs/zero3.json (bf16), `--model gpt2` -> the tiny one."""
+    argv = header("slurm_deepspeed.sbatch")
+    assert argv[:2] == ["sbatch", "--nodes=2"] and argv[4] == "ds_configs/zero3.json"
+    command = as_header_says("slurm_deepspeed.sbatch", engines, env)
+    assert str(ROOT / "ds_configs/zero3.json") in command and "--gpus-per-node=2" in command
+    job, out = submit(command, tmp_path, {**env, "MASTER_PORT": str(free_port())})
+    assert job["JobName"] == "gputopo-deepspeed" and len(results(out)) == 2, out[-3000:]
+    r = one([(out, "")], world=4)
+    assert r["info"]["zero_stage"] == 3 and r["info"]["bf16"] is True
+
+
+def test_launchers_slurm_nvlink_ab_sbatch(tmp_path, env, engines):
+    """As its header: two arms (P2P, then NCCL_P2P_DISABLE=1), each a world of 4 across both nodes."""
+    command = as_header_says("slurm_nvlink_ab.sbatch", engines, env)
+    out_dir = tmp_path / "ab"
+    job, out = submit(command, tmp_path, {**env, "OUT": str(out_dir)})
+    assert len(results(out)) == 4, out[-3000:]  # 2 arms x 2 nodes
+    for arm in ("p2p", "no_p2p"):
+        r = json.loads((out_dir / f"{arm}.json").read_text())
+        assert r["world_size"] == 4 and len(r["losses"]) == STEPS and all(math.isfinite(x) for x in r["losses"])
+
+
+def test_deepspeed_hostfile_over_pdsh(tmp_path, env):
+    """The printed head-node command, its hostfile (node1, node2) as written: DeepSpeed's launcher checks ssh to
+    node1 and starts both nodes over pdsh; each node's processes get the launching shell's PATH and
+    TORCH_EXTENSIONS_DIR only through the generated .deepspeed_env (DS_ENV_FILE in the command)."""
+    info = generate(tmp_path / "cfg", "--stage", "2", "--no-hf", "--precision", "fp32", "--batch-size", "2",
+                    "--gpus", "2", "--nodes", "2", "--launcher", "deepspeed", "--master-port", str(free_port()),
+                    env=env)
+    head = info["run"][0]
+    assert "--num_nodes 2" in head["command"] and "ssh" in head["where"]
+    files = {Path(p).name: Path(p) for p in info["files"]}
+    assert files["hostfile"].read_text() == "node1 slots=2\nnode2 slots=2\n"
+    carried = dict(line.split("=", 1) for line in files[".deepspeed_env"].read_text().splitlines())
+    assert carried["PATH"].split(":")[0] == VENV_BIN and carried["TORCH_EXTENSIONS_DIR"] == env["TORCH_EXTENSIONS_DIR"]
+    with files[".deepspeed_env"].open("a") as f:  # the script's own variables, as the printed note asks
+        f.writelines(f"{k}={env[k]}\n" for k in ("LAUNCH_TEST_MODEL", "LAUNCH_TEST_STEPS", "OMP_NUM_THREADS"))
+    outs = finish([start(head["command"], tmp_path, env)])
+    seen = dict(re.findall(r"^(node\d): GPUTOPO_ENV (.*)$", outs[0][0], re.M))
+    assert sorted(seen) == ["node1", "node2"], outs[0][0][-3000:] + outs[0][1][-3000:]  # both started by pdsh
+    for text in seen.values():
+        got = json.loads(text)
+        assert got["PATH"].split(":")[0] == VENV_BIN and got["TORCH_EXTENSIONS_DIR"] == env["TORCH_EXTENSIONS_DIR"]
+    assert len(results(outs[0][0])) == 2
+    assert one(outs, world=4)["info"]["zero_stage"] == 2
+
+
+def test_torchrun_c10d_across_the_slurm_nodes(tmp_path, env):
+    """The printed multi-node torchrun command (c10d, "$MASTER_ADDR:PORT"), the same on both Slurm nodes: srun
+    starts it once per node, MASTER_ADDR the first node's name."""
+    info = generate(tmp_path / "cfg", "--stage", "2", "--no-hf", "--precision", "fp32", "--batch-size", "2",
+                    "--gpus", "1", "--nodes", "2", "--launcher", "torchrun", "--master-port", str(free_port()),
+                    env=env)
+    (run,) = info["run"]
+    assert "--rdzv_backend c10d" in run["command"] and '"$MASTER_ADDR:' in run["command"]
+    srun = f"srun --nodes=2 --ntasks-per-node=1 --gpus-per-node=1 --label bash -c {shlex.quote(run['command'])}"
+    outs = finish([start(srun, tmp_path, {**env, "MASTER_ADDR": "node1"})])
+    assert sorted(set(re.findall(r"^(\d): GPUTOPO_RESULT", outs[0][0], re.M))) == ["0", "1"], outs[0][1][-3000:]
+    r = one(outs)
+    assert r["info"]["zero_stage"] == 2 and r["backend"] == "gloo"
