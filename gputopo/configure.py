@@ -33,6 +33,7 @@ class Ask:
     ds_optimizer: bool = False
     master_addr: str | None = None
     master_port: int = launch.PORT
+    cpus_per_task: int | None = None
     check: bool = False
     torch_adam: bool = False        # --no-compile-ops
     nvme_path: str | None = None
@@ -94,7 +95,7 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
             raise BadInput(f"{', '.join(unused)} only {'feeds' if len(unused) == 1 else 'feed'} the memory plan:"
                            " add --auto (with --model), or drop " + ("it" if len(unused) == 1 else "them"))
     launch.check_options(a.launcher, nodes, a.master_addr, a.master_port if "master_port" in a.given else None,
-                         script_given="script" in a.given)
+                         script_given="script" in a.given, cpus_given="cpus_per_task" in a.given)
     if a.launcher and a.output and os.path.basename(a.output) in launch.file_names(a.launcher, nodes):
         raise BadInput(f"--output {a.output}: --launcher {a.launcher} writes a file of that name beside the config;"
                        " name the config otherwise (ds_config.json)")
@@ -169,6 +170,20 @@ def _trainer_note(a: Ask, req, targs: dict | None) -> list:
                if req.global_batch else "")]
 
 
+def _assumed(a: Ask, req) -> dict:
+    """What the plan assumed that the training script itself must do (launch.script_needs names it): the
+    micro-batch, gradient checkpointing, and for accelerate whether a GPU is here (else gloo must be asked)."""
+    out = {"micro_batch": req.training.batch_size, "grad_checkpointing": req.training.grad_checkpointing}
+    if a.launcher == "accelerate":
+        from . import probe
+        from .errors import NvmlUnavailable
+        try:
+            out["no_gpu"] = not probe.topology().gpus
+        except NvmlUnavailable:
+            out["no_gpu"] = True
+    return out
+
+
 def launching_env() -> dict:
     """This shell's variables that launch.ENV_CARRIED names, PATH with this Python's folder first: the printed
     launch runs from this virtualenv, whether or not its folder is on PATH here."""
@@ -186,6 +201,9 @@ def generate(a: Ask, req) -> Result:
     nvme_path, need, nvme_notes = _nvme(a, req, offload)
     cfg, build_notes = _build(a, req, stage, offload, nvme_path, precision)
     notes += nvme_notes + build_notes
+    if a.launcher and req.gpus_assumed:   # a launch starts one process per GPU: a guessed 1 would be silently wrong
+        raise BadInput(f"--launcher {a.launcher} starts one process per GPU and no GPU is visible here to count:"
+                       " give --gpus N, the GPUs per node where it runs")
     version = validate.with_deepspeed(cfg, gpus=req.world, micro=req.training.batch_size,
                                       accum=req.training.grad_accum, precision=precision)
     notes.append(f"validated by DeepSpeed {version}'s own config classes" if version else
@@ -197,14 +215,15 @@ def generate(a: Ask, req) -> Result:
     hf_trainer = a.hf and a.launcher != "accelerate"
     targs = dsconfig.training_arguments(req.training, precision) if hf_trainer else None
     notes += _trainer_note(a, req, targs)
+    if hf_trainer and precision in ("fp16", "bf16"):
+        notes.append(f'the config pins "{precision}": {{"enabled": true}} (--precision {precision}): the HF Trainer'
+                     f" refuses it unless TrainingArguments({precision}=True) (--{precision} on its command line)")
     shape = "accelerate" if a.launcher == "accelerate" else "trainer" if a.hf else "initialize"
-    if a.launcher and req.gpus_assumed:
-        notes.append("no GPU visible here and no --gpus: the launch assumes 1 GPU per node; give --gpus N for"
-                     " the machines you launch on")
     launch_info = launch.command(a.launcher, a.output or "ds_config.json", gpus=req.gpus_per_node, nodes=req.nodes,
                                  script=a.script, master=a.master_addr, port=a.master_port, stage=stage,
                                  folder=os.path.dirname(a.output) if a.output else "", shape=shape,
                                  ds_optimizer=a.ds_optimizer, grad_accum=req.training.grad_accum,
-                                 env=launching_env()) \
+                                 env=launching_env(), cpus=a.cpus_per_task,
+                                 assumed=_assumed(a, req)) \
         if a.launcher else None
     return Result(cfg, a.output, launch_info, notes, planned, targs)

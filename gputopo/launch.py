@@ -21,6 +21,7 @@ from .errors import BadInput
 
 LAUNCHERS = ("torchrun", "deepspeed", "accelerate", "slurm")
 PORT = 29500
+CPUS_PER_PROCESS = 2   # Slurm's default --cpus-per-task: the training process and one DataLoader worker each
 FILES = {"accelerate": ("accelerate_config.yaml",), "deepspeed": ("hostfile", ".deepspeed_env"),
          "slurm": ("train.sbatch",)}
 # What the remote shell of `deepspeed --hostfile` lacks, carried in .deepspeed_env when set here: where the
@@ -30,11 +31,13 @@ UNSAFE_IN_ENV = set('$`\\"\n')
 
 
 def check_options(launcher: str | None, nodes: int, master_addr: str | None, port: int | None,
-                  script_given: bool = False) -> None:
+                  script_given: bool = False, cpus_given: bool = False) -> None:
     """Refuse launch options that would change nothing for this launcher and layout (--ds-optimizer is the
     config's: gputopo.dsconfig refuses it). port: None when --master-port was not typed."""
     if script_given and launcher is None:
         raise BadInput("--script names the training script in the launch command: add --launcher")
+    if cpus_given and launcher != "slurm":
+        raise BadInput("--cpus-per-task sizes the Slurm job (#SBATCH --cpus-per-task): it needs --launcher slurm")
     if master_addr is not None:
         if launcher is None or launcher == "slurm" or nodes < 2:
             raise BadInput("--master-addr is for --launcher torchrun|deepspeed|accelerate with --nodes 2 or more"
@@ -57,12 +60,15 @@ def file_names(launcher: str | None, nodes: int) -> list[str]:
 
 def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: str = "train.py",
             master: str | None = None, port: int = PORT, stage: int = 0, folder: str = "",
-            shape: str = "trainer", ds_optimizer: bool = False, grad_accum: int = 1, env: dict | None = None) -> dict:
+            shape: str = "trainer", ds_optimizer: bool = False, grad_accum: int = 1, env: dict | None = None,
+            cpus: int | None = None, assumed: dict | None = None) -> dict:
     """{"launcher", "command", "run": [{"where", "command"}], "files": {path: text}, "notes", "script_needs"}.
 
     config: the DeepSpeed file as the commands name it; folder: where the launcher files go (beside the config);
     shape: "trainer" (HF Trainer, "auto"), "initialize" (deepspeed.initialize) or "accelerate"; env: the
-    launching shell's variables (ENV_CARRIED) for the deepspeed launcher's .deepspeed_env."""
+    launching shell's variables (ENV_CARRIED) for the deepspeed launcher's .deepspeed_env; cpus: Slurm's
+    --cpus-per-task (None: CPUS_PER_PROCESS per process of the node); assumed: what the plan took for granted
+    that the script must do (script_needs)."""
     q = shlex.quote
     path = {name: os.path.join(folder, name) for names in FILES.values() for name in names}
     endpoint = q(f"{master}:{port}") if master else f'"$MASTER_ADDR:{port}"'
@@ -120,14 +126,25 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
         notes.append("precision and batch sizes live in the DeepSpeed file: accelerate refuses `mixed_precision`"
                      " in a YAML that names a deepspeed_config_file")
     elif launcher == "slurm":
-        files[path["train.sbatch"]] = sbatch(args, gpus=gpus, nodes=nodes, port=port)
+        files[path["train.sbatch"]] = sbatch(args, gpus=gpus, nodes=nodes, port=port,
+                                             cpus=cpus or CPUS_PER_PROCESS * gpus)
         run.append({"where": "a Slurm login node", "command": f"sbatch {q(path['train.sbatch'])}"})
-        notes.append("srun starts one torchrun per node; the rendezvous is the job's first node"
-                     " (from scontrol), so no address is needed")
+        notes += _slurm_notes(gpus, cpus)
     else:
         raise ValueError(launcher)
     return {"launcher": launcher, "command": run[0]["command"], "run": run, "files": files, "notes": notes,
-            "script_needs": script_needs(launcher, shape, ds_optimizer, grad_accum)}
+            "script_needs": script_needs(launcher, shape, ds_optimizer, grad_accum, assumed or {})}
+
+
+def _slurm_notes(gpus: int, cpus: int | None) -> list[str]:
+    """What the sbatch script does about the rendezvous, and the CPUs it asks when the user gave no number."""
+    notes = ["srun starts one torchrun per node; the rendezvous is the job's first node (from scontrol), so no"
+             " address is needed"]
+    if not cpus:
+        notes.append(f"--cpus-per-task={CPUS_PER_PROCESS * gpus} asks {CPUS_PER_PROCESS} CPUs per process (the"
+                     " training process and one DataLoader worker): a node with fewer leaves the job pending"
+                     " (Reason=PartitionConfig or Resources); give --cpus-per-task N for your nodes' share")
+    return notes
 
 
 def _ranks(nodes: int) -> str:
@@ -171,7 +188,7 @@ def accelerate_yaml(config: str, *, gpus: int, nodes: int, master: str | None, p
     return "\n".join(lines)
 
 
-def sbatch(args: str, *, gpus: int, nodes: int, port: int) -> str:
+def sbatch(args: str, *, gpus: int, nodes: int, port: int, cpus: int) -> str:
     """A batch script: srun runs one torchrun per node; c10d rendezvous on the job's first node."""
     return "\n".join([
         "#!/bin/bash",
@@ -179,7 +196,7 @@ def sbatch(args: str, *, gpus: int, nodes: int, port: int) -> str:
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={gpus}",
-        "#SBATCH --cpus-per-task=8",
+        f"#SBATCH --cpus-per-task={cpus}",
         "#SBATCH --output=%x-%j.out",
         "set -euo pipefail",
         # sed reads every name: `head -n 1` closes the pipe early and, under pipefail, scontrol's SIGPIPE ends
@@ -190,33 +207,54 @@ def sbatch(args: str, *, gpus: int, nodes: int, port: int) -> str:
         f"  --rdzv_endpoint \"$head:{port}\" --rdzv_id \"$SLURM_JOB_ID\" {args}", ""])
 
 
-def script_needs(launcher: str, shape: str, ds_optimizer: bool, grad_accum: int) -> list[str]:
-    """What the user's training script must contain for this launcher and config."""
+def script_needs(launcher: str, shape: str, ds_optimizer: bool, grad_accum: int, assumed: dict) -> list[str]:
+    """What the user's training script must contain for this launcher and config, and for what the plan assumed
+    (assumed: "micro_batch", "grad_checkpointing", "no_gpu")."""
+    ckpt = assumed.get("grad_checkpointing")
     if launcher == "accelerate":
+        micro = assumed.get("micro_batch")
         lines = ["nothing DeepSpeed-specific: accelerate passes the config to DeepSpeed in prepare()",
                  f"accelerator = Accelerator(gradient_accumulation_steps={grad_accum})"
                  "  # fills gradient_accumulation_steps",
-                 "the prepared DataLoader's batch_size fills train_micro_batch_size_per_gpu (and train_batch_size)"]
-        if ds_optimizer:
-            lines += ["from accelerate.utils import DummyOptim, DummyScheduler",
-                      "optimizer = DummyOptim(model.parameters(), lr=LR, weight_decay=WD)"
-                      "  # DeepSpeed's AdamW; lr and weight_decay fill the config's \"auto\"",
-                      "scheduler = DummyScheduler(optimizer, total_num_steps=STEPS, warmup_num_steps=WARMUP)"
-                      "  # DeepSpeed's WarmupDecayLR",
-                      "model, optimizer, train_dataloader, scheduler = accelerator.prepare(model, optimizer,"
-                      " train_dataloader, scheduler)"]
-        else:
-            lines += ["your own optimizer and scheduler (torch.optim.AdamW, ...):"
-                      " model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)"]
+                 (f"train_dataloader = DataLoader(dataset, batch_size={micro})  # the micro-batch the plan assumed;"
+                  if micro else "the prepared DataLoader's batch_size")
+                 + " fills train_micro_batch_size_per_gpu (and train_batch_size)"]
+        if assumed.get("no_gpu"):
+            lines.append("from accelerate.utils import InitProcessGroupKwargs; Accelerator(...,"
+                         " kwargs_handlers=[InitProcessGroupKwargs(backend=\"gloo\")])  # no GPU here: without it"
+                         " accelerate finds no process-group backend for DeepSpeed and counts 1 process while"
+                         " DeepSpeed runs them all (\"train_batch_size ... != ...\")")
+        if ckpt:
+            lines.append("model.gradient_checkpointing_enable()  # before prepare(): the plan's fit assumed"
+                         " gradient checkpointing, which accelerate does not turn on")
+        lines += _accelerate_optimizer(ds_optimizer)
         lines.append("accelerator.backward(loss); optimizer.step(); optimizer.zero_grad()")
         return lines
     if shape == "trainer":
         return ["HF Trainer: parse the command line into TrainingArguments (HfArgumentParser), so --deepspeed"
-                " CONFIG reaches TrainingArguments(deepspeed=...); the Trainer fills every \"auto\""]
+                " CONFIG reaches TrainingArguments(deepspeed=...); the Trainer fills every \"auto\""
+                + (" (and gradient_checkpointing=True: the plan assumed it)" if ckpt else "")]
     lines = ["parser.add_argument('--deepspeed', metavar='CONFIG')",
              "engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),"
              " config=args.deepspeed)",
              "loss = engine(batch); engine.backward(loss); engine.step()"]
+    if ckpt:
+        lines.insert(1, "model.gradient_checkpointing_enable()  # before deepspeed.initialize: the plan assumed"
+                        " gradient checkpointing")
     if launcher == "deepspeed":
         lines.insert(1, "parser.add_argument('--local_rank', type=int)  # the deepspeed launcher passes it")
     return lines
+
+
+def _accelerate_optimizer(ds_optimizer: bool) -> list[str]:
+    """The optimizer lines of an accelerate script: DeepSpeed's (DummyOptim) or the script's own."""
+    if ds_optimizer:
+        return ["from accelerate.utils import DummyOptim, DummyScheduler",
+                "optimizer = DummyOptim(model.parameters(), lr=LR, weight_decay=WD)"
+                "  # DeepSpeed's AdamW; lr and weight_decay fill the config's \"auto\"",
+                "scheduler = DummyScheduler(optimizer, total_num_steps=STEPS, warmup_num_steps=WARMUP)"
+                "  # DeepSpeed's WarmupDecayLR",
+                "model, optimizer, train_dataloader, scheduler = accelerator.prepare(model, optimizer,"
+                " train_dataloader, scheduler)"]
+    return ["your own optimizer and scheduler (torch.optim.AdamW, ...):"
+            " model, optimizer, train_dataloader = accelerator.prepare(model, optimizer, train_dataloader)"]

@@ -240,6 +240,7 @@ def test_usage_errors_are_one_line():
 
 PLAN = ["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--cpu-mem", "64GB", "--nvme-free", "1TB", "--json"]
 DS = ["--stage", "2", "--json"]
+DSL = DS + ["--gpus", "2"]   # a launch counts GPUs: none here, so --gpus
 AUTO = ["--auto", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--cpu-mem", "64GB", "--json"]
 INSPECT = ["--example", "dgx-a100", "--json"]
 INSPECT_PLAN = INSPECT + ["--model", "gpt2", "--cpu-mem", "64GB", "--nvme-free", "1TB"]
@@ -458,26 +459,29 @@ def _walk(tmp):
                                             lambda d: d["config"]["train_micro_batch_size_per_gpu"]),
         ("deepspeed-config", "output"): _ds_output(tmp),
         ("deepspeed-config", "force"): _ds_force(tmp),
-        ("deepspeed-config", "launcher"): differs("deepspeed-config", DS, DS + ["--launcher", "torchrun"],
+        ("deepspeed-config", "launcher"): differs("deepspeed-config", DSL, DSL + ["--launcher", "torchrun"],
                                                   lambda d: d["launch"]),
-        ("deepspeed-config", "script"): differs("deepspeed-config", DS + ["--launcher", "torchrun"],
-                                                DS + ["--launcher", "torchrun", "--script", "mine.py"],
+        ("deepspeed-config", "script"): differs("deepspeed-config", DSL + ["--launcher", "torchrun"],
+                                                DSL + ["--launcher", "torchrun", "--script", "mine.py"],
                                                 lambda d: d["launch"]["command"]),
         ("deepspeed-config", "as_json"): _json_flag("deepspeed-config", ["--stage", "2"]),
         ("deepspeed-config", "check"): _ds_check,
         ("deepspeed-config", "no_compile_ops"): differs("deepspeed-config", DS, DS + ["--no-compile-ops"],
                                                         lambda d: d["config"]["optimizer"]["params"].get("torch_adam")),
         # --launcher accelerate: the script's own optimizer unless --ds-optimizer (DummyOptim) puts DeepSpeed's in.
-        ("deepspeed-config", "ds_optimizer"): differs("deepspeed-config", DS + ["--launcher", "accelerate"],
-                                                      DS + ["--launcher", "accelerate", "--ds-optimizer"],
+        ("deepspeed-config", "ds_optimizer"): differs("deepspeed-config", DSL + ["--launcher", "accelerate"],
+                                                      DSL + ["--launcher", "accelerate", "--ds-optimizer"],
                                                       lambda d: "optimizer" in d["config"]),
         ("deepspeed-config", "master_addr"): differs("deepspeed-config",
-                                                     DS + ["--launcher", "torchrun", "--nodes", "2"],
-                                                     DS + ["--launcher", "torchrun", "--nodes", "2", "--master-addr",
+                                                     DSL + ["--launcher", "torchrun", "--nodes", "2"],
+                                                     DSL + ["--launcher", "torchrun", "--nodes", "2", "--master-addr",
                                                            "head0"], lambda d: d["launch"]["command"]),
-        ("deepspeed-config", "master_port"): differs("deepspeed-config", DS + ["--launcher", "accelerate"],
-                                                     DS + ["--launcher", "accelerate", "--master-port", "31337"],
+        ("deepspeed-config", "master_port"): differs("deepspeed-config", DSL + ["--launcher", "accelerate"],
+                                                     DSL + ["--launcher", "accelerate", "--master-port", "31337"],
                                                      lambda d: d["launch"]["files"]["accelerate_config.yaml"]),
+        ("deepspeed-config", "cpus_per_task"): differs("deepspeed-config", DSL + ["--launcher", "slurm"],
+                                                       DSL + ["--launcher", "slurm", "--cpus-per-task", "3"],
+                                                       lambda d: next(iter(d["launch"]["files"].values()))),
         ("doctor", "config_path"): _doctor_config(tmp),
         ("doctor", "as_json"): _json_flag("doctor", []),
         ("doctor", "nvme_path"): differs("doctor", ["--json"], ["--nvme-path", tmp, "--json"],

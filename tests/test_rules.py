@@ -182,7 +182,8 @@ def test_dash_output_is_stdout_not_a_file_named_dash(tmp_path):
 
 def test_accelerate_yaml_names_the_config_by_its_absolute_path(tmp_path):
     (tmp_path / "sub").mkdir()
-    r = run("deepspeed-config", "--stage", "2", "--launcher", "accelerate", "-o", "sub/ds.json", cwd=tmp_path)
+    r = run("deepspeed-config", "--stage", "2", "--gpus", "2", "--launcher", "accelerate", "-o", "sub/ds.json",
+            cwd=tmp_path)
     assert r.exit_code == 0, r.output
     yaml = (tmp_path / "sub" / "accelerate_config.yaml").read_text()
     assert f"deepspeed_config_file: {tmp_path / 'sub' / 'ds.json'}" in yaml
@@ -257,11 +258,16 @@ def test_doctor_config_errors_name_the_option(tmp_path):
     assert refusal(run("doctor", "--config", empty)) == f"Error: --config {empty}: empty, not a DeepSpeed config (JSON)"
 
 
-def test_a_launch_without_a_gpu_count_says_what_it_assumed():
-    r = run("deepspeed-config", "--stage", "2", "--launcher", "torchrun")
-    if "no GPU visible here" not in r.stderr and "--gpus" not in r.stderr:
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "accelerate", "slurm"])
+def test_a_launch_without_a_gpu_count_is_refused_where_none_is_visible(launcher):
+    """No GPU here and no --gpus: a launch would start a guessed 1 process per node (`--num_gpus 1`)."""
+    r = run("deepspeed-config", "--stage", "2", "--launcher", launcher)
+    if "no GPU is visible here" not in r.output and r.exit_code == 0:
         pytest.skip("a GPU is visible here: its count is used")
-    assert "the launch assumes 1 GPU per node; give --gpus N" in r.stderr
+    assert r.exit_code == 2 and refusal(r) == (f"Error: --launcher {launcher} starts one process per GPU and no GPU"
+                                               " is visible here to count: give --gpus N, the GPUs per node where"
+                                               " it runs")
+    assert run("deepspeed-config", "--stage", "2", "--gpus", "2", "--launcher", launcher).exit_code == 0
 
 
 def test_bench_one_process_on_cpu_is_refused_like_one_gpu():

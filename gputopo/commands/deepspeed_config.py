@@ -52,6 +52,8 @@ def _show(result, output: str | None) -> None:
                    " commands read $MASTER_ADDR].")
 @click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True,
               help="Rendezvous port on the head node for --launcher.")
+@click.option("--cpus-per-task", type=click.IntRange(1, 4096), metavar="N",
+              help="CPUs per node for --launcher slurm's job (#SBATCH --cpus-per-task) [default: 2 per GPU].")
 @click.option("--check", is_flag=True,
               help="Run `gputopo doctor` on this config before writing it:"
                    " refuse (exit 1) if its ops cannot build here.")
@@ -64,7 +66,7 @@ def _show(result, output: str | None) -> None:
 @json_option
 @click.pass_context
 def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, ds_optimizer, master_addr,
-                     master_port, check, no_compile_ops, as_json, **options):
+                     master_port, cpus_per_task, check, no_compile_ops, as_json, **options):
     """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
     from .. import configure, files, launch, render, request
     output = None if output == "-" else output  # -o -: stdout, as with no -o
@@ -73,8 +75,9 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
         files.check_output(os.path.join(os.path.dirname(output), name), force, what="launcher file")
     ask = configure.Ask(stage=stage, offload=offload, auto=auto_, hf=hf, output=output, launcher=launcher,
                         script=script, ds_optimizer=ds_optimizer, master_addr=master_addr, master_port=master_port,
-                        check=check, torch_adam=no_compile_ops, nvme_path=options.get("nvme_path"),
-                        nvme_free=options.get("nvme_free"), offload_params=options.get("offload_params"),
+                        cpus_per_task=cpus_per_task, check=check, torch_adam=no_compile_ops,
+                        nvme_path=options.get("nvme_path"), nvme_free=options.get("nvme_free"),
+                        offload_params=options.get("offload_params"),
                         given=typed(ctx))
     configure.check_options(ask, options["nodes"], bool(options.get("model") or options.get("params")))
     result = configure.generate(ask, request.from_options(options, need_model=auto_, need_layout=auto_))
