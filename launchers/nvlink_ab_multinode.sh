@@ -5,7 +5,9 @@
 set -euo pipefail
 : "${NNODES:?set NNODES}" "${NODE_RANK:?set NODE_RANK}" "${MASTER_ADDR:?set MASTER_ADDR}"
 out=$(mktemp -d "${TMPDIR:-/tmp}/nvlink-ab.XXXXXX")
-nproc=${NPROC:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 2)}
+# every GPU here, else 2 processes (CPU, gloo); grep -c prints 0 and fails on none, hence || true
+nproc=${NPROC:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
+[ "$nproc" -gt 0 ] || nproc=2
 run() {
   torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$nproc" --rdzv_backend c10d \
     --rdzv_endpoint "$MASTER_ADDR:${MASTER_PORT:-29500}" --rdzv_id "nvlink-ab-$1" -m gputopo.worker "${@:2}"

@@ -9,10 +9,9 @@ deepspeed launcher's ssh path. node1/node2 resolve to 127.0.0.1.
 - `deepspeed --hostfile ... --num_nodes 2` of --launcher deepspeed over pdsh/ssh, with its .deepspeed_env;
 - the printed torchrun c10d command on both Slurm nodes through srun.
 
-Every run uses one TORCH_EXTENSIONS_DIR for the test session (unless the run was given one): DeepSpeed's JIT
-ops (shm_comm, fused_adam) are built there once per session (1-3.5 min on 2 cores), not shared with every
-other virtualenv's ~/.cache/torch_extensions, where builds of two checkouts undo each other and wait on each
-other's locks.
+Every run uses the suite's TORCH_EXTENSIONS_DIR (conftest: this environment's own, unless the run was given one):
+DeepSpeed's JIT ops (shm_comm, fused_adam) are built there once (1-3.5 min on 2 cores), not in
+~/.cache/torch_extensions, where builds of two checkouts undo each other and wait on each other's locks.
 """
 import json
 import math
@@ -38,11 +37,9 @@ VENV_BIN = str(Path(sys.executable).parent)
 
 
 @pytest.fixture(scope="session")
-def ops_dir(tmp_path_factory):
-    """TORCH_EXTENSIONS_DIR for these tests: the one the test run was given (a CI cache, say), else this
-    session's own, so no other virtualenv's build or stale lock in ~/.cache/torch_extensions is shared."""
-    given = os.environ.get("TORCH_EXTENSIONS_DIR")
-    return Path(given) if given else tmp_path_factory.mktemp("torch_extensions")
+def ops_dir():
+    """TORCH_EXTENSIONS_DIR for these tests: the suite's (conftest), passed on explicitly to every engine."""
+    return Path(os.environ["TORCH_EXTENSIONS_DIR"])
 
 
 @pytest.fixture
@@ -58,8 +55,9 @@ def job_fields(job: str, env) -> dict:
     return dict(re.findall(r"(\S+?)=(\S*)", r.stdout))
 
 
-def submit(command: str, cwd, env, timeout=600) -> tuple[dict, str]:
-    """Run a printed `sbatch ...` command as is; wait for the job to end; (its scontrol fields, its output)."""
+def submit(command: str, cwd, env, timeout=600, expect="COMPLETED") -> tuple[dict, str]:
+    """Run a printed `sbatch ...` command as is; wait for the job to end as `expect`; (its scontrol fields, its
+    output)."""
     r = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("Submitted batch job "), r.stdout + r.stderr
     job = r.stdout.split()[-1]
@@ -71,7 +69,8 @@ def submit(command: str, cwd, env, timeout=600) -> tuple[dict, str]:
             pytest.fail(f"job {job} {f.get('JobState')} ({f.get('Reason')}): {command}")
         time.sleep(0.5)
     out = Path(f["StdOut"]).read_text()
-    assert f["JobState"] == "COMPLETED" and f["ExitCode"] == "0:0", (f["JobState"], f["ExitCode"], out[-5000:])
+    assert f["JobState"] == expect and (f["ExitCode"] == "0:0") == (expect == "COMPLETED"), \
+        (f["JobState"], f["ExitCode"], out[-5000:])
     return f, out
 
 
@@ -135,6 +134,35 @@ def test_launchers_slurm_nvlink_ab_sbatch(tmp_path, env, engines):
     for arm in ("p2p", "no_p2p"):
         r = json.loads((out_dir / f"{arm}.json").read_text())
         assert r["world_size"] == 4 and len(r["losses"]) == STEPS and all(math.isfinite(x) for x in r["losses"])
+
+
+@pytest.mark.parametrize("script", ["slurm_deepspeed.sbatch", "slurm_nvlink_ab.sbatch"])
+def test_launchers_sbatch_on_nodes_without_gpus_say_so(tmp_path, env, engines, script):
+    """Submitted without --gpus-per-node on nodes with no nvidia-smi: one line naming the node and the fix, not
+    `nvidia-smi: command not found` (and no torchrun started)."""
+    command = as_header_says(script, engines, env)
+    command = re.sub(r" --gpus-per-node=\d+", "", command)
+    job, out = submit(command, tmp_path, env, expect="FAILED")
+    lines = out.strip().splitlines()
+    assert lines[-1].startswith("error: no GPU on node1 for this job: submit with --gpus-per-node=N"), out[-3000:]
+    assert "command not found" not in out and "torchrun" not in out
+
+
+@pytest.mark.parametrize("source", ["generated", "slurm_deepspeed.sbatch", "slurm_nvlink_ab.sbatch"])
+def test_first_node_line_survives_pipefail_on_a_long_node_list(tmp_path, env, source):
+    """The scripts run under `set -euo pipefail`: a reader that stops after the first name (head -n 1) kills
+    the real scontrol with SIGPIPE and the job ends without a word. 20000 names overflow the pipe, so that
+    always shows (`scontrol show hostnames` expands the list itself, no job needed)."""
+    if source == "generated":
+        info = generate(tmp_path / "cfg", "--stage", "1", "--gpus", "1", "--nodes", "2", "--launcher", "slurm",
+                        env=env)
+        script = Path(next(iter(info["files"]))).read_text()
+    else:
+        script = (ROOT / "launchers" / source).read_text()
+    (line,) = [x for x in script.splitlines() if x.startswith("head=")]
+    r = subprocess.run(["bash", "-c", f"set -euo pipefail\n{line}\necho \"$head\""], capture_output=True, text=True,
+                       env={**env, "SLURM_JOB_NODELIST": "n[1-20000]"})
+    assert (r.returncode, r.stdout) == (0, "n1\n"), r.stderr
 
 
 def test_deepspeed_hostfile_over_pdsh(tmp_path, env):

@@ -27,7 +27,7 @@ STATE=$(cd "$1" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
 NODES=(node1 node2)
 GPUS=2     # per node; the files below stand for them
-CPUS=8     # per node: the generated sbatch asks --cpus-per-task=8; slurmd takes the configured count as true
+CPUS=4     # per node, fewer than the 8 gputopo once hard-coded (such a job pends for ever); slurmd takes it as true
 MARK="# gputopo-engines $STATE"
 
 [ "$(id -u)" = 0 ] || cannot "not root: the engines need apt-get install and /etc/hosts"
