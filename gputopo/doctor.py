@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -404,6 +405,8 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
     checks += check_gpus(topo, reason, names, host.env, facts["persistence"], rdma,
                          system.kernel_modules(host), sysfs_gpus)
     checks.append(check_disks(all_disks, system.pick_offload_dir(host, all_disks, tmp)))
+    if host.live:   # the JIT build root is this user's, not a recorded machine's
+        checks += check_jit_builds(dsops.jit_builds(toolchain.get("torch_cuda")), _site_packages(), host.env)
     for path in dict.fromkeys(nvme_paths(cfg) + ([nvme_path] if nvme_path else [])):
         checks.append(check_nvme_path(host, all_disks, path, nvme_need))
     ops_report = []
@@ -424,6 +427,40 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
             "checks": [c.to_dict() for c in checks], "ds_ops": [s.to_dict() for s in ops_report],
             "disks": [d.to_dict() for d in all_disks], "toolchain": toolchain,
             "elapsed_s": round(time.perf_counter() - t0, 3)}
+
+
+STALE_LOCK_S = 60   # a lock no process builds under for a minute was left by a killed build
+
+
+def check_jit_builds(builds: list, site: str | None, env: dict) -> list[Check]:
+    """DeepSpeed's JIT ops as the next run finds them: a lock left by a killed build (every later run waits on
+    it for ever, silently), and ops built for another virtualenv (each environment rebuilds them on its first
+    use, the other again on its next: a 20 s run took 216 s here)."""
+    out = []
+    for b in builds:
+        if b.lock_age_s is not None and not b.building and b.lock_age_s > STALE_LOCK_S:
+            out.append(Check(f"jit_lock:{b.op}", "fail", b.path,
+                             f"a lock {b.lock_age_s / 60:.0f} min old and no process building there",
+                             "a killed build leaves it; every later load of the op waits on it without a word",
+                             f"rm {os.path.join(b.path, 'lock')}"))
+    other = sorted({b.built_for for b in builds if b.built_for and site and b.built_for != site})
+    if other:
+        ops = [b.op for b in builds if b.built_for in other]
+        root = os.path.dirname(builds[0].path)
+        out.append(Check("jit_shared", "warn", root,
+                         f"{', '.join(ops)} built for {', '.join(other)}, not this environment ({site})",
+                         "virtual environments sharing one JIT folder rebuild each other's ops on every switch",
+                         "export TORCH_EXTENSIONS_DIR=" + os.path.join(env.get("VIRTUAL_ENV") or sys.prefix,
+                                                                       "torch_extensions")
+                         + " in this environment (its activate script)"))
+    return out
+
+
+def _site_packages() -> str | None:
+    """Where this environment's torch is installed (what its builds compile against), without importing it."""
+    from importlib.util import find_spec
+    spec = find_spec("torch")
+    return os.path.dirname(os.path.dirname(spec.origin)) if spec and spec.origin else None
 
 
 def nvme_paths(cfg: dict | None) -> list[str]:

@@ -194,3 +194,52 @@ def _jit_dir(torch_cuda: str | None) -> str:
     tag = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_" + (
         f"cu{torch_cuda.replace('.', '')}" if torch_cuda else "cpu")
     return os.path.join(root, tag)
+
+
+@dataclass(frozen=True)
+class Build:
+    """One op folder of torch's JIT build root, as a later run will find it."""
+    path: str
+    op: str
+    lock_age_s: float | None    # a `lock` file (torch's FileBaton) and how old; None: no lock
+    building: bool              # a live process works in the folder (ninja, the compiler)
+    built_for: str | None       # the site-packages its build.ninja compiled against
+
+
+def jit_builds(torch_cuda: str | None, *, root: str | None = None, now: float | None = None,
+               busy: set | None = None) -> list[Build]:
+    """The op folders under this Python's JIT build root (_jit_dir; `root` instead, for tests), each with its lock,
+    whether a process is building there (busy: the folders processes work in; default: /proc/*/cwd), and the
+    environment its build.ninja names (torch's and DeepSpeed's include paths)."""
+    import re
+    import time
+    root = root or _jit_dir(torch_cuda)
+    now = time.time() if now is None else now
+    busy = _busy_folders() if busy is None else busy
+    out = []
+    for op in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        path = os.path.join(root, op)
+        if not os.path.isdir(path):
+            continue
+        lock = os.path.join(path, "lock")
+        age = now - os.path.getmtime(lock) if os.path.exists(lock) else None
+        try:
+            with open(os.path.join(path, "build.ninja"), errors="replace") as f:
+                found = re.search(r"(/\S*?/site-packages)/(?:torch|deepspeed)/", f.read())
+        except OSError:
+            found = None
+        out.append(Build(path, op, age, any(b == path or b.startswith(path + os.sep) for b in busy),
+                         found.group(1) if found else None))
+    return out
+
+
+def _busy_folders() -> set:
+    """The working folders of this machine's processes (ninja and the compiler run inside an op's folder)."""
+    out = set()
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if pid.isdigit():
+            try:
+                out.add(os.readlink(f"/proc/{pid}/cwd"))
+            except OSError:
+                pass
+    return out

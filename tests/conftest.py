@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -7,6 +8,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_nvml import FakeNvml  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# DeepSpeed's JIT ops for every run the suite starts: this environment's own folder (kept between runs), not
+# ~/.cache/torch_extensions, which every virtualenv of the user shares and rebuilds (gputopo doctor: jit_shared).
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
 
 
 @pytest.fixture

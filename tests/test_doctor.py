@@ -483,3 +483,56 @@ def test_odd_hand_written_configs_do_not_crash(tree, fake_nvml, tmp_path, monkey
         path.write_text(json.dumps(cfg))
         r = run("doctor", "--config", str(path), "--json")
         assert r.exit_code in (0, 1) and json.loads(r.stdout)["schema_version"] == 1, (cfg, r.output)
+
+
+def _jit_root(tmp_path, ops: dict) -> str:
+    """A JIT build root: op -> (site-packages its build.ninja names, seconds since its lock was left or None)."""
+    root = tmp_path / "py311_cpu"
+    for op, (site, lock_age) in ops.items():
+        (root / op).mkdir(parents=True)
+        (root / op / "build.ninja").write_text(f"cflags = -I{site}/deepspeed/ops/csrc/includes"
+                                               f" -isystem {site}/torch/include\n")
+        if lock_age is not None:
+            (root / op / "lock").write_text("")
+            os.utime(root / op / "lock", (1e9 - lock_age, 1e9 - lock_age))
+    return str(root)
+
+
+def test_a_lock_left_by_a_killed_build_is_a_failure_with_its_fix(tmp_path):
+    """A lock no process builds under hangs every later run; a lock a build is working under is not stale."""
+    mine = "/venvs/a/lib/python3.11/site-packages"
+    root = _jit_root(tmp_path, {"fused_adam": (mine, 600), "cpu_adam": (mine, 600), "async_io": (mine, 5)})
+    builds = dsops.jit_builds(None, root=root, now=1e9, busy={f"{root}/cpu_adam/build"})
+    assert {b.op: (b.lock_age_s, b.building) for b in builds} == {"async_io": (5, False), "cpu_adam": (600, True),
+                                                                  "fused_adam": (600, False)}
+    checks = doctor.check_jit_builds(builds, mine, {})
+    assert [(c.id, c.status, c.fix) for c in checks] == [("jit_lock:fused_adam", "fail",
+                                                         f"rm {root}/fused_adam/lock")]
+    assert checks[0].found == "a lock 10 min old and no process building there"
+
+
+def test_ops_built_for_another_environment_are_named_with_the_fix(tmp_path):
+    mine, theirs = "/venvs/a/lib/python3.11/site-packages", "/venvs/b/lib/python3.11/site-packages"
+    root = _jit_root(tmp_path, {"fused_adam": (theirs, None), "cpu_adam": (mine, None), "shm": (theirs, None)})
+    builds = dsops.jit_builds(None, root=root, now=1e9, busy=set())
+    assert [b.built_for for b in builds] == [mine, theirs, theirs]
+    (c,) = doctor.check_jit_builds(builds, mine, {"VIRTUAL_ENV": "/venvs/a"})
+    assert (c.id, c.status, c.subject) == ("jit_shared", "warn", root)
+    assert c.found == f"fused_adam, shm built for {theirs}, not this environment ({mine})"
+    assert c.fix == "export TORCH_EXTENSIONS_DIR=/venvs/a/torch_extensions in this environment (its activate script)"
+    assert doctor.check_jit_builds(builds, theirs, {}) and not doctor.check_jit_builds(
+        dsops.jit_builds(None, root=_jit_root(tmp_path / "x", {"cpu_adam": (mine, None)}), busy=set()), mine, {})
+
+
+def test_doctor_reads_the_jit_folder_it_is_given(tmp_path, monkeypatch):
+    """Live: TORCH_EXTENSIONS_DIR is where the ops are looked for (the suite and the fix both set it)."""
+    jit = tmp_path / "jit"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(jit))
+    site = doctor._site_packages()
+    assert site and os.path.isdir(os.path.join(site, "torch"))
+    _jit_root(jit, {"fused_adam": ("/elsewhere/site-packages", 3600)})
+    tag = os.path.basename(dsops._jit_dir(None))
+    (jit / "py311_cpu").rename(jit / tag)
+    data = json.loads(run("doctor", "--json").stdout)
+    ids = {c["id"]: c for c in data["checks"]}
+    assert ids["jit_lock:fused_adam"]["blocking"] and "jit_shared" in ids
