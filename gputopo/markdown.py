@@ -222,3 +222,24 @@ def _kept(lines: list[str]) -> list[str]:
             return out + [f"... {len(lines) - i} more lines left out (attach the whole log)"]
         out.append(line)
     return out
+
+
+def fleet(fleet: dict) -> str:
+    """The fleet report for an issue or a ticket: the groups' table, then what differs, health, no report."""
+    from .fleet import sentence
+    from .render import fleet_rows
+    header, body = fleet_rows(fleet)
+    esc = lambda c: str(c).replace("|", "\\|")   # noqa: E731
+    out = ["### gputopo fleet report", "",
+           f"{len(fleet['nodes']) - len(fleet['unreachable'])} of {len(fleet['nodes'])} node(s) answered.", ""]
+    if body:
+        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in body] + [""]
+    for title, items in (("What differs from the norm", [sentence(o) for o in fleet["odd"]]),
+                         ("Health", [f"{h['node']}: {h['level']}: {h['message']}" for h in fleet["health"]]),
+                         ("No report", [f"{u['node']}: {u['reason']}" for u in fleet["unreachable"]]),
+                         ("Recommendation", fleet["recommendation"])):
+        if items:
+            out += [f"**{title}**", ""] + [f"- `{i}`" if i.startswith("scontrol ") else f"- {esc(i)}"
+                                           for i in items] + [""]
+    return "\n".join(out)

@@ -236,6 +236,28 @@ def environment() -> dict[str, str | None]:
     return {n: os.environ.get(n) for n in names}
 
 
+def variables() -> dict[str, str]:
+    """Every NCCL_* and CUDA_* variable set here: what a node's jobs inherit (a fleet compares them)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "CUDA_"))}
+
+
+# pip wheels that carry NCCL, newest CUDA first: torch loads the one installed beside it
+NCCL_WHEELS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
+
+
+def versions(cuda: str | None) -> dict:
+    """torch's and NCCL's versions as installed here, read from the packages' metadata (no import: inspect stays
+    fast); NCCL from its pip wheel (None for a torch built against a system NCCL)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+    return {"cuda": cuda, "torch": of("torch"), "nccl": next((v for v in map(of, NCCL_WHEELS) if v), None)}
+
+
 def nvml_facts() -> dict:
     """Persistence mode per GPU and the driver's version and CUDA version, through NVML (unknown -> None)."""
     nvml = _nvml()

@@ -385,3 +385,36 @@ def _nccl_check(check: dict | None, most: int) -> list[str]:
             for r in check["pairs"][:most]]
     return ["", f"Against the topology ({len(check['pairs'])} pairs; GPU numbers: {check['gpu_numbers']}):",
             table(rows, ["host", "from", "to", "link", "used", "expected"])]
+
+
+FLEET_HEADLINE = ("GPUs", "driver", "cuda", "nccl", "torch", "NICs")   # the columns of the groups' table
+
+
+def fleet_rows(fleet: dict) -> tuple[list[str], list[list[str]]]:
+    """The groups as a table (header, rows): which nodes, their headline facts, and how many facts differ."""
+    norm = fleet["groups"][0]["facets"] if fleet["groups"] else {}
+    out = []
+    for i, g in enumerate(fleet["groups"]):
+        differs = sum(1 for k in set(norm) | set(g["facets"]) if norm.get(k) != g["facets"].get(k))
+        out.append(["norm" if g["norm"] else str(i + 1), ", ".join(g["nodes"]),
+                    *[g["facets"].get(k, "-") for k in FLEET_HEADLINE], "-" if g["norm"] else str(differs)])
+    return ["group", "nodes", *FLEET_HEADLINE, "differs"], out
+
+
+def fleet(fleet: dict) -> str:
+    """Human text for `gputopo inspect --fleet`."""
+    from .fleet import sentence
+    answered = len(fleet["nodes"]) - len(fleet["unreachable"])
+    out = [f"Fleet: {answered} of {len(fleet['nodes'])} node(s) answered"
+           + (f"; the norm is the {fleet['norm_by']}" if fleet["norm_by"] != "majority" else "")]
+    if fleet["groups"]:
+        header, body = fleet_rows(fleet)
+        out += ["", table(body, header)]
+    if fleet["odd"]:
+        out += ["", "What differs from the norm:"] + [f"  {sentence(o)}" for o in fleet["odd"]]
+    if fleet["health"]:
+        out += ["", "Health:"] + [f"  {h['node']}: {h['level']}: {h['message']}" for h in fleet["health"]]
+    if fleet["unreachable"]:
+        out += ["", "No report:"] + [f"  {u['node']}: {u['reason']}" for u in fleet["unreachable"]]
+    out += ["", "Recommendation:"] + [f"  {line}" for line in fleet["recommendation"]]
+    return "\n".join(out)

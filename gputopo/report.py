@@ -127,8 +127,10 @@ def inspect_report(inputs, *, gpu_ids=None, best=None, options: dict | None = No
     live = not inputs.sources  # a paste describes another machine: this host's CPUs and RAM are not its
     data = inspect(topo, gpu_ids=gpu_ids, best=best, env=probe.environment(), host=probe.host() if live else None,
                    status=inputs.status, sources=inputs.sources, planned=planned)
-    if live:  # this machine: its blocking host problems, briefly (`gputopo doctor` for all)
+    if live:  # this machine: its versions, variables and blocking host problems (`gputopo doctor` for all)
         from . import doctor
+        cuda = probe.nvml_facts()["driver"]["cuda"] if topo is not None else None
+        data["versions"], data["env"] = {"driver": data["driver"], **probe.versions(cuda)}, probe.variables()
         data["host_checks"] = doctor.blocking(doctor.run(topo_fn=doctor.known_topology(topo, inputs.status or "")))
     return data
 

@@ -203,3 +203,124 @@ def test_torchrun_c10d_across_the_slurm_nodes(tmp_path, env):
     assert sorted(set(re.findall(r"^(\d): GPUTOPO_RESULT", outs[0][0], re.M))) == ["0", "1"], outs[0][1][-3000:]
     r = one(outs)
     assert r["info"]["zero_stage"] == 2 and r["backend"] == "gloo"
+
+
+# --- inspect --fleet on the same engines: each "node" answers with the report recorded for its name
+# (tests/fleet_answer.sh), made by `gputopo inspect --json` under a fake NVML (test_fleet.node_reports).
+
+ANSWER = ROOT / "tests" / "fleet_answer.sh"
+
+
+def fleet(args: list, env, timeout=120) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    r = subprocess.run([str(Path(VENV_BIN) / "gputopo"), "inspect", "--fleet", *map(str, args), "--json"],
+                       capture_output=True, text=True, env=env, timeout=timeout)
+    return r, time.monotonic() - t0
+
+
+def hang(folder: Path, node: str) -> str:
+    """Make `node` never answer; the `sleep` it runs, unique to this test, so no survivor can hide."""
+    seconds = f"{3000 + (os.getpid() % 500)}.{time.monotonic_ns() % 10 ** 6}"
+    (folder / f"{node}.hang").write_text(seconds)
+    return f"sleep {seconds}"
+
+
+def survivors(pattern: str) -> str:
+    return subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout.strip()
+
+
+def same_as_from_files(live: dict, folder: Path) -> None:
+    """--from-file with the reports of the nodes that answered gives the live report's groups and differences."""
+    answered = [n for n in live["nodes"] if n not in {u["node"] for u in live["unreachable"]}]
+    r = subprocess.run([str(Path(VENV_BIN) / "gputopo"), "inspect", "--fleet", "--json",
+                        *[x for n in answered for x in ("-f", str(folder / f"{n}.json"))]],
+                       capture_output=True, text=True)
+    saved = json.loads(r.stdout)["fleet"]
+    assert (saved["groups"], saved["odd"], saved["nodes"]) == (live["groups"], live["odd"], answered)
+
+
+@pytest.mark.parametrize("engine", ["pdsh", "ssh"])
+def test_fleet_over_hosts(tmp_path, env, engines, fake_nvml, engine):
+    """Four hosts and one that does not resolve: the odd one named with what differs, the hanging one after
+    the timeout, the missing one with ssh's reason; under 30 s; nothing left running on the nodes."""
+    from test_fleet import node_reports
+    hosts = engines["ENGINES_SSH_HOSTS"].split(",")
+    assert hosts == ["node1", "node2", "node3", "node4"]
+    folder = tmp_path / "answers"
+    node_reports(fake_nvml, folder, {"node1": "norm", "node2": "norm", "node3": "x8"})
+    sleeper = hang(folder, "node4")
+    (tmp_path / "hostfile").write_text("".join(f"{h} slots=4\n" for h in hosts) + "nosuchnode9 slots=4\n")
+    run_env = dict(env)
+    if engine == "ssh":   # no pdsh on PATH: one ssh per host
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "ssh").symlink_to(subprocess.run(["which", "ssh"], capture_output=True, text=True).stdout.strip())
+        run_env["PATH"] = f"{VENV_BIN}:{bin_dir}"
+    r, took = fleet(["--hosts", tmp_path / "hostfile", "--timeout", "5", "--remote-command", f"bash {ANSWER} {folder}"],
+                    run_env)
+    assert r.returncode == 1, r.stderr
+    f = json.loads(r.stdout)["fleet"]
+    assert f["nodes"] == ["node1", "node2", "node3", "node4", "nosuchnode9"]
+    assert [g["nodes"] for g in f["groups"]] == [["node1", "node2"], ["node3"]]
+    assert {"node": "node3", "what": "GPU3 PCIe", "norm": "Gen5 x16", "value": "Gen5 x8 (max x16)"} in f["odd"]
+    reasons = {u["node"]: u["reason"] for u in f["unreachable"]}
+    assert reasons["node4"] == "no answer within 5 s"
+    assert "nosuchnode9" in reasons["nosuchnode9"] and "resolve" in reasons["nosuchnode9"], reasons
+    assert 5 <= took < 30
+    time.sleep(1)
+    assert not survivors(sleeper), survivors(sleeper)
+    same_as_from_files(f, folder)
+
+
+def test_fleet_ctrl_c_ends_every_remote_command(tmp_path, env, engines):
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    sleepers = [hang(folder, h) for h in ("node1", "node2")]
+    (tmp_path / "hosts").write_text("node1\nnode2\n")
+    p = subprocess.Popen([str(Path(VENV_BIN) / "gputopo"), "inspect", "--fleet", "--hosts", str(tmp_path / "hosts"),
+                          "--timeout", "300", "--remote-command", f"bash {ANSWER} {folder}"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 20
+    while not all(survivors(s) for s in sleepers) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert all(survivors(s) for s in sleepers), "the nodes never started their command"
+    p.send_signal(2)   # Ctrl-C
+    p.communicate(timeout=20)
+    time.sleep(1)
+    assert p.returncode != 0 and not any(survivors(s) for s in sleepers)
+
+
+def test_fleet_inside_a_slurm_allocation(tmp_path, env, engines, fake_nvml):
+    """`salloc -N 2` then inspect --fleet: one srun task per node of the allocation, each node its report."""
+    from test_fleet import node_reports
+    folder = tmp_path / "answers"
+    node_reports(fake_nvml, folder, {"node1": "norm", "node2": "driver"})
+    t0 = time.monotonic()
+    r = subprocess.run(["salloc", "-N", "2", "--immediate=60", str(Path(VENV_BIN) / "gputopo"), "inspect", "--fleet",
+                        "--timeout", "20", "--remote-command", f"bash {ANSWER} {folder}", "--json"],
+                       capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert time.monotonic() - t0 < 30
+    assert r.returncode == 1, r.stderr
+    f = json.loads(r.stdout)["fleet"]
+    assert f["nodes"] == ["node1", "node2"] and f["norm_by"] == "first node (no majority)"
+    assert {"node": "node2", "what": "driver", "norm": "550.54.15", "value": "535.129.03"} in f["odd"]
+    same_as_from_files(f, folder)
+
+
+def test_fleet_from_a_login_node_names_down_and_silent_nodes(tmp_path, env, engines, fake_nvml):
+    """--slurm-nodes with a node Slurm lists down (no slurmd) and one that hangs: both named, node1 reported."""
+    from test_fleet import node_reports
+    folder = tmp_path / "answers"
+    node_reports(fake_nvml, folder, {"node1": "norm"})
+    sleeper = hang(folder, "node2")
+    silent = engines["ENGINES_SILENT_NODE"]
+    r, took = fleet(["--slurm-nodes", f"node[1-2],{silent}", "--partition", "gputopo", "--timeout", "5",
+                     "--remote-command", f"bash {ANSWER} {folder}"], env)
+    assert r.returncode == 1, r.stderr
+    f = json.loads(r.stdout)["fleet"]
+    reasons = {u["node"]: u["reason"] for u in f["unreachable"]}
+    assert [g["nodes"] for g in f["groups"]] == [["node1"]]
+    assert reasons["node2"] == "no answer within 5 s" and reasons[silent].startswith("Slurm lists it "), reasons
+    assert took < 30
+    time.sleep(1)
+    assert not survivors(sleeper)

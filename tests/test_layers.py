@@ -14,9 +14,9 @@ LAYERS = [
     # reading the machine and the inputs
     {"parse", "probe", "sources", "health", "nvme", "validate", "dsops", "launch", "worker", "nccllog"},
     # what fits, how fast, what to use
-    {"plan", "speed", "calibrate", "advise", "request", "dsconfig", "measure", "doctor", "bench"},
+    {"plan", "speed", "calibrate", "advise", "request", "dsconfig", "measure", "doctor", "bench", "fleet"},
     # one answer per command
-    {"report", "configure"},
+    {"report", "configure", "gather"},
     # output
     {"render", "graph", "mermaid", "markdown", "plot"},
     # the command line

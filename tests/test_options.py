@@ -507,8 +507,25 @@ def _walk(tmp):
         ("inspect", "markdown"): _inspect_markdown,
         ("inspect", "plot"): _inspect_plot(tmp),
         ("inspect", "force"): _inspect_force(tmp),
+        ("inspect", "fleet"): _inspect_fleet(tmp),
+        # Where the nodes come from, and how each is asked: refused without --fleet; their effect on real
+        # engines (srun, pdsh, ssh) is in tests/test_engines.py (test_fleet_*).
+        **{("inspect", name): refused("inspect", [flag, value], f"{flag} is for --fleet")
+           for name, flag, value in (("hosts", "--hosts", "h.txt"), ("slurm_nodes", "--slurm-nodes", "n[1-2]"),
+                                     ("partition", "--partition", "p"), ("timeout", "--timeout", "5"),
+                                     ("remote_command", "--remote-command", "true"))},
     })
     return w
+
+
+def _inspect_fleet(tmp):
+    """--fleet -f: each file one node's report, compared (the same files without --fleet: one topology)."""
+    def check(_):
+        report = tmp / "node7.json"
+        report.write_text(run("inspect", "--example", "dgx-a100", "--json").stdout)
+        data = js(run("inspect", "--fleet", "-f", str(report), "--json"))
+        assert data["fleet"]["nodes"] == ["node7"] and "gpus" not in data
+    return check
 
 
 def _inspect_markdown(_):

@@ -50,6 +50,53 @@ def _check(ctx, options: dict, markdown: bool, plot: str | None, force: bool, as
 
 
 NCCL_WITH = ("nccl_log", "from_file", "example", "markdown", "as_json")
+FLEET_ONLY = ["hosts", "slurm_nodes", "partition", "timeout", "remote_command"]
+FLEET_WITH = ("fleet", "from_file", "markdown", "as_json", *FLEET_ONLY)
+
+
+def _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote, markdown: bool, as_json: bool) -> None:
+    """inspect --fleet: every node's report, gathered or read, compared; exit 1 when a node slows or breaks a
+    multi-node job (gputopo.fleet says which)."""
+    import os
+    import shutil
+
+    from .. import fleet, gather, render
+    from .. import markdown as md
+    if not ctx.params["fleet"]:
+        raise BadInput(f"{given(ctx, FLEET_ONLY)[0]} is for --fleet")
+    others = [o for o in given(ctx, [p.name for p in ctx.command.params if p.name not in FLEET_WITH])]
+    if others:
+        raise BadInput(f"--fleet compares whole nodes: {', '.join(others)} do(es) not apply")
+    if markdown and as_json:
+        raise BadInput("--markdown and --json exclude each other")
+    sources_given = [o for o, v in (("--from-file", from_file), ("--hosts", hosts), ("--slurm-nodes", slurm_nodes))
+                     if v]
+    if len(sources_given) > 1:
+        raise BadInput(f"--fleet takes its nodes from one place: {' or '.join(sources_given)}")
+    if partition and not slurm_nodes:
+        raise BadInput("--partition is for --slurm-nodes (inside an allocation srun runs in its partition)")
+    live = not from_file
+    if not live and given(ctx, ["timeout", "remote_command"]):
+        raise BadInput(f"{given(ctx, ['timeout', 'remote_command'])[0]} is for nodes asked live, not --from-file")
+    inside = bool(os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_NODELIST"))
+    cmd = gather.remote_command(remote, timeout)
+    if from_file:
+        reports, unreachable = gather.from_files(list(from_file)), {}
+    elif hosts:
+        reports, unreachable = gather.over_hosts(gather.hostfile(hosts), cmd, timeout, pdsh=bool(shutil.which("pdsh")))
+    elif slurm_nodes or inside:
+        nodes = gather.slurm_nodes(slurm_nodes or os.environ["SLURM_JOB_NODELIST"])
+        reports, unreachable = gather.over_slurm(nodes, cmd, timeout, inside=not slurm_nodes, partition=partition)
+    else:
+        raise BadInput("--fleet needs nodes: run it inside a Slurm allocation (salloc/sbatch), or give --hosts FILE,"
+                       " --slurm-nodes LIST, or --from-file REPORT... (one node per file)")
+    data = {"schema_version": 1, "fleet": fleet.compare(reports, unreachable)}
+    if markdown:
+        click.echo(md.fleet(data["fleet"]), nl=False)
+    else:
+        emit(data, lambda d: render.fleet(d["fleet"]), as_json)
+    if data["fleet"]["slows"]:
+        ctx.exit(1)
 
 
 def _nccl(ctx, path: str, from_file, example, markdown: bool, as_json: bool) -> None:
@@ -96,6 +143,19 @@ def _list_examples(as_json: bool) -> None:
 @click.option("--nccl-log", type=PATH, metavar="PATH",
               help="Explain an NCCL_DEBUG=INFO log ('-' for stdin): hosts, ranks, the transport between each pair of"
                    " GPUs, GPUDirect RDMA, the NCCL_* settings behind them; checked against --from-file/--example.")
+@click.option("--fleet", is_flag=True,
+              help="Inspect every node and name the odd ones: inside a Slurm allocation its nodes (srun), or"
+                   " --hosts, --slurm-nodes, or --from-file reports (one node per file).")
+@click.option("--hosts", type=PATH, metavar="FILE",
+              help="With --fleet: the nodes, one per line or DeepSpeed's hostfile (`name slots=N`); pdsh, else ssh.")
+@click.option("--slurm-nodes", type=TEXT, metavar="LIST",
+              help="With --fleet from a login node: these Slurm nodes (node[01-04]), one srun task each.")
+@click.option("--partition", type=TEXT, metavar="NAME", help="With --slurm-nodes: the partition to run in.")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=30, show_default=True,
+              help="With --fleet: seconds each node may take to answer.")
+@click.option("--remote-command", type=TEXT, metavar="CMD",
+              help="With --fleet: what each node runs [default: this Python's `-m gputopo inspect --json`];"
+                   " it sees GPUTOPO_NODE, the node's name.")
 @click.option("--markdown", is_flag=True, help="Print a report to paste into a GitHub issue (Mermaid graph, source"
               " text); `inspect -f report.md` reads it back.")
 @click.option("--plot", type=PATH, metavar="PATH.png|svg",
@@ -104,13 +164,15 @@ def _list_examples(as_json: bool) -> None:
 @host_options
 @json_option
 @click.pass_context
-def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log, markdown, plot, force, as_json,
-            **options):
+def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log, fleet, hosts, slurm_nodes,
+            partition, timeout, remote_command, markdown, plot, force, as_json, **options):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model); with
     --nccl-log, what NCCL chose between them."""
     from .. import render, report, sources
     if nccl_log:
         return _nccl(ctx, nccl_log, from_file, example, markdown, as_json)
+    if fleet or given(ctx, FLEET_ONLY):
+        return _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote_command, markdown, as_json)
     _check(ctx, {**options, "best": best, "gpu_ids": gpu_ids}, markdown, plot, force, as_json, example)
     if example == "list":
         return _list_examples(as_json)

@@ -26,6 +26,8 @@ mkdir -p "$1"
 STATE=$(cd "$1" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
 NODES=(node1 node2)
+SILENT=node5          # a Slurm node no slurmd serves: Slurm lists it down (what a fleet check must name)
+SSH_ONLY=(node3 node4)  # more names for this sshd: four hosts for the fleet tests over pdsh/ssh
 GPUS=2     # per node; the files below stand for them
 CPUS=4     # per node, fewer than the 8 gputopo once hard-coded (such a job pends for ever); slurmd takes it as true
 MARK="# gputopo-engines $STATE"
@@ -82,6 +84,7 @@ free_port() {
 CTLD_PORT=$(free_port 16817); used+=("$CTLD_PORT")
 NODE_PORTS=(); for _ in "${NODES[@]}"; do p=$(free_port $((CTLD_PORT + 1))); used+=("$p"); NODE_PORTS+=("$p"); done
 SSH_PORT=$(free_port 12222); used+=("$SSH_PORT")
+SILENT_PORT=$(free_port $((CTLD_PORT + 10))); used+=("$SILENT_PORT")
 
 mkdir -p "$STATE"/{log,munge,ctld,dev,ssh,backup}
 chmod 700 "$STATE" "$STATE/munge" "$STATE/ssh"
@@ -100,7 +103,7 @@ setsid /usr/sbin/munged -F --force --key-file="$STATE/munge/munge.key" --socket=
 started munged $!
 
 # --- Slurm: one controller, two slurmd on their own ports, GPUs as gres backed by files
-for n in "${NODES[@]}"; do
+for n in "${NODES[@]}" "$SILENT"; do
   mkdir -p "$STATE/spool/$n"
   for ((g = 0; g < GPUS; g++)); do  # character devices like /dev/null (slurmd wants devices; a file still works)
     [ -c "$STATE/dev/$n-gpu$g" ] || { rm -f "$STATE/dev/$n-gpu$g"; mknod -m 666 "$STATE/dev/$n-gpu$g" c 1 3 2>/dev/null; } || : > "$STATE/dev/$n-gpu$g"
@@ -142,11 +145,13 @@ done
     echo "NodeName=${NODES[$i]} NodeAddr=127.0.0.1 NodeHostname=${NODES[$i]} Port=${NODE_PORTS[$i]}" \
          "CPUs=$CPUS Gres=gpu:$GPUS State=UNKNOWN"
   done
-  echo "PartitionName=gputopo Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP"
+  echo "NodeName=$SILENT NodeAddr=127.0.0.1 NodeHostname=$SILENT Port=$SILENT_PORT CPUs=$CPUS Gres=gpu:$GPUS" \
+       "State=UNKNOWN"
+  echo "PartitionName=gputopo Nodes=$(IFS=,; echo "${NODES[*]},$SILENT") Default=YES MaxTime=INFINITE State=UP"
 } > "$STATE/slurm.conf"
 {
   echo "AutoDetect=off"
-  for n in "${NODES[@]}"; do echo "NodeName=$n Name=gpu File=$STATE/dev/$n-gpu[0-$((GPUS - 1))]"; done
+  for n in "${NODES[@]}" "$SILENT"; do echo "NodeName=$n Name=gpu File=$STATE/dev/$n-gpu[0-$((GPUS - 1))]"; done
 } > "$STATE/gres.conf"
 export SLURM_CONF="$STATE/slurm.conf"
 
@@ -183,9 +188,9 @@ started sshd $!
 # --- global state, marked and backed up: node names in /etc/hosts, ssh client entries in ~/.ssh/config
 cp -p /etc/hosts "$STATE/backup/hosts"
 [ -z "$(tail -c 1 /etc/hosts)" ] || echo >> /etc/hosts   # a last line without its newline
-echo "127.0.0.1 ${NODES[*]} $MARK" >> /etc/hosts
+echo "127.0.0.1 ${NODES[*]} ${SSH_ONLY[*]} $SILENT $MARK" >> /etc/hosts
 block="$MARK
-Host ${NODES[*]}
+Host ${NODES[*]} ${SSH_ONLY[*]}
     HostName 127.0.0.1
     Port $SSH_PORT
     User root
@@ -226,6 +231,8 @@ cat > "$STATE/engines.env" <<EOF
 SLURM_CONF=$SLURM_CONF
 ENGINES_STATE=$STATE
 ENGINES_NODES=$(IFS=,; echo "${NODES[*]}")
+ENGINES_SILENT_NODE=$SILENT
+ENGINES_SSH_HOSTS=$(IFS=,; echo "${NODES[*]},${SSH_ONLY[*]}")
 ENGINES_GPUS_PER_NODE=$GPUS
 ENGINES_CPUS_PER_NODE=$CPUS
 ENGINES_PARTITION=gputopo

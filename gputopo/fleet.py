@@ -1,0 +1,158 @@
+"""Several nodes' inspect reports -> what they share, the norm, and the odd nodes with what differs. Pure.
+
+A multi-node job runs at the pace of its slowest node, and breaks on one that differs in software: so every
+node is reduced to facts ("facets") a job depends on, named so a reader can act on them ("driver",
+"GPU3 PCIe", "GPU2-GPU5", "GPU0 nearest NIC", "env NCCL_IB_HCA"), nodes with identical facts form a group, the
+largest group is the norm, and every fact where a node outside it differs is reported with the norm's value.
+Health findings (heat, power, throttling, ECC) are per node and merged, not grouped: they change by the minute.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+SCHEMA_VERSION = 1
+# Facets whose difference does not slow or break a job by itself (a GPU's NUMA node: its CPU affinity, a
+# few percent on data loading): reported, exit status unchanged; so is a fact one side does not report.
+MINOR_SUFFIXES = (" NUMA",)
+
+
+def facets(report: dict) -> dict[str, str]:
+    """One node's facts a multi-node job depends on, each a short text; what a report does not say is left
+    out (a pasted topo -m has no driver), so it is compared only where known."""
+    out: dict[str, str] = {}
+    gpus = report.get("gpus") or []
+    models = Counter(g.get("model") or "unknown model" for g in gpus)
+    out["GPUs"] = ", ".join(f"{n} x {m}" for m, n in sorted(models.items())) if gpus else "none visible"
+    versions = dict(report.get("versions") or {})
+    versions.setdefault("driver", report.get("driver"))
+    for key in ("driver", "cuda", "nccl", "torch"):
+        if versions.get(key):
+            out[key] = str(versions[key])
+    for g in gpus:
+        pcie = _pcie(g)
+        if pcie:
+            out[f"{g['name']} PCIe"] = pcie
+        if g.get("numa_affinity") not in (None, "", "N/A"):
+            out[f"{g['name']} NUMA"] = str(g["numa_affinity"])
+    gpu_links = [l for l in report.get("links") or [] if l["a"].startswith("GPU") and l["b"].startswith("GPU")]
+    for l in gpu_links:
+        out[f"{l['a']}-{l['b']}"] = l["type"]
+    nics = report.get("nics") or []
+    if nics or (gpu_links and report.get("source") != "nvml"):   # NVML alone knows no NIC: unknown, not 0
+        out["NICs"] = str(len(nics))
+    for gpu, nic in _nearest_nics(report).items():
+        out[f"{gpu} nearest NIC"] = nic
+    env = report.get("env")
+    if env is not None:
+        for name, value in sorted(env.items()):
+            if value is not None:
+                out[f"env {name}"] = value
+    return out
+
+
+def _pcie(g: dict) -> str | None:
+    """A GPU's PCIe link as it trained and its maximum. The current generation is left out: GPUs drop it when
+    idle, so it differs between nodes without meaning anything; a narrower width does not recover."""
+    width, wmax, gmax = g.get("pcie_width"), g.get("pcie_width_max"), g.get("pcie_gen_max")
+    if not (width or wmax or gmax):
+        return None
+    text = f"Gen{gmax} " if gmax else ""
+    text += f"x{width}" if width else ""
+    return (text + (f" (max x{wmax})" if wmax and width and wmax != width else "")).strip()
+
+
+def _nearest_nics(report: dict) -> dict[str, str]:
+    """Each GPU's closest NIC and the link to it ("mlx5_0 PIX"), from the topology's GPU-NIC links."""
+    from .topology import rank
+    best: dict[str, tuple] = {}
+    for l in report.get("links") or []:
+        gpu, nic = (l["a"], l["b"]) if l["a"].startswith("GPU") else (l["b"], l["a"])
+        if not gpu.startswith("GPU") or nic.startswith("GPU"):
+            continue
+        key = rank(l["type"])
+        if gpu not in best or key > best[gpu][0]:
+            best[gpu] = (key, f"{nic} {l['type']}")
+    return {gpu: text for gpu, (_, text) in sorted(best.items(), key=lambda kv: _gpu_order(kv[0]))}
+
+
+def _gpu_order(name: str) -> tuple:
+    digits = "".join(c for c in name if c.isdigit())
+    return (int(digits) if digits else -1, name)
+
+
+def compare(reports: dict[str, dict], unreachable: dict[str, str] | None = None) -> dict:
+    """{"nodes", "groups", "norm", "odd", "health", "unreachable", "slows", "recommendation"} for reports keyed by
+    node name (in the order given) and the nodes that gave none, with the reason."""
+    unreachable = dict(unreachable or {})
+    facts = {node: facets(r) for node, r in reports.items()}
+    # a variable set on some nodes only is a difference: "unset" on the others that report their variables
+    names = {k for f in facts.values() for k in f if k.startswith("env ")}
+    for node, r in reports.items():
+        if r.get("env") is not None:
+            facts[node].update({k: "unset" for k in names if k not in facts[node]})
+    groups: list[dict] = []
+    for node, f in facts.items():
+        for g in groups:
+            if g["facets"] == f:
+                g["nodes"].append(node)
+                break
+        else:
+            groups.append({"nodes": [node], "facets": f})
+    groups.sort(key=lambda g: -len(g["nodes"]))   # stable: among equals, the first node's group leads
+    norm = groups[0]["facets"] if groups else {}
+    odd = []
+    for g in groups[1:]:
+        for node in g["nodes"]:
+            odd += _differences(node, g["facets"], norm)
+    health = [{"node": node, **f} for node, r in reports.items() for f in r.get("findings") or []
+              if f.get("level") in ("warn", "error")]
+    slows = any(not o["what"].endswith(MINOR_SUFFIXES) and None not in (o["norm"], o["value"]) for o in odd) \
+        or bool(unreachable)
+    tie = len(groups) > 1 and len(groups[0]["nodes"]) == len(groups[1]["nodes"])
+    out = {"schema_version": SCHEMA_VERSION, "nodes": list(reports) + list(unreachable),
+           "groups": [{"nodes": g["nodes"], "norm": i == 0, "facets": g["facets"]} for i, g in enumerate(groups)],
+           "norm_by": "first node (no majority)" if tie else "majority",
+           "odd": odd, "health": health, "unreachable": [{"node": n, "reason": r} for n, r in unreachable.items()],
+           "slows": slows}
+    out["recommendation"] = recommendation(out)
+    return out
+
+
+def _differences(node: str, mine: dict, norm: dict) -> list[dict]:
+    """Each fact where `node` differs from the norm; "missing" where one side does not have it."""
+    out = []
+    for what in list(norm) + [k for k in mine if k not in norm]:
+        a, b = norm.get(what), mine.get(what)
+        if a != b:
+            out.append({"node": node, "what": what, "norm": a, "value": b})
+    return out
+
+
+def sentence(o: dict) -> str:
+    """One difference as a person reads it: "node17: GPU3 PCIe Gen4 x8, the others Gen4 x16"."""
+    value = o["value"] if o["value"] is not None else "not reported"
+    norm = o["norm"] if o["norm"] is not None else "do not say"   # a paste has no driver: unknown, not different
+    if "-GPU" in o["what"]:   # a GPU pair's link
+        return f"{o['node']}: {o['what']} {value} where the others have {norm}"
+    return f"{o['node']}: {o['what']} {value}, the others {norm}"
+
+
+def recommendation(fleet: dict) -> list[str]:
+    """What the differences cost and what to do about them."""
+    odd_nodes = list(dict.fromkeys(o["node"] for o in fleet["odd"]))
+    lines = []
+    if not odd_nodes and not fleet["unreachable"]:
+        n = len(fleet["nodes"])
+        return [f"all {n} node(s) alike in everything compared" + ("" if n > 1 else " (one node: nothing to compare)")]
+    if odd_nodes:
+        lines.append("a multi-node job runs at its slowest node's pace, and breaks where software differs: fix or"
+                     f" leave out {', '.join(odd_nodes)}")
+        for node in odd_nodes:
+            mine = [f"{o['what']} {o['value']}" for o in fleet["odd"] if o["node"] == node]
+            what = "; ".join(mine[:2]) + (f" and {len(mine) - 2} more" if len(mine) > 2 else "")
+            lines.append(f"scontrol update nodename={node} state=drain reason=\"gputopo: {what}\"")
+    if fleet["unreachable"]:
+        lines.append("no report from " + ", ".join(u["node"] for u in fleet["unreachable"])
+                     + ": a job that includes them cannot start (or hangs at the rendezvous)")
+    return lines
+

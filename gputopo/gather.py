@@ -1,0 +1,273 @@
+"""Every node's inspect report, through the engine the cluster has (srun, pdsh, ssh), or from files.
+
+Each node runs `timeout T <remote>` (default remote: this Python's `-m gputopo inspect --json`, so the nodes
+need gputopo at the same path, as a shared virtualenv gives) with GPUTOPO_NODE set to the name the fleet knows
+it by. One local process group runs the lot (srun, pdsh) or one per node (ssh); past the deadline, or on
+Ctrl-C, every group is ended (SIGTERM, then SIGKILL), which ends the remote commands with their connections, and
+the nodes' own `timeout` ends them in any case. A node that does not answer, or answers an error, is named with
+the reason; the others are still reported.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import BadInput
+
+MARK = "GPUTOPO_NODE"     # the first line each srun task prints: which node the task's lines come from
+STARTUP_S = 15            # what an engine may take beyond the per-node timeout to start and connect
+
+
+def remote_command(remote: str | None, timeout: float) -> str:
+    """The shell command each node runs: the report, or the user's --remote-command, within the timeout."""
+    cmd = remote or shlex.join([sys.executable, "-m", "gputopo", "inspect", "--json"])
+    return f"timeout -k 2 {timeout:g} {cmd}"
+
+
+def hostfile(path: str) -> list[str]:
+    """Hosts from DeepSpeed's hostfile format (`name slots=N`) or one name per line; # comments."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as e:
+        raise BadInput(f"--hosts {path}: {e.strerror or e}") from None
+    hosts = [line.split("#", 1)[0].split()[0] for line in text.splitlines() if line.split("#", 1)[0].strip()]
+    if not hosts:
+        raise BadInput(f"--hosts {path}: no host in it (one per line, or DeepSpeed's `name slots=N`)")
+    dup = sorted({h for h in hosts if hosts.count(h) > 1})
+    if dup:
+        raise BadInput(f"--hosts {path}: {', '.join(dup)} listed twice")
+    return hosts
+
+
+def slurm_nodes(expression: str) -> list[str]:
+    """A Slurm host list (node[01-04],gpu7) as names, expanded by scontrol itself."""
+    out = _ask(["scontrol", "show", "hostnames", expression])
+    names = out.split()
+    if not names:
+        raise BadInput(f"no node in the Slurm host list {expression!r}")
+    return names
+
+
+def _ask(argv: list[str]) -> str:
+    """A quick local command's output; BadInput naming it when it is missing or fails."""
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise BadInput(f"{argv[0]} is not installed here (the Slurm client tools)") from None
+    except subprocess.TimeoutExpired:
+        raise BadInput(f"{' '.join(argv)} did not answer within 30 s") from None
+    if r.returncode:
+        raise BadInput(f"{' '.join(argv)}: {(r.stderr or r.stdout).strip().splitlines()[-1:] or ['failed']}"[:300])
+    return r.stdout
+
+
+def unavailable_slurm_nodes(nodes: list[str]) -> dict[str, str]:
+    """Nodes Slurm itself says cannot run a task (down, drained, not responding), with its state and reason:
+    srun would refuse the whole step for one of them."""
+    out = {}
+    for line in _ask(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%t|%E"]).splitlines():
+        name, state, reason = (line.split("|") + ["", ""])[:3]
+        if re.match(r"(down|drain|drng|fail|maint|unk|boot|npc|futr|inval)", state) or state.endswith("*"):
+            out[name] = f"Slurm lists it {state}" + (f" ({reason})" if reason and reason != "none" else "")
+    return out
+
+
+def srun_argv(nodes: list[str], cmd: str, timeout: float, *, inside: bool, partition: str | None) -> list[str]:
+    """One srun step, one task per node, each line labelled with its task; inside an allocation it may overlap
+    what runs there, from a login node it is its own allocation and gives up when it cannot start at once."""
+    argv = ["srun", f"--nodes={len(nodes)}", "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--label",
+            "--kill-on-bad-exit=0", "--job-name=gputopo-fleet"]
+    argv += ["--overlap"] if inside else [f"--immediate={int(STARTUP_S)}"]
+    argv += [f"--partition={partition}"] if partition else []
+    script = f'echo "{MARK} $SLURMD_NODENAME"; export GPUTOPO_NODE="$SLURMD_NODENAME"; exec {cmd}'
+    return argv + ["bash", "-c", script]
+
+
+def pdsh_argv(hosts: list[str], cmd: str, timeout: float) -> list[str]:
+    """pdsh's exec module runs one ssh per host (%h: the host), so each node knows its name."""
+    return ["pdsh", "-R", "exec", "-f", "64", "-w", ",".join(hosts), *ssh_argv("%h", cmd, timeout)]
+
+
+def ssh_argv(host: str, cmd: str, timeout: float) -> list[str]:
+    """One ssh to `host` (%h for pdsh's exec module), with a terminal (-tt): when the connection ends (the
+    deadline, Ctrl-C) the remote command gets SIGHUP and ends too, instead of running on unseen."""
+    connect = max(1, int(min(timeout, STARTUP_S)))
+    name = host if host == "%h" else shlex.quote(host)
+    return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect}", "-o", "LogLevel=ERROR",
+            host, f"GPUTOPO_NODE={name} {cmd}"]
+
+
+def run(groups: dict[str, list[str]], deadline_s: float) -> dict[str, tuple]:
+    """Run each argv in its own process group, all at once; {key: (exit status or None if ended by the
+    deadline, stdout, stderr)}. Ctrl-C ends every group before it propagates."""
+    import time
+    procs = {}
+    for k, argv in groups.items():
+        try:
+            procs[k] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+        except FileNotFoundError:
+            for p in procs.values():
+                _end(p)
+            raise BadInput(f"{argv[0]} is not installed here: --fleet asks the nodes through it") from None
+    end = time.monotonic() + deadline_s
+    out = {}
+    try:
+        for k, p in procs.items():
+            try:
+                o, e = p.communicate(timeout=max(0.1, end - time.monotonic()))
+                out[k] = (p.returncode, o, e)
+            except subprocess.TimeoutExpired:
+                _end(p)
+                o, e = p.communicate()
+                out[k] = (None, o, e)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                _end(p)
+    return out
+
+
+def _end(p: subprocess.Popen) -> None:
+    """SIGTERM to the process group (srun cancels its step, ssh closes its connection), SIGKILL after 3 s."""
+    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def split_lines(text: str, pattern: str) -> dict[str, list[str]]:
+    """Lines prefixed by a key (srun's `  0: `, pdsh's `host: `) -> {key: its lines}."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        m = re.match(pattern, line)
+        if m:
+            out.setdefault(m.group(1), []).append(m.group(2))
+    return out
+
+
+def answer(lines: list[str], status, err: str, timeout: float) -> tuple[dict | None, str | None]:
+    """(report, None) or (None, why) from one node's lines. The report is the JSON object that starts a line
+    (over ssh -tt the node's stderr shares the stream: a note before it is skipped)."""
+    text = "\n".join(lines)
+    start = text.find("{") if text.startswith("{") else text.find("\n{") + 1
+    if start >= 0 and text[start:start + 1] == "{":
+        try:
+            data, _ = json.JSONDecoder().raw_decode(text[start:])
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and "gpus" in data:
+            return data, None
+    if status is None or status in (124, 137):
+        return None, f"no answer within {timeout:g} s"
+    last = (err.strip().splitlines() or text.strip().splitlines() or ["nothing"])[-1].strip()
+    return None, (f"exit status {status}: " if status else "") + last[:200]
+
+
+def over_slurm(nodes: list[str], cmd: str, timeout: float, *, inside: bool,
+               partition: str | None = None) -> tuple[dict, dict]:
+    """(reports, unreachable) from one srun step over the nodes Slurm can run a task on."""
+    unreachable = unavailable_slurm_nodes(nodes)
+    live = [n for n in nodes if n not in unreachable]
+    if not live:
+        return {}, unreachable
+    status, out, err = run({"srun": srun_argv(live, cmd, timeout, inside=inside, partition=partition)},
+                           timeout + STARTUP_S)["srun"]
+    by_task = split_lines(out, r"^\s*(\d+): ?(.*)$")
+    node_of = {t: lines[0].split()[1] for t, lines in by_task.items()
+               if lines and lines[0].startswith(MARK + " ") and len(lines[0].split()) > 1}
+    said = _said(err, r"^srun: error: (\S+): tasks? [\d,\-]+: (.*)$")
+    reports = {}
+    for t, node in node_of.items():
+        code = _exit_code(said.get(node, ""))
+        report, why = answer(by_task[t][1:], None if status is None and code is None else code or 0,
+                             said.get(node, ""), timeout)
+        if report is not None:
+            reports[node] = report
+        else:
+            unreachable[node] = why
+    for node in live:
+        if node not in reports and node not in unreachable:
+            unreachable[node] = (f"no answer within {timeout:g} s" if status is None
+                                 else said.get(node) or _last(err) or "no answer")
+    return {n: reports[n] for n in nodes if n in reports}, unreachable
+
+
+def over_hosts(hosts: list[str], cmd: str, timeout: float, *, pdsh: bool) -> tuple[dict, dict]:
+    """(reports, unreachable) through pdsh (one process, lines prefixed by host) or one ssh per host."""
+    if pdsh:
+        status, out, err = run({"pdsh": pdsh_argv(hosts, cmd, timeout)}, timeout + STARTUP_S)["pdsh"]
+        lines = split_lines(out, r"^(\S+?): ?(.*)$")
+        errs = split_lines(err, r"^(?:pdsh@\S+: )?(\S+?): ?(.*)$")
+        results = {h: (None if status is None else _exit_code("\n".join(errs.get(h, []))) or 0, lines.get(h, []),
+                       "\n".join(e for e in errs.get(h, []) if "exited with exit code" not in e)) for h in hosts}
+    else:
+        done = run({h: ssh_argv(h, cmd, timeout) for h in hosts}, timeout + STARTUP_S)
+        results = {h: (s, o.splitlines(), e) for h, (s, o, e) in done.items()}
+    reports, unreachable = {}, {}
+    for h in hosts:
+        status, node_lines, node_err = results[h]
+        report, why = answer(node_lines, status, node_err, timeout)
+        if report is not None:
+            reports[h] = report
+        else:
+            unreachable[h] = why
+    return reports, unreachable
+
+
+def _said(err: str, pattern: str) -> dict[str, str]:
+    """An engine's error lines about each node: {node: what it said}."""
+    out: dict[str, str] = {}
+    for line in err.splitlines():
+        m = re.match(pattern, line.strip())
+        if m:
+            out[m.group(1)] = (out.get(m.group(1), "") + "\n" + m.group(2)).strip()
+    return out
+
+
+def _exit_code(text: str) -> int | None:
+    found = re.findall(r"[Ee]xit(?:ed with exit)? code (\d+)", text)
+    return int(found[-1]) if found else None
+
+
+def _last(text: str) -> str:
+    return (text.strip().splitlines() or [""])[-1].strip()
+
+
+def from_files(paths: list[str]) -> dict:
+    """Reports collected before, one node per file, named by the file name without its extension: inspect
+    --json output, or a pasted `nvidia-smi topo -m`."""
+    from . import report, sources
+    out = {}
+    for path in paths:
+        node = Path(path).name.split(".")[0] or Path(path).name
+        if node in out:
+            raise BadInput(f"--from-file: two files name node {node!r}: one file per node, named after it")
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError as e:
+            raise BadInput(f"--from-file {path}: {e.strerror or e}") from None
+        if text.lstrip().startswith("{"):
+            try:
+                data = json.loads(text)
+            except ValueError as e:
+                raise BadInput(f"--from-file {path}: not valid JSON ({e})") from None
+            if not isinstance(data, dict) or "gpus" not in data:
+                raise BadInput(f"--from-file {path}: JSON but not a `gputopo inspect --json` report")
+            out[node] = data
+        else:
+            inputs = sources.topology((path,), None, None)
+            out[node] = report.inspect(inputs.topology, status=inputs.status, sources=inputs.sources)
+    return out

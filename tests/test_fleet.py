@@ -1,0 +1,139 @@
+"""inspect --fleet: node reports compared (gputopo.fleet), read from files (gputopo.gather.from_files), and the
+refusals. The reports are real `gputopo inspect --json` output, made here under a fake NVML, one machine per
+node: the live gathering through Slurm and pdsh/ssh is in test_engines.py."""
+import copy
+import json
+
+import fake_nvml as fm
+import pytest
+from click.testing import CliRunner
+from conftest import FIXTURES
+
+from gputopo import fleet
+from gputopo.cli import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def scenario(kind: str) -> dict:
+    """A 4x H100 node as NVML shows it; `kind` makes it odd in one way."""
+    s = fm.h100_nvswitch(4)
+    if kind == "x8":
+        s["gpus"][3]["pcie"] = (5, 5, 8, 16)      # GPU3's link trained at x8
+    elif kind == "driver":
+        s["driver"] = ("535.129.03", 12020)
+    elif kind == "no-nvlink":
+        for i in (2, 3):
+            s["gpus"][i]["nvlinks"] = []          # GPU2 and GPU3 lost their NVLinks: PCIe between them and the rest
+    return s
+
+
+def node_reports(fake_nvml, folder, kinds: dict) -> dict:
+    """{node: report}: `gputopo inspect --json` of each node's machine, also written to folder/NODE.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for node, kind in kinds.items():
+        fake_nvml(scenario(kind))
+        r = run("inspect", "--json")
+        assert r.exit_code == 0, r.output
+        (folder / f"{node}.json").write_text(r.stdout)
+        out[node] = json.loads(r.stdout)
+    return out
+
+
+FOUR = {"node1": "norm", "node2": "norm", "node3": "x8", "node4": "driver"}
+
+
+def test_the_odd_nodes_are_named_with_what_differs(fake_nvml, tmp_path):
+    reports = node_reports(fake_nvml, tmp_path, {**FOUR, "node5": "no-nvlink"})
+    f = fleet.compare(reports)
+    assert [g["nodes"] for g in f["groups"]] == [["node1", "node2"], ["node3"], ["node4"], ["node5"]]
+    assert f["norm_by"] == "majority" and f["slows"]
+    said = [fleet.sentence(o) for o in f["odd"]]
+    assert "node3: GPU3 PCIe Gen5 x8 (max x16), the others Gen5 x16" in said
+    assert "node4: driver 535.129.03, the others 550.54.15" in said and "node4: cuda 12.2, the others 12.4" in said
+    assert "node5: GPU2-GPU3 SYS where the others have NV18" not in said   # both lost theirs: the pair is PCIe
+    assert any(s.startswith("node5: GPU0-GPU2 ") and s.endswith("where the others have NV18") for s in said), said
+    assert not any(o["node"] in ("node1", "node2") for o in f["odd"])
+    drain = [line for line in f["recommendation"] if line.startswith("scontrol update nodename=node3")]
+    assert drain == ['scontrol update nodename=node3 state=drain reason="gputopo: GPU3 PCIe Gen5 x8 (max x16)"']
+
+
+def test_alike_nodes_exit_0_and_say_so(fake_nvml, tmp_path):
+    node_reports(fake_nvml, tmp_path, {"a": "norm", "b": "norm", "c": "norm"})
+    r = run("inspect", "--fleet", *[x for n in "abc" for x in ("-f", tmp_path / f"{n}.json")])
+    assert r.exit_code == 0, r.output
+    assert "Fleet: 3 of 3 node(s) answered" in r.output and "all 3 node(s) alike in everything compared" in r.output
+
+
+def test_from_file_text_json_and_markdown(fake_nvml, tmp_path):
+    node_reports(fake_nvml, tmp_path, FOUR)
+    files = [x for n in FOUR for x in ("-f", tmp_path / f"{n}.json")]
+    r = run("inspect", "--fleet", *files, "--json")
+    assert r.exit_code == 1, r.output   # a node differs in a way that slows or breaks a job
+    data = json.loads(r.stdout)["fleet"]
+    assert set(data) >= {"nodes", "groups", "odd", "unreachable", "health", "recommendation", "slows"}
+    assert data["nodes"] == list(FOUR) and data["unreachable"] == []
+    assert {"node": "node4", "what": "driver", "norm": "550.54.15", "value": "535.129.03"} in data["odd"]
+    text = run("inspect", "--fleet", *files).output
+    assert "What differs from the norm:\n  node3: GPU3 PCIe Gen5 x8 (max x16), the others Gen5 x16" in text
+    md = run("inspect", "--fleet", *files, "--markdown").output
+    assert "| norm | node1, node2 | 4 x NVIDIA H100 80GB HBM3 | 550.54.15 | 12.4 |" in md
+    assert "- `scontrol update nodename=node4 state=drain" in md
+
+
+def test_a_variable_set_on_one_node_only_differs(fake_nvml, tmp_path, monkeypatch):
+    reports = node_reports(fake_nvml, tmp_path, {"a": "norm", "b": "norm"})
+    odd = copy.deepcopy(reports["a"])
+    odd["env"] = {**odd["env"], "NCCL_IB_DISABLE": "1"}
+    f = fleet.compare({**reports, "c": odd})
+    assert f["odd"] == [{"node": "c", "what": "env NCCL_IB_DISABLE", "norm": "unset", "value": "1"}] and f["slows"]
+
+
+def test_a_paste_is_a_node_and_unknowns_are_not_differences(fake_nvml, tmp_path):
+    """A pasted topo -m names no driver: that is not a difference that slows anything."""
+    paste = tmp_path / "gpu7.txt"
+    paste.write_bytes((FIXTURES / "topo" / "dgx_a100_nv12_mlx5_old_names_trailing_cmds.txt").read_bytes())
+    (tmp_path / "gpu8.txt").write_bytes(paste.read_bytes())
+    r = run("inspect", "--fleet", "-f", paste, "-f", tmp_path / "gpu8.txt", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["fleet"]["nodes"] == ["gpu7", "gpu8"]
+
+
+def test_unreachable_nodes_are_named_and_fail_the_check(fake_nvml, tmp_path):
+    reports = node_reports(fake_nvml, tmp_path, {"a": "norm", "b": "norm"})
+    f = fleet.compare(reports, {"c": "no answer within 5 s"})
+    assert f["unreachable"] == [{"node": "c", "reason": "no answer within 5 s"}] and f["slows"]
+    assert f["nodes"] == ["a", "b", "c"]
+    assert any("no report from c" in line for line in f["recommendation"])
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--hosts", "h.txt"], "--hosts is for --fleet"),
+    (["--fleet"], "--fleet needs nodes: run it inside a Slurm allocation"),
+    (["--fleet", "--hosts", "h.txt", "--slurm-nodes", "n[1-2]"], "--fleet takes its nodes from one place"),
+    (["--fleet", "--partition", "p", "--hosts", "h.txt"], "--partition is for --slurm-nodes"),
+    (["--fleet", "--gpu-ids", "0", "--hosts", "h.txt"], "--fleet compares whole nodes: --gpu-ids"),
+    (["--fleet", "--hosts", "missing.txt"], "--hosts missing.txt:"),
+    (["--fleet", "-f", "a.json", "--timeout", "5"], "--timeout is for nodes asked live"),
+])
+def test_fleet_refusals(args, msg, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    (tmp_path / "h.txt").write_text("node1 slots=8\n")
+    (tmp_path / "a.json").write_text("{}")
+    r = run("inspect", *args)
+    assert r.exit_code == 2 and r.output.startswith(f"Error: {msg}"), r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_hostfile_formats(tmp_path):
+    from gputopo import gather
+    p = tmp_path / "hostfile"
+    p.write_text("# the cluster\nnode1 slots=8\n\nnode2 slots=8  # spare\nnode3\n")
+    assert gather.hostfile(str(p)) == ["node1", "node2", "node3"]
+    p.write_text("node1\nnode1\n")
+    with pytest.raises(Exception, match="node1 listed twice"):
+        gather.hostfile(str(p))
