@@ -135,17 +135,30 @@ def run(groups: dict[str, list[str]], deadline_s: float) -> dict[str, tuple]:
 
 
 def _end(p: subprocess.Popen) -> None:
-    """SIGTERM to the process group (srun cancels its step, ssh closes its connection), SIGKILL after 3 s."""
-    for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+    """SIGTERM to the process and every descendant (srun cancels its step, ssh closes its connection; pdsh puts
+    its children in groups of their own, so the group alone is not enough), SIGKILL to what is left after 3 s."""
+    import psutil
+    try:
+        tree = psutil.Process(p.pid)
+        procs = [tree, *tree.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    for proc in procs:
         try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=3)
+    for proc in alive:
         try:
-            p.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)   # anything of its group that was not yet a child when listed
+    except (ProcessLookupError, PermissionError):
+        pass
+    p.wait()
 
 
 def split_lines(text: str, pattern: str) -> dict[str, list[str]]:

@@ -285,9 +285,10 @@ def test_fleet_ctrl_c_ends_every_remote_command(tmp_path, env, engines):
         time.sleep(0.2)
     assert all(survivors(s) for s in sleepers), "the nodes never started their command"
     p.send_signal(2)   # Ctrl-C
-    p.communicate(timeout=20)
+    _, err = p.communicate(timeout=20)
     time.sleep(1)
-    assert p.returncode != 0 and not any(survivors(s) for s in sleepers)
+    assert p.returncode == 130 and not any(survivors(s) for s in sleepers)
+    assert err.strip().splitlines()[-1] == "interrupted: every node's command was ended; nothing reported"
 
 
 def test_fleet_inside_a_slurm_allocation(tmp_path, env, engines, fake_nvml):

@@ -58,7 +58,6 @@ def _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote, markd
     """inspect --fleet: every node's report, gathered or read, compared; exit 1 when a node slows or breaks a
     multi-node job (gputopo.fleet says which)."""
     import os
-    import shutil
 
     from .. import fleet, gather, render
     from .. import markdown as md
@@ -80,16 +79,11 @@ def _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote, markd
         raise BadInput(f"{given(ctx, ['timeout', 'remote_command'])[0]} is for nodes asked live, not --from-file")
     inside = bool(os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_NODELIST"))
     cmd = gather.remote_command(remote, timeout)
-    if from_file:
-        reports, unreachable = gather.from_files(list(from_file)), {}
-    elif hosts:
-        reports, unreachable = gather.over_hosts(gather.hostfile(hosts), cmd, timeout, pdsh=bool(shutil.which("pdsh")))
-    elif slurm_nodes or inside:
-        nodes = gather.slurm_nodes(slurm_nodes or os.environ["SLURM_JOB_NODELIST"])
-        reports, unreachable = gather.over_slurm(nodes, cmd, timeout, inside=not slurm_nodes, partition=partition)
-    else:
-        raise BadInput("--fleet needs nodes: run it inside a Slurm allocation (salloc/sbatch), or give --hosts FILE,"
-                       " --slurm-nodes LIST, or --from-file REPORT... (one node per file)")
+    try:
+        reports, unreachable = _gather(from_file, hosts, slurm_nodes, partition, timeout, cmd, inside)
+    except KeyboardInterrupt:
+        click.echo("interrupted: every node's command was ended; nothing reported", err=True)
+        ctx.exit(130)
     data = {"schema_version": 1, "fleet": fleet.compare(reports, unreachable)}
     if markdown:
         click.echo(md.fleet(data["fleet"]), nl=False)
@@ -190,3 +184,22 @@ def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log
     else:
         emit(data, render.inspect, as_json)
     exit_if_nothing_fits(data["plan"])
+
+
+def _gather(from_file, hosts, slurm_nodes, partition, timeout, cmd, inside) -> tuple[dict, dict]:
+    """(reports, unreachable) from the one place --fleet was given (or the Slurm allocation it runs in)."""
+    import os
+    import shutil
+
+    from .. import gather
+    if from_file:
+        reports, unreachable = gather.from_files(list(from_file)), {}
+    elif hosts:
+        reports, unreachable = gather.over_hosts(gather.hostfile(hosts), cmd, timeout, pdsh=bool(shutil.which("pdsh")))
+    elif slurm_nodes or inside:
+        nodes = gather.slurm_nodes(slurm_nodes or os.environ["SLURM_JOB_NODELIST"])
+        reports, unreachable = gather.over_slurm(nodes, cmd, timeout, inside=not slurm_nodes, partition=partition)
+    else:
+        raise BadInput("--fleet needs nodes: run it inside a Slurm allocation (salloc/sbatch), or give --hosts FILE,"
+                       " --slurm-nodes LIST, or --from-file REPORT... (one node per file)")
+    return reports, unreachable
