@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from gputopo import models, speed
 from gputopo.cli import cli
-from gputopo.plan import Layout, Training
+from gputopo.plan import Layout, Training, comm_bytes, comm_split
 
 GPT2 = models.named("gpt2")
 REF = Training(precision="fp32", batch_size=4, seq_len=1024, attention="eager")   # the reference experiment
@@ -247,6 +247,25 @@ def test_zero3_module_cost_replaces_the_gathers_latency():
     assert speed.step("zero2", m, lay, t, measured).step_s == speed.step("zero2", m, lay, t, base).step_s
 
 
+def test_each_collective_is_priced_by_its_measured_cost():
+    """plan.comm_split says which collective moves which bytes; a calibrated cost per pass prices each (gloo's
+    reduce-scatter: ~3 all-reduce passes); without one (NCCL's rings) every pass costs the same."""
+    m = models.named("gpt2")
+    lay = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 35)
+    t = Training(precision="bf16", batch_size=4, seq_len=1024)
+    P, ring = m.params, 0.5
+    assert comm_split("zero3", m, lay, t) == {"reduce_scatter": int(ring * 2 * P), "all_gather": 2 * int(ring * 2 * P)}
+    assert comm_split("zero1", m, lay, t) == {"all_reduce": 2 * int(ring * 2 * P), "all_gather": int(ring * 2 * P)}
+    assert comm_split("ddp", m, lay, t) == {"all_reduce": int(2 * ring * 4 * P)}
+    assert sum(comm_split("zero2", m, lay, t).values()) == comm_bytes("zero2", m, lay, t)
+    base = speed.Rates(matmul_flops=1e13, mem_bytes_per_s=1e11, busbw=1e10, latency_s=0.0)
+    gloo = dataclasses.replace(base, collective_cost={"reduce_scatter": 3.0, "all_gather": 1.5})
+    a, b = speed.comm_seconds("zero3", m, lay, t, base)[0], speed.comm_seconds("zero3", m, lay, t, gloo)[0]
+    split = comm_split("zero3", m, lay, t)
+    assert b - a == pytest.approx((2 * split["reduce_scatter"] + 0.5 * split["all_gather"]) / 1e10)
+    assert speed.comm_seconds("ddp", m, lay, t, gloo) == speed.comm_seconds("ddp", m, lay, t, base)
+
+
 @pytest.mark.slow
 def test_calibration_measures_deepspeeds_zero3_module_cost(tmp_path, monkeypatch):
     """Two copies in a gloo group step two stacks of linear layers through deepspeed.initialize at stage 3."""
@@ -258,3 +277,7 @@ def test_calibration_measures_deepspeeds_zero3_module_cost(tmp_path, monkeypatch
     assert 1e-5 < cal["zero3_module_s"] < 0.05
     rates = calibrate.rates(cal)
     assert rates.zero3_module_s == cal["zero3_module_s"] and "ZeRO-3 hooks and gathers" in rates.basis["zero3"]
+    # gloo's reduce-scatter takes longer than a ring pass (an all-reduce of the same buffer, or more)
+    cost = cal["collective_cost"]
+    assert set(cost) == {"reduce_scatter", "all_gather"} and cost["reduce_scatter"] > 1.2 and cost["all_gather"] > 0.3
+    assert rates.collective_cost == cost and "reduce-scatter pass costs" in rates.basis["collectives"]
