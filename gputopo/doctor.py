@@ -429,20 +429,23 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
             "elapsed_s": round(time.perf_counter() - t0, 3)}
 
 
-STALE_LOCK_S = 60   # a lock no process builds under for a minute was left by a killed build
+# A lock no process here has built under for 10 minutes (the slowest op, async_io, builds in 2.5 here) was most
+# likely left by a killed build; a build on another node sharing the folder (NFS home) would hold it too.
+STALE_LOCK_S = 600
 
 
 def check_jit_builds(builds: list, site: str | None, env: dict) -> list[Check]:
-    """DeepSpeed's JIT ops as the next run finds them: a lock left by a killed build (every later run waits on
-    it for ever, silently), and ops built for another virtualenv (each environment rebuilds them on its first
+    """DeepSpeed's JIT ops as the next run finds them: a lock likely left by a killed build (every later run
+    waits on it for ever, silently), and ops built for another virtualenv (each environment rebuilds them on its first
     use, the other again on its next: a 20 s run took 216 s here)."""
     out = []
     for b in builds:
         if b.lock_age_s is not None and not b.building and b.lock_age_s > STALE_LOCK_S:
-            out.append(Check(f"jit_lock:{b.op}", "fail", b.path,
-                             f"a lock {b.lock_age_s / 60:.0f} min old and no process building there",
-                             "a killed build leaves it; every later load of the op waits on it without a word",
-                             f"rm {os.path.join(b.path, 'lock')}"))
+            out.append(Check(f"jit_lock:{b.op}", "warn", b.path,
+                             f"a lock {b.lock_age_s / 60:.0f} min old and no process here building there",
+                             "a killed build leaves it, and every later load of the op waits on it without a word;"
+                             " a build on another machine sharing this folder would hold it too",
+                             f"rm {os.path.join(b.path, 'lock')} (when no machine sharing the folder is building)"))
     other = sorted({b.built_for for b in builds if b.built_for and site and b.built_for != site})
     if other:
         ops = [b.op for b in builds if b.built_for in other]

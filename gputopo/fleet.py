@@ -8,6 +8,8 @@ Health findings (heat, power, throttling, ECC) are per node and merged, not grou
 """
 from __future__ import annotations
 
+import re
+import shlex
 from collections import Counter
 
 SCHEMA_VERSION = 1
@@ -22,7 +24,9 @@ def facets(report: dict) -> dict[str, str]:
     out: dict[str, str] = {}
     gpus = report.get("gpus") or []
     models = Counter(g.get("model") or "unknown model" for g in gpus)
-    out["GPUs"] = ", ".join(f"{n} x {m}" for m, n in sorted(models.items())) if gpus else "none visible"
+    reason = (report.get("gpu_status") or {}).get("reason")
+    out["GPUs"] = (", ".join(f"{n} x {m}" for m, n in sorted(models.items())) if gpus
+                   else "none visible" + (f" ({reason})" if reason else ""))
     versions = dict(report.get("versions") or {})
     versions.setdefault("driver", report.get("driver"))
     for key in ("driver", "cuda", "nccl", "torch"):
@@ -98,61 +102,92 @@ def compare(reports: dict[str, dict], unreachable: dict[str, str] | None = None)
                 break
         else:
             groups.append({"nodes": [node], "facets": f})
-    groups.sort(key=lambda g: -len(g["nodes"]))   # stable: among equals, the first node's group leads
+    health = [{"node": node, **f} for node, r in reports.items() for f in r.get("findings") or []
+              if f.get("level") in ("warn", "error")]
+    sick = {node: sum(1 for h in health if h["node"] == node) for node in reports}
+    # the largest group is the norm; among equals the one with fewer health findings, then the first
+    if groups:   # the others keep the nodes' order
+        groups.insert(0, groups.pop(min(range(len(groups)), key=lambda i: (
+            -len(groups[i]["nodes"]), sum(sick[n] for n in groups[i]["nodes"]) / len(groups[i]["nodes"]), i))))
+    tie = len(groups) > 1 and len(groups[0]["nodes"]) == max(len(g["nodes"]) for g in groups[1:])
     norm = groups[0]["facets"] if groups else {}
     odd = []
     for g in groups[1:]:
         for node in g["nodes"]:
             odd += _differences(node, g["facets"], norm)
-    health = [{"node": node, **f} for node, r in reports.items() for f in r.get("findings") or []
-              if f.get("level") in ("warn", "error")]
-    slows = any(not o["what"].endswith(MINOR_SUFFIXES) and None not in (o["norm"], o["value"]) for o in odd) \
-        or bool(unreachable)
-    tie = len(groups) > 1 and len(groups[0]["nodes"]) == len(groups[1]["nodes"])
+    slows = any(slowing(o) for o in odd) or bool(unreachable) or bool(reports) and all(
+        not r.get("gpus") for r in reports.values())
     out = {"schema_version": SCHEMA_VERSION, "nodes": list(reports) + list(unreachable),
            "groups": [{"nodes": g["nodes"], "norm": i == 0, "facets": g["facets"]} for i, g in enumerate(groups)],
-           "norm_by": "first node (no majority)" if tie else "majority",
+           "norm_by": _norm_by(groups, tie, sick),
            "odd": odd, "health": health, "unreachable": [{"node": n, "reason": r} for n, r in unreachable.items()],
            "slows": slows}
     out["recommendation"] = recommendation(out)
     return out
 
 
+def _norm_by(groups: list, tie: bool, sick: dict) -> str:
+    """How the norm was chosen: by a majority, by health among equals, or for want of anything better."""
+    if not tie:
+        return "majority"
+    rate = [sum(sick[n] for n in g["nodes"]) / len(g["nodes"]) for g in groups]
+    rivals = [r for g, r in zip(groups[1:], rate[1:]) if len(g["nodes"]) == len(groups[0]["nodes"])]
+    return "fewer health findings (no majority)" if rate[0] < min(rivals) else "first node (no majority)"
+
+
+def slowing(o: dict) -> bool:
+    """A difference that slows or breaks a multi-node job: both sides known, and not a NUMA placement."""
+    return not o["what"].endswith(MINOR_SUFFIXES) and None not in (o["norm"], o["value"])
+
+
 def _differences(node: str, mine: dict, norm: dict) -> list[dict]:
-    """Each fact where `node` differs from the norm; "missing" where one side does not have it."""
+    """Each fact where `node` differs from the norm (None where one side does not have it). Where the GPUs
+    themselves differ (another count or model, none visible), their per-GPU facts would only repeat that."""
     out = []
+    gpus_differ = mine.get("GPUs") != norm.get("GPUs")
     for what in list(norm) + [k for k in mine if k not in norm]:
         a, b = norm.get(what), mine.get(what)
-        if a != b:
+        if a != b and not (gpus_differ and re.match(r"GPU\d", what)):
             out.append({"node": node, "what": what, "norm": a, "value": b})
     return out
 
 
 def sentence(o: dict) -> str:
     """One difference as a person reads it: "node17: GPU3 PCIe Gen4 x8, the others Gen4 x16"."""
-    value = o["value"] if o["value"] is not None else "not reported"
-    norm = o["norm"] if o["norm"] is not None else "do not say"   # a paste has no driver: unknown, not different
+    if o["norm"] is None:   # a paste has no driver: unknown, not different
+        return f"{o['node']}: {o['what']} {o['value']} (the others' reports do not say)"
+    if o["value"] is None:
+        return f"{o['node']}: {o['what']} not in its report (the others: {o['norm']})"
     if "-GPU" in o["what"]:   # a GPU pair's link
-        return f"{o['node']}: {o['what']} {value} where the others have {norm}"
-    return f"{o['node']}: {o['what']} {value}, the others {norm}"
+        return f"{o['node']}: {o['what']} {o['value']} where the others have {o['norm']}"
+    return f"{o['node']}: {o['what']} {o['value']}, the others {o['norm']}"
 
 
 def recommendation(fleet: dict) -> list[str]:
-    """What the differences cost and what to do about them."""
-    odd_nodes = list(dict.fromkeys(o["node"] for o in fleet["odd"]))
+    """What the differences cost and what to do about them: a drain line per odd node, unless no majority and
+    no health finding says which side is odd."""
+    odd_nodes = list(dict.fromkeys(o["node"] for o in fleet["odd"] if slowing(o)))
     lines = []
-    if not odd_nodes and not fleet["unreachable"]:
+    if fleet["groups"] and all(g["facets"].get("GPUs", "").startswith("none visible") for g in fleet["groups"]):
+        lines.append("no node sees a GPU: a Slurm step sees only the GPUs its job asked for (--gpus-per-node,"
+                     " --gres), and a node without its driver sees none")
+    elif not fleet["odd"] and not fleet["unreachable"]:
         n = len(fleet["nodes"])
         return [f"all {n} node(s) alike in everything compared" + ("" if n > 1 else " (one node: nothing to compare)")]
-    if odd_nodes:
+    if odd_nodes and fleet["norm_by"] == "first node (no majority)":
+        lines.append(f"the nodes differ ({', '.join(fleet['nodes'])}) and none is the majority: compare them by hand"
+                     " before a multi-node job (it runs at its slowest node's pace)")
+    elif odd_nodes:
         lines.append("a multi-node job runs at its slowest node's pace, and breaks where software differs: fix or"
                      f" leave out {', '.join(odd_nodes)}")
         for node in odd_nodes:
-            mine = [f"{o['what']} {o['value']}" for o in fleet["odd"] if o["node"] == node]
+            mine = [f"{o['what']} {o['value']}" for o in fleet["odd"] if o["node"] == node and slowing(o)]
             what = "; ".join(mine[:2]) + (f" and {len(mine) - 2} more" if len(mine) > 2 else "")
-            lines.append(f"scontrol update nodename={node} state=drain reason=\"gputopo: {what}\"")
+            lines.append(f"scontrol update nodename={node} state=drain reason={shlex.quote('gputopo: ' + what)}")
     if fleet["unreachable"]:
         lines.append("no report from " + ", ".join(u["node"] for u in fleet["unreachable"])
                      + ": a job that includes them cannot start (or hangs at the rendezvous)")
+    if not lines:
+        lines.append("the differences are in what some reports do not say, or in NUMA placement: nothing that"
+                     " slows a job by itself")
     return lines
-

@@ -25,9 +25,11 @@ STARTUP_S = 15            # what an engine may take beyond the per-node timeout 
 
 
 def remote_command(remote: str | None, timeout: float) -> str:
-    """The shell command each node runs: the report, or the user's --remote-command, within the timeout."""
-    cmd = remote or shlex.join([sys.executable, "-m", "gputopo", "inspect", "--json"])
-    return f"timeout -k 2 {timeout:g} {cmd}"
+    """The shell command each node runs: the report, or the user's --remote-command (any shell line: `cd`,
+    `source`, pipes), within the timeout."""
+    if remote:
+        return f"timeout -k 2 {timeout:g} bash -c {shlex.quote(remote)}"
+    return f"timeout -k 2 {timeout:g} " + shlex.join([sys.executable, "-m", "gputopo", "inspect", "--json"])
 
 
 def hostfile(path: str) -> list[str]:
@@ -67,13 +69,14 @@ def _ask(argv: list[str]) -> str:
     return r.stdout
 
 
-def unavailable_slurm_nodes(nodes: list[str]) -> dict[str, str]:
+def unavailable_slurm_nodes(nodes: list[str], inside: bool = False) -> dict[str, str]:
     """Nodes Slurm itself says cannot run a task (down, drained, not responding), with its state and reason:
-    srun would refuse the whole step for one of them."""
+    srun would refuse the whole step for one of them. Inside an allocation a draining node still runs steps."""
     out = {}
+    gone = r"(down|fail|unk|boot|npc|futr|inval)" if inside else r"(down|drain|drng|fail|maint|unk|boot|npc|futr|inval)"
     for line in _ask(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%t|%E"]).splitlines():
         name, state, reason = (line.split("|") + ["", ""])[:3]
-        if re.match(r"(down|drain|drng|fail|maint|unk|boot|npc|futr|inval)", state) or state.endswith("*"):
+        if re.match(gone, state) or state.endswith("*"):
             out[name] = f"Slurm lists it {state}" + (f" ({reason})" if reason and reason != "none" else "")
     return out
 
@@ -103,35 +106,53 @@ def ssh_argv(host: str, cmd: str, timeout: float) -> list[str]:
             host, f"GPUTOPO_NODE={name} {cmd}"]
 
 
+MAX_AT_ONCE = 64   # processes started at once, as `pdsh -f 64`: one per node would run out of file descriptors
+
+
 def run(groups: dict[str, list[str]], deadline_s: float) -> dict[str, tuple]:
-    """Run each argv in its own process group, all at once; {key: (exit status or None if ended by the
-    deadline, stdout, stderr)}. Ctrl-C ends every group before it propagates."""
+    """Run each argv in its own process group, MAX_AT_ONCE at a time, all within the deadline; {key: (exit
+    status, or None when the deadline ended it or it could not start, stdout, stderr)}. Ctrl-C ends every
+    process started before it propagates."""
+    import threading
     import time
-    procs = {}
-    for k, argv in groups.items():
+    from concurrent.futures import ThreadPoolExecutor
+    end, started, lock, stop = time.monotonic() + deadline_s, [], threading.Lock(), threading.Event()
+
+    def one(argv):
+        if stop.is_set() or time.monotonic() >= end:
+            return None, "", "not started: the deadline passed"
         try:
-            procs[k] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, errors="replace", start_new_session=True)
         except FileNotFoundError:
-            for p in procs.values():
-                _end(p)
             raise BadInput(f"{argv[0]} is not installed here: --fleet asks the nodes through it") from None
-    end = time.monotonic() + deadline_s
-    out = {}
+        except OSError as e:   # too many processes or open files: this node is not asked, the others are
+            return 1, "", f"could not start {argv[0]}: {e.strerror or e}"
+        with lock:
+            started.append(p)
+        if stop.is_set():
+            _end(p)
+        try:
+            o, e = p.communicate(timeout=max(0.1, end - time.monotonic()))
+            return p.returncode, o, e
+        except subprocess.TimeoutExpired:
+            _end(p)
+            o, e = p.communicate()
+            return None, o, e
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_AT_ONCE, len(groups))))
     try:
-        for k, p in procs.items():
-            try:
-                o, e = p.communicate(timeout=max(0.1, end - time.monotonic()))
-                out[k] = (p.returncode, o, e)
-            except subprocess.TimeoutExpired:
-                _end(p)
-                o, e = p.communicate()
-                out[k] = (None, o, e)
+        futures = {k: pool.submit(one, argv) for k, argv in groups.items()}
+        return {k: f.result() for k, f in futures.items()}
+    except BaseException:
+        stop.set()
+        with lock:
+            running = [p for p in started if p.poll() is None]
+        for p in running:
+            _end(p)
+        raise
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                _end(p)
-    return out
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _end(p: subprocess.Popen) -> None:
@@ -181,7 +202,7 @@ def answer(lines: list[str], status, err: str, timeout: float) -> tuple[dict | N
             data, _ = json.JSONDecoder().raw_decode(text[start:])
         except ValueError:
             data = None
-        if isinstance(data, dict) and "gpus" in data:
+        if looks_like_report(data):
             return data, None
     if status is None or status in (124, 137):
         return None, f"no answer within {timeout:g} s"
@@ -189,10 +210,20 @@ def answer(lines: list[str], status, err: str, timeout: float) -> tuple[dict | N
     return None, (f"exit status {status}: " if status else "") + last[:200]
 
 
+def looks_like_report(data) -> bool:
+    """An inspect --json report, as far as the fleet reads it: GPUs and links of the right shape."""
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+        return False
+    links, env = data.get("links") or [], data.get("env")
+    return (all(isinstance(g, dict) and isinstance(g.get("name"), str) for g in data["gpus"])
+            and isinstance(links, list) and all(isinstance(x, dict) and {"a", "b", "type"} <= set(x) for x in links)
+            and (env is None or isinstance(env, dict)))
+
+
 def over_slurm(nodes: list[str], cmd: str, timeout: float, *, inside: bool,
                partition: str | None = None) -> tuple[dict, dict]:
     """(reports, unreachable) from one srun step over the nodes Slurm can run a task on."""
-    unreachable = unavailable_slurm_nodes(nodes)
+    unreachable = unavailable_slurm_nodes(nodes, inside)
     live = [n for n in nodes if n not in unreachable]
     if not live:
         return {}, unreachable
@@ -265,7 +296,8 @@ def from_files(paths: list[str]) -> dict:
     from . import report, sources
     out = {}
     for path in paths:
-        node = Path(path).name.split(".")[0] or Path(path).name
+        name = Path(path).name   # node17.json, node17.topo.txt -> node17; 10.0.0.5.json -> 10.0.0.5
+        node = re.sub(r"(\.(topo|inspect|report))?\.(json|txt|md|log)$", "", name, flags=re.I) or name
         if node in out:
             raise BadInput(f"--from-file: two files name node {node!r}: one file per node, named after it")
         try:
@@ -277,7 +309,7 @@ def from_files(paths: list[str]) -> dict:
                 data = json.loads(text)
             except ValueError as e:
                 raise BadInput(f"--from-file {path}: not valid JSON ({e})") from None
-            if not isinstance(data, dict) or "gpus" not in data:
+            if not looks_like_report(data):
                 raise BadInput(f"--from-file {path}: JSON but not a `gputopo inspect --json` report")
             out[node] = data
         else:

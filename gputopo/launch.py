@@ -220,10 +220,11 @@ def script_needs(launcher: str, shape: str, ds_optimizer: bool, grad_accum: int,
                   if micro else "the prepared DataLoader's batch_size")
                  + " fills train_micro_batch_size_per_gpu (and train_batch_size)"]
         if assumed.get("no_gpu"):
-            lines.append("from accelerate.utils import InitProcessGroupKwargs; Accelerator(...,"
-                         " kwargs_handlers=[InitProcessGroupKwargs(backend=\"gloo\")])  # no GPU here: without it"
-                         " accelerate finds no process-group backend for DeepSpeed and counts 1 process while"
-                         " DeepSpeed runs them all (\"train_batch_size ... != ...\")")
+            lines.append("only where the machines it runs on have no GPU, as this one: from accelerate.utils import"
+                         " InitProcessGroupKwargs; Accelerator(..., kwargs_handlers=[InitProcessGroupKwargs("
+                         "backend=\"gloo\")])  # without it accelerate finds no process-group backend for DeepSpeed"
+                         " on a CPU and counts 1 process while DeepSpeed runs them all (\"train_batch_size ... !="
+                         " ...\"); GPU nodes need nothing of the kind")
         if ckpt:
             lines.append("model.gradient_checkpointing_enable()  # before prepare(): the plan's fit assumed"
                          " gradient checkpointing, which accelerate does not turn on")

@@ -498,17 +498,19 @@ def _jit_root(tmp_path, ops: dict) -> str:
     return str(root)
 
 
-def test_a_lock_left_by_a_killed_build_is_a_failure_with_its_fix(tmp_path):
-    """A lock no process builds under hangs every later run; a lock a build is working under is not stale."""
+def test_a_lock_left_by_a_killed_build_is_named_with_its_fix(tmp_path):
+    """A lock no process builds under hangs every later run; a lock a build is working under, or a young one (a
+    build may run on another machine sharing the folder), is not stale."""
     mine = "/venvs/a/lib/python3.11/site-packages"
-    root = _jit_root(tmp_path, {"fused_adam": (mine, 600), "cpu_adam": (mine, 600), "async_io": (mine, 5)})
+    root = _jit_root(tmp_path, {"fused_adam": (mine, 1200), "cpu_adam": (mine, 1200), "async_io": (mine, 300)})
     builds = dsops.jit_builds(None, root=root, now=1e9, busy={f"{root}/cpu_adam/build"})
-    assert {b.op: (b.lock_age_s, b.building) for b in builds} == {"async_io": (5, False), "cpu_adam": (600, True),
-                                                                  "fused_adam": (600, False)}
+    assert {b.op: (b.lock_age_s, b.building) for b in builds} == {"async_io": (300, False), "cpu_adam": (1200, True),
+                                                                  "fused_adam": (1200, False)}
     checks = doctor.check_jit_builds(builds, mine, {})
-    assert [(c.id, c.status, c.fix) for c in checks] == [("jit_lock:fused_adam", "fail",
-                                                         f"rm {root}/fused_adam/lock")]
-    assert checks[0].found == "a lock 10 min old and no process building there"
+    assert [(c.id, c.status, c.fix) for c in checks] == [("jit_lock:fused_adam", "warn",
+                                                         f"rm {root}/fused_adam/lock (when no machine sharing the"
+                                                         " folder is building)")]
+    assert checks[0].found == "a lock 20 min old and no process here building there"
 
 
 def test_ops_built_for_another_environment_are_named_with_the_fix(tmp_path):
@@ -535,4 +537,4 @@ def test_doctor_reads_the_jit_folder_it_is_given(tmp_path, monkeypatch):
     (jit / "py311_cpu").rename(jit / tag)
     data = json.loads(run("doctor", "--json").stdout)
     ids = {c["id"]: c for c in data["checks"]}
-    assert ids["jit_lock:fused_adam"]["blocking"] and "jit_shared" in ids
+    assert ids["jit_lock:fused_adam"]["status"] == "warn" and "jit_shared" in ids

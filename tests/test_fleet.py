@@ -58,7 +58,7 @@ def test_the_odd_nodes_are_named_with_what_differs(fake_nvml, tmp_path):
     assert any(s.startswith("node5: GPU0-GPU2 ") and s.endswith("where the others have NV18") for s in said), said
     assert not any(o["node"] in ("node1", "node2") for o in f["odd"])
     drain = [line for line in f["recommendation"] if line.startswith("scontrol update nodename=node3")]
-    assert drain == ['scontrol update nodename=node3 state=drain reason="gputopo: GPU3 PCIe Gen5 x8 (max x16)"']
+    assert drain == ["scontrol update nodename=node3 state=drain reason='gputopo: GPU3 PCIe Gen5 x8 (max x16)'"]
 
 
 def test_alike_nodes_exit_0_and_say_so(fake_nvml, tmp_path):
@@ -137,3 +137,85 @@ def test_hostfile_formats(tmp_path):
     p.write_text("node1\nnode1\n")
     with pytest.raises(Exception, match="node1 listed twice"):
         gather.hostfile(str(p))
+
+
+def test_two_nodes_without_a_majority_break_the_tie_by_health(fake_nvml, tmp_path):
+    """node17 (GPU3 at x8, a health warning) against a healthy node: the healthy one is the norm, whatever the
+    order; two nodes that differ with nothing to tell them apart get no drain line at all."""
+    reports = node_reports(fake_nvml, tmp_path, {"node17": "x8", "node01": "norm", "node04": "driver"})
+    f = fleet.compare({"node17": reports["node17"], "node01": reports["node01"]})
+    assert f["norm_by"] == "fewer health findings (no majority)" and f["groups"][0]["nodes"] == ["node01"]
+    assert [o["node"] for o in f["odd"]] == ["node17"]
+    assert any(line.startswith("scontrol update nodename=node17 ") for line in f["recommendation"])
+    f = fleet.compare({"node04": reports["node04"], "node01": reports["node01"]})
+    assert f["norm_by"] == "first node (no majority)" and f["slows"]
+    assert not any(line.startswith("scontrol") for line in f["recommendation"])
+    assert f["recommendation"][0].startswith("the nodes differ (node04, node01) and none is the majority")
+
+
+def test_a_node_without_a_gpu_is_one_fact_with_its_reason(fake_nvml, tmp_path):
+    reports = node_reports(fake_nvml, tmp_path, {"a": "norm", "b": "norm"})
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    blind = json.loads(run("inspect", "--json").stdout)
+    f = fleet.compare({**reports, "c": blind})
+    gpus = [o for o in f["odd"] if o["what"] == "GPUs"]
+    assert len(gpus) == 1 and gpus[0]["value"].startswith("none visible (no NVML library")
+    assert not any(o["what"].startswith("GPU0") for o in f["odd"])   # not one line per missing GPU fact
+    alone = fleet.compare({"c": blind, "d": blind})
+    assert alone["slows"] and alone["recommendation"][0].startswith("no node sees a GPU")
+
+
+def test_facts_one_report_does_not_carry_are_not_differences(fake_nvml, tmp_path):
+    """A report without versions against full ones: said, but no exit 1 and no drain line."""
+    reports = node_reports(fake_nvml, tmp_path, {"a": "norm", "b": "norm"})
+    bare = copy.deepcopy(reports["a"])
+    bare.pop("versions")
+    bare["driver"] = None
+    f = fleet.compare({**reports, "c": bare})
+    assert f["odd"] and not f["slows"]
+    assert "c: driver not in its report (the others: 550.54.15)" in [fleet.sentence(o) for o in f["odd"]]
+    assert not any(line.startswith("scontrol") for line in f["recommendation"])
+
+
+def test_node_names_keep_their_dots_and_bad_reports_are_refused(fake_nvml, tmp_path):
+    node_reports(fake_nvml, tmp_path, {"10.0.0.5": "norm", "10.0.0.6": "norm"})
+    r = run("inspect", "--fleet", "-f", tmp_path / "10.0.0.5.json", "-f", tmp_path / "10.0.0.6.json", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["fleet"]["nodes"] == ["10.0.0.5", "10.0.0.6"]
+    for bad in ({"gpus": 5}, {"gpus": [], "links": [{"a": "GPU0"}]}, {"gpus": [{"name": 1}]}):
+        (tmp_path / "x.json").write_text(json.dumps(bad))
+        r = run("inspect", "--fleet", "-f", tmp_path / "x.json")
+        assert r.exit_code == 2 and r.output.strip().endswith("JSON but not a `gputopo inspect --json` report")
+
+
+def test_remote_command_is_a_whole_shell_line():
+    from gputopo import gather
+    cmd = gather.remote_command("cd /shared && .venv/bin/gputopo inspect --json | cat", 7)
+    assert cmd == "timeout -k 2 7 bash -c 'cd /shared && .venv/bin/gputopo inspect --json | cat'"
+
+
+def test_many_hosts_run_a_bounded_number_at_once(monkeypatch):
+    """One ssh per host, but never more than MAX_AT_ONCE at a time (each holds pipes); all answered."""
+    import threading
+
+    from gputopo import gather
+    monkeypatch.setattr(gather, "MAX_AT_ONCE", 3)
+    live, peak, lock = [0], [0], threading.Lock()
+    real = gather.subprocess.Popen
+
+    class Counted(real):
+        def __init__(self, *a, **k):
+            with lock:
+                live[0] += 1
+                peak[0] = max(peak[0], live[0])
+            super().__init__(*a, **k)
+
+        def communicate(self, *a, **k):
+            try:
+                return super().communicate(*a, **k)
+            finally:
+                with lock:
+                    live[0] -= 1
+    monkeypatch.setattr(gather.subprocess, "Popen", Counted)
+    out = gather.run({f"h{i}": ["sh", "-c", f"sleep 0.2; echo {i}"] for i in range(10)}, 30)
+    assert {k: v[1].strip() for k, v in out.items()} == {f"h{i}": str(i) for i in range(10)}
+    assert peak[0] == 3
