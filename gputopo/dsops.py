@@ -187,10 +187,12 @@ def _toolchain_gap(builder, tc: dict) -> tuple[str, str] | None:
 
 
 def _jit_dir(torch_cuda: str | None) -> str:
-    """torch.utils.cpp_extension's build root: $TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions/py311_cu124."""
+    """torch.utils.cpp_extension's build root (_get_build_directory): $TORCH_EXTENSIONS_DIR itself when set,
+    else ~/.cache/torch_extensions/py311_cu124 (one folder per Python and CUDA)."""
     import sys
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return os.environ["TORCH_EXTENSIONS_DIR"]
+    root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
     tag = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_" + (
         f"cu{torch_cuda.replace('.', '')}" if torch_cuda else "cpu")
     return os.path.join(root, tag)
