@@ -406,7 +406,9 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
                          system.kernel_modules(host), sysfs_gpus)
     checks.append(check_disks(all_disks, system.pick_offload_dir(host, all_disks, tmp)))
     if host.live:   # the JIT build root is this user's, not a recorded machine's
-        checks += check_jit_builds(dsops.jit_builds(toolchain.get("torch_cuda")), _site_packages(), host.env)
+        torch = system.torch_dir()   # its site-packages is what this environment's builds compile against
+        checks += check_jit_builds(dsops.jit_builds(toolchain.get("torch_cuda")),
+                                   os.path.dirname(torch) if torch else None, host.env)
     for path in dict.fromkeys(nvme_paths(cfg) + ([nvme_path] if nvme_path else [])):
         checks.append(check_nvme_path(host, all_disks, path, nvme_need))
     ops_report = []
@@ -457,13 +459,6 @@ def check_jit_builds(builds: list, site: str | None, env: dict) -> list[Check]:
                                                                        "torch_extensions")
                          + " in this environment (its activate script)"))
     return out
-
-
-def _site_packages() -> str | None:
-    """Where this environment's torch is installed (what its builds compile against), without importing it."""
-    from importlib.util import find_spec
-    spec = find_spec("torch")
-    return os.path.dirname(os.path.dirname(spec.origin)) if spec and spec.origin else None
 
 
 def nvme_paths(cfg: dict | None) -> list[str]:

@@ -385,14 +385,20 @@ def rdma_devices(host: Host) -> list[str]:
 
 # --- CUDA toolchain, without importing torch -----------------------------------------------------------
 
-def torch_build() -> dict | None:
-    """torch's version and CUDA version from its version.py (importing torch costs seconds); None if absent."""
+def torch_dir() -> str | None:
+    """torch's package folder, found without importing it (importing torch costs seconds); None if absent."""
     spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
+    return list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+
+
+def torch_build() -> dict | None:
+    """torch's version and CUDA version from its version.py; None if absent."""
+    folder = torch_dir()
+    if folder is None:
         return None
     out = {"version": None, "cuda": None, "hip": None}
     try:
-        tree = ast.parse(Path(list(spec.submodule_search_locations)[0], "version.py").read_text())
+        tree = ast.parse(Path(folder, "version.py").read_text())
     except (OSError, SyntaxError):
         return out
     for node in tree.body:

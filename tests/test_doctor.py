@@ -530,7 +530,7 @@ def test_doctor_reads_the_jit_folder_it_is_given(tmp_path, monkeypatch):
     """Live: TORCH_EXTENSIONS_DIR is where the ops are looked for (the suite and the fix both set it)."""
     jit = tmp_path / "jit"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(jit))
-    site = doctor._site_packages()
+    site = os.path.dirname(system.torch_dir())
     assert site and os.path.isdir(os.path.join(site, "torch"))
     _jit_root(tmp_path, {"fused_adam": ("/elsewhere/site-packages", 3600)})
     (tmp_path / "py311_cpu").rename(jit)   # torch builds in TORCH_EXTENSIONS_DIR itself, no py*_cpu folder under it
