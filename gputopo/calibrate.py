@@ -64,6 +64,7 @@ def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = Non
     barrier = tempfile.TemporaryDirectory(prefix="gputopo-calibrate-")
     cmd = [sys.executable, "-m", "gputopo.calibrate",
            json.dumps({**req, "barrier": barrier.name, "copies": copies, "port": free_port()})]
+    env.setdefault("LOCAL_SIZE", str(copies))   # as gputopo.worker.deepspeed_local_size sets it for training
     procs = [subprocess.Popen(cmd, env={**env, "LOCAL_RANK": str(i), "RANK": str(i)}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(copies)]
     results = []

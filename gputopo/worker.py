@@ -55,7 +55,16 @@ def device_and_backend():
     if torch.cuda.is_available():
         torch.cuda.set_device(local)
         return torch.device("cuda", local), "nccl"
+    deepspeed_local_size()
     return torch.device("cpu"), "gloo"
+
+
+def deepspeed_local_size() -> None:
+    """On a CPU, DeepSpeed's accelerator counts its devices by running `numactl --hardware` unless LOCAL_SIZE is
+    set, as DeepSpeed's own launcher sets it (launcher/launch.py) and torchrun does not; ZeRO-3 asks for that
+    count at every gradient bucket (stage3.py, __avg_scatter_grads), so under torchrun each bucket spawned a
+    process. Set as DeepSpeed's launcher would, the CPU twin pays what a GPU run does not."""
+    os.environ.setdefault("LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
 def synchronize(device):
@@ -284,7 +293,8 @@ def train_deepspeed(args, model, data, device, world, rank):
             "bf16": engine.bfloat16_enabled(), "fp16": engine.fp16_enabled(),
             "offload_optimizer": _device(zc.offload_optimizer) if zc else "none",
             "offload_param": _device(zc.offload_param) if zc else "none",
-            "deepspeed_version": deepspeed.__version__}
+            "deepspeed_version": deepspeed.__version__,
+            "accelerator_devices": deepspeed.get_accelerator().device_count()}
     if zc and zc.offload_param and zc.offload_param.nvme_path:
         root = Path(zc.offload_param.nvme_path)
         info["nvme_swap_files"] = sum(1 for p in root.rglob("*.swp") if p.is_file())

@@ -29,6 +29,8 @@ def train(tmp_path, model, config, precision, steps=4, batch=2, seq=32, extra=()
     assert result is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert result["loss_finite"] and len(result["losses"]) == steps
     assert result["world_size"] == 2 and result["backend"] == "gloo"
+    # LOCAL_SIZE as DeepSpeed's launcher sets it: else its CPU accelerator runs `numactl` at every ZeRO-3 bucket
+    assert result["info"]["accelerator_devices"] == 2
     return result["info"]
 
 
