@@ -43,7 +43,7 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
         config = hf_config(model)
     except BadInput:   # not a causal LM gputopo can rebuild: the op-by-op model alone
         config = None
-    from .speed import elementwise_ops, key, training_matmuls
+    from .speed import elementwise_ops, key, sample_blocks, training_matmuls
     shapes = sorted({key(M, N, K) for _, M, N, K in training_matmuls(model, training, training.attention, device)})
     block, head = elementwise_ops(model, training, training.attention, device)
     sizes = sorted({min(int(op[1]), LARGEST) for op in block + head} | {min(model.params, LARGEST)})
@@ -51,7 +51,7 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
             "threads": threads, "cpu_adam": cpu_adam, "config": config, "batch_size": training.batch_size,
             "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
             "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep,
-            "zero3": zero3, "sharded": sharded}
+            "zero3": zero3, "sharded": sharded, "sample_blocks": sample_blocks(model)}
 
 
 def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = None) -> dict:
@@ -106,7 +106,7 @@ def average(results: list[dict]) -> dict:
     if results[0].get("sampled"):
         out["sampled"] = {k: statistics.fmean(r["sampled"][k] for r in results) for k in results[0]["sampled"]}
     out["elementwise"] = {n: {kind: statistics.fmean(r["elementwise"][n][kind] for r in results)
-                              for kind in ("stream", "math")} for n in results[0]["elementwise"]}
+                              for kind in results[0]["elementwise"][n]} for n in results[0]["elementwise"]}
     return out
 
 
@@ -279,7 +279,10 @@ def _elementwise(torch, n: int, device, sync, budget: float) -> dict:
     "math" (tanh, softmax over rows, layer norm): what gputopo.speed's elementwise ops are made of. Each call
     takes the next of enough tensors to overflow the caches, and its output is kept until that turn comes
     again: in a training step an op's input was mostly written long before (in forward, read in backward),
-    and its output is saved for backward, so each op writes to memory not touched a moment ago."""
+    and its output is saved for backward, so each op writes to memory not touched a moment ago. "inplace"
+    (copy into, add into, scale in place): the framework's copies into buffers that live across steps
+    (gradient buckets, partitions, optimizer states), which skip a fresh allocation's page faults: 3x the
+    "stream" rate on this machine's CPU at 64 MiB."""
     reps = max(2, COLD_BYTES // (n * 4))
     kept = [None] * reps
     xs = [torch.randn(n, device=device) for _ in range(reps)]
@@ -293,7 +296,9 @@ def _elementwise(torch, n: int, device, sync, budget: float) -> dict:
     kinds = {"stream": [(lambda i: xs[i] + ys[i], 3 * b), (lambda i: xs[i] * 2.0, 2 * b),
                         (lambda i: xs[i].clone(), 2 * b)],
              "math": [(lambda i: torch.tanh(xs[i]), 2 * b), (lambda i: torch.softmax(rows(i), -1), 2 * b),
-                      (lambda i: torch.nn.functional.layer_norm(rows(i), (row,)), 2 * b)]}
+                      (lambda i: torch.nn.functional.layer_norm(rows(i), (row,)), 2 * b)],
+             "inplace": [(lambda i: ys[i].copy_(xs[i]), 2 * b), (lambda i: ys[i].add_(xs[i]), 3 * b),
+                         (lambda i: ys[i].mul_(-1.0), 2 * b)]}
     def call(f):
         i = next(turn)
         kept[i] = f(i)
@@ -312,12 +317,13 @@ def _optimizer_rate(torch, req: dict, device, sync) -> float:
 
 
 def _sample_blocks(torch, req: dict, device, sync) -> dict:
-    """The model itself cut to 1 and to 3 blocks (transformers, random weights), forward and backward at the
-    step's shape: the difference is two blocks, the rest the embeddings, head and loss. What the matmul shapes
-    and elementwise rates leave out is in these: the framework's own overhead per op, allocation, caches.
+    """The model itself cut to 1 block and to req["sample_blocks"] (speed.sample_blocks: 3 to 6), forward and
+    backward at the step's shape: the difference is the blocks, the rest the embeddings, head and loss. What the
+    matmul shapes and elementwise rates leave out is in these: the framework's own overhead per op, allocation,
+    caches.
     The two run in turns and the blocks are the median of the paired differences: a drift of the machine's
     speed (shared cores) then cancels instead of landing on one of them."""
-    more = min(3, req["layers"])
+    more = min(req.get("sample_blocks", 3), req["layers"])
     if more == 1:   # one block: the whole model is the sample
         step = _one_step(torch, req, device, 1)
         return {"block_s": _timed(step, sync, SECONDS), "head_s": 0.0, "blocks": 1}

@@ -41,7 +41,7 @@ class Rates:
     nvme: float | None = None              # NVMe, reads and writes alike
     overlap: float = 0.0                   # share of DDP's all-reduce that hides behind backward
     matmul_seconds: dict | None = None     # calibrated: "MxNxK" -> seconds, the model's own shapes
-    elementwise: dict | None = None        # calibrated: elements -> {"stream", "math"} bytes/s at that size
+    elementwise: dict | None = None        # calibrated: elements -> {"stream", "math", "inplace"} bytes/s
     sampled: dict | None = None            # calibrated: {"block_s", "head_s"} of one micro-step, the model's own
     optimizer_params_per_s: float | None = None   # calibrated: torch's optimizer on this device
     zero3_module_s: float | None = None    # calibrated: DeepSpeed's stage-3 hooks and gathers per module per step
@@ -232,36 +232,43 @@ def elementwise_rate(rates: Rates, n: int, kind: str) -> float:
     if not rates.elementwise:
         return rates.mem_bytes_per_s
     size = min(rates.elementwise, key=lambda k: abs(math.log(int(k) / max(n, 1))))
-    return rates.elementwise[size][kind]
+    at = rates.elementwise[size]
+    return at.get(kind) or at["stream"]   # calibrations saved before "inplace" was timed
 
 
 def copy_bytes(name: str, m, t, gpus: int = 1) -> float:
-    """Bytes per micro-step the framework copies besides the model's own work. Plain torch under autocast casts
-    every fp32 weight to 16 bits in each forward (read 4, write 2) and DDP copies gradients into its buckets and
-    back (gradient_as_bucket_view=False: 16 B). DeepSpeed, each a read and a write of the reduce dtype: the
-    gradients that fit a bucket are copied into it, every bucket is divided by the world size before its
-    collective, and this rank's slices are copied out into the partition's gradient, twice at stage 1/2
-    (stage_1_and_2.py: reduce_independent_p_g_buckets_and_remove_grads, average_tensor, allreduce_and_copy_
-    with_multiple_ranks, copy_grads_in_partition; stage3.py: __add_grad_to_ipg_bucket, reduce_scatter_coalesced
-    interleaving a bucket's tensors, partition_grads)."""
-    P, mixed = m.params, t.precision != "fp32"
+    """Bytes per micro-step the framework copies into buffers that live across steps, besides the model's own
+    work. DDP copies gradients into its buckets and back (gradient_as_bucket_view=False: 16 B). DeepSpeed, each
+    a read and a write of the reduce dtype: the gradients that fit a bucket are copied into it, every bucket is
+    divided by the world size before its collective, and this rank's slices are copied out into the
+    partition's gradient, twice at stage 1/2 (stage_1_and_2.py: reduce_independent_p_g_buckets_and_remove_
+    grads, average_tensor, allreduce_and_copy_with_multiple_ranks, copy_grads_in_partition; stage3.py:
+    __add_grad_to_ipg_bucket, reduce_scatter_coalesced interleaving a bucket's tensors, partition_grads)."""
+    P = m.params
     if name in ("single", "ddp"):
-        return P * ((6 if mixed else 0) + (16 if name == "ddp" else 0))
+        return P * (16 if name == "ddp" else 0)
     bucket = m.hidden_size ** 2 or DS_BUCKET
     bucketed = sum(n for n in gradient_order(m) if n <= bucket)
     return 2 * value_bytes(t.precision) * (bucketed + P + 2 * P / gpus)
 
 
+def cast_bytes(name: str, m, t) -> float:
+    """Plain torch under autocast casts every fp32 weight to 16 bits in each forward (read 4, write 2), into a
+    fresh tensor; DeepSpeed's 16-bit weights need no cast."""
+    return m.params * 6 if name in ("single", "ddp") and t.precision != "fp32" else 0.0
+
+
 def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", name: str = "single",
                     gpus: int = 1) -> float:
     """One micro-step's forward and backward on one device, with the framework's copies."""
-    copies = copy_bytes(name, m, t, gpus) / elementwise_rate(rates, m.params, "stream")
+    copies = copy_bytes(name, m, t, gpus) / elementwise_rate(rates, m.params, "inplace")
     if name.startswith("zero3") and rates.zero3_module_s and gpus > 1:
         # DeepSpeed's hooks and gathers per module, measured per forward + backward; the recomputed forward of
         # checkpointing runs the forward half again
         copies += zero3_modules(m) * rates.zero3_module_s * (1.5 if t.grad_checkpointing else 1.0)
-    if rates.sampled:   # the model's own block and head, timed by calibration at this shape
+    if rates.sampled:   # the model's own block and head, timed by calibration at this shape (autocast's casts in)
         return rates.sampled["head_s"] + m.layers * rates.sampled["block_s"] + copies
+    copies += cast_bytes(name, m, t) / elementwise_rate(rates, m.params, "stream")
     mm = matmul_seconds(training_matmuls(m, t, attention, device), rates, value_bytes(t.precision))
     return mm + elementwise_seconds(m, t, attention, rates, device) + copies
 
@@ -297,6 +304,16 @@ def embedding_tensors(m) -> list[int]:
     emb = [m.vocab_size * h] * (1 if m.tied else 2) if m.vocab_size else []
     pos = [m.max_positions * h] if m.family in ("gpt2", "bert") and m.max_positions else []
     return emb + pos
+
+
+def sample_blocks(m) -> int:
+    """Blocks of the calibration's larger sample (the smaller has 1): enough that the blocks' difference weighs
+    about as much as the embeddings and head, each timing's noise being a share of the whole step. gpt2 (head
+    5.4 blocks' parameters) gets 6, where 3 left two blocks' difference under the noise of a head 3x larger;
+    Llama-7B (head 0.65 blocks) gets 3. At most 6: the sample's time and memory."""
+    block = sum(n for n, _ in block_tensors(m)) or 1
+    head = sum(embedding_tensors(m))
+    return max(3, min(6, 1 + math.ceil(head / block)))
 
 
 def weight_matrices(m) -> list[int]:
@@ -395,7 +412,7 @@ def optimizer_seconds(name: str, m, lay, t, rates: Rates) -> float:
     if name in ("single", "ddp") and rates.optimizer_params_per_s:
         return share / rates.optimizer_params_per_s
     per = TORCH_OPTIMIZER_BYTES[t.optimizer] if name in ("single", "ddp") else FUSED_ADAM_BYTES
-    return share * per / rates.mem_bytes_per_s
+    return share * per / elementwise_rate(rates, int(share), "inplace")
 
 
 def zero_step_seconds(name: str, m, lay, t, rates: Rates) -> float:
@@ -408,7 +425,7 @@ def zero_step_seconds(name: str, m, lay, t, rates: Rates) -> float:
         return 0.0
     share, p = m.params / lay.gpus, value_bytes(t.precision)
     passes = 4 + 8 + (4 + p) + (p + 4 if p == 2 else 0)
-    return share * passes / elementwise_rate(rates, int(share), "stream")
+    return share * passes / elementwise_rate(rates, int(share), "inplace")
 
 
 def offload_seconds(name: str, m, lay, t, rates: Rates) -> float | None:

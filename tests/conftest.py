@@ -67,7 +67,7 @@ def run_worker(args, *, cwd, nproc=2, env=None, timeout=900, launcher=None):
 def fake_calibration_result(req: dict, copies: int = 1, **_) -> dict:
     """What gputopo.calibrate.run returns, for tests that fake the calibration's child processes: a block of
     10 ms and 20 ms of embeddings, head and loss, 10 GB/s elementwise, 100 M params/s AdamW."""
-    ew = {str(n): {"stream": 1e10, "math": 1e10} for n in req["sizes"]}
+    ew = {str(n): {"stream": 1e10, "math": 1e10, "inplace": 1e10} for n in req["sizes"]}
     return {"device": "cpu", "threads": req.get("threads") or 1, "copies": copies, "torch": "fake",
             "matmul_seconds": {k: 1e-4 for k in req["shapes"]}, "matmul_flops": 1e10, "mem_bytes_per_s": 1e10,
             "elementwise": ew, "optimizer_params_per_s": 1e8, "cpu_adam_params_per_s": None,

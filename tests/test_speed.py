@@ -132,6 +132,7 @@ def test_calibration_times_every_shape_of_the_step():
     assert cal["sampled"]["block_s"] > 0 and cal["sampled"]["head_s"] >= 0
     assert all(s > 0 for s in cal["matmul_seconds"].values())
     assert cal["mem_bytes_per_s"] > 1e8 and cal["optimizer_params_per_s"] > 1e5
+    assert all(set(v) == {"stream", "math", "inplace"} and min(v.values()) > 1e8 for v in cal["elementwise"].values())
     rates = calibrate.rates(cal)
     mm = speed.matmul_seconds(speed.training_matmuls(tiny, t, "sdpa", "cpu"), rates, 4)
     assert mm == pytest.approx(sum(c * cal["matmul_seconds"][speed.key(M, N, K)]
@@ -186,12 +187,43 @@ def test_checkpointing_runs_the_blocks_elementwise_forward_twice():
 
 def test_sampled_blocks_make_the_compute():
     """With the model's own block and head timed (calibration), a micro-step is head + layers x block, plus
-    the framework's copies (DDP's gradient buckets) at the calibrated stream rate."""
+    the framework's copies (DDP's gradient buckets) at the calibrated in-place rate."""
     m = models.named("gpt2")
     t = Training(precision="fp32", batch_size=4, seq_len=1024)
     rates = speed.Rates(matmul_flops=1e13, mem_bytes_per_s=1e11, sampled={"block_s": 0.03, "head_s": 0.05})
     assert speed.compute_seconds(m, t, "sdpa", rates, name="single") == pytest.approx(0.05 + 12 * 0.03)
     assert speed.compute_seconds(m, t, "sdpa", rates, name="ddp") == pytest.approx(0.41 + 16 * m.params / 1e11)
+
+
+def test_copies_into_kept_buffers_use_the_inplace_rate_and_casts_the_fresh_one():
+    """DDP's bucket copies write into buffers that live across steps ("inplace"); autocast's weight casts write
+    fresh tensors ("stream"), and a sample timed under autocast has them in already."""
+    m = models.named("gpt2")
+    ew = {str(m.params): {"stream": 1e9, "math": 1e9, "inplace": 1e10}}
+    t = Training(precision="bf16", batch_size=4, seq_len=1024)
+    sampled = speed.Rates(matmul_flops=1e13, mem_bytes_per_s=1e9, elementwise=ew,
+                          sampled={"block_s": 0.03, "head_s": 0.05})
+    assert speed.compute_seconds(m, t, "sdpa", sampled, name="ddp") == pytest.approx(0.41 + 16 * m.params / 1e10)
+    ops = dataclasses.replace(sampled, sampled=None)
+    fp32 = Training(precision="fp32", batch_size=4, seq_len=1024)
+    work = (speed.matmul_seconds(speed.training_matmuls(m, t, "sdpa", "cuda"), ops, 2)
+            + speed.elementwise_seconds(m, t, "sdpa", ops, "cuda"))
+    extra = speed.compute_seconds(m, t, "sdpa", ops, name="single") - work
+    assert extra == pytest.approx(6 * m.params / 1e9, rel=0.01) and speed.cast_bytes("single", m, fp32) == 0
+    # a calibration saved before "inplace" was timed falls back to its stream rate
+    old = dataclasses.replace(sampled, elementwise={str(m.params): {"stream": 1e9, "math": 1e9}})
+    assert speed.compute_seconds(m, t, "sdpa", old, name="ddp") == pytest.approx(0.41 + 16 * m.params / 1e9)
+
+
+def test_the_larger_sample_weighs_about_as_much_as_the_head():
+    """gpt2's tied embedding is 5.4 blocks' parameters: 6 blocks (the cap); Llama-2-7B's head is under one
+    block: 3 (the floor); the request carries it to the child, which cuts it to the model's layers."""
+    from gputopo import calibrate
+    assert speed.sample_blocks(models.named("gpt2")) == 6
+    assert speed.sample_blocks(models.named("llama-2-7b")) == 3
+    assert speed.sample_blocks(models.named("gpt2-xl")) == 4
+    req = calibrate.request(models.named("gpt2"), Training(precision="fp32", batch_size=1, seq_len=8), threads=1)
+    assert req["sample_blocks"] == 6
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2-xl", "llama-2-7b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-7b"])
