@@ -390,8 +390,10 @@ def _in_group(req: dict, device, cuda: bool) -> dict:
         return out
     import torch.distributed as dist
 
-    from .worker import allreduce_sweep
+    from .worker import allreduce_sweep, release_deepspeed_shm
     rank = int(os.environ["RANK"])
+    # DeepSpeed names its shared-memory buffer by these: without them every calibration's would be the same
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(req["port"]))
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{req['port']}", rank=rank,
                             world_size=req["copies"])
     try:
@@ -404,6 +406,7 @@ def _in_group(req: dict, device, cuda: bool) -> dict:
             out["zero3_module_s"] = _zero3_module_seconds(device)
     finally:
         dist.destroy_process_group()
+        release_deepspeed_shm()
     return out if rank == 0 else {**out, "allreduce": None}
 
 

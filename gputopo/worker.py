@@ -67,6 +67,23 @@ def deepspeed_local_size() -> None:
     os.environ.setdefault("LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
+def deepspeed_shm_buffer() -> Path:
+    """This rank's buffer of DeepSpeed's shared-memory comm op on CPUs (csrc/cpu/comm/shm.cpp, shm_initialize):
+    /dev/shm/deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>, 66 MB, made at init and never
+    unlinked (nothing calls its shared_close). Each CPU run left one per rank: RAM that nothing returns until a
+    reboot; 332 of them held 22 GB here, until the kernel's OOM killer stopped a calibration."""
+    parts = [str(os.getuid()), os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""),
+             os.environ.get("RANK", "0")]
+    return Path("/dev/shm", "_".join(["deepspeed_allreduce_buffer", *parts]))
+
+
+def release_deepspeed_shm() -> None:
+    """Unlink this rank's buffer as the process ends: every rank mapped every buffer at init, and mappings
+    outlive the name."""
+    if "deepspeed" in sys.modules:
+        deepspeed_shm_buffer().unlink(missing_ok=True)
+
+
 def synchronize(device):
     import torch
     if device.type == "cuda":
@@ -294,7 +311,9 @@ def train_deepspeed(args, model, data, device, world, rank):
             "offload_optimizer": _device(zc.offload_optimizer) if zc else "none",
             "offload_param": _device(zc.offload_param) if zc else "none",
             "deepspeed_version": deepspeed.__version__,
-            "accelerator_devices": deepspeed.get_accelerator().device_count()}
+            "accelerator_devices": deepspeed.get_accelerator().device_count(),
+            # what release_deepspeed_shm unlinks at exit (None: no shared-memory op, as on GPUs)
+            "shm_buffer": deepspeed_shm_buffer().name if deepspeed_shm_buffer().exists() else None}
     if zc and zc.offload_param and zc.offload_param.nvme_path:
         root = Path(zc.offload_param.nvme_path)
         info["nvme_swap_files"] = sum(1 for p in root.rglob("*.swp") if p.is_file())
@@ -429,6 +448,7 @@ if __name__ == "__main__":
         traceback.print_exc()
         record_error(e)
     finally:
+        release_deepspeed_shm()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

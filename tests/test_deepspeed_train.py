@@ -7,6 +7,7 @@ fp16 is not run: DeepSpeed refuses it on CPU ("Type fp16 is not supported on you
 import json
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import bin_path, make_model_dir, run_worker
@@ -31,6 +32,9 @@ def train(tmp_path, model, config, precision, steps=4, batch=2, seq=32, extra=()
     assert result["world_size"] == 2 and result["backend"] == "gloo"
     # LOCAL_SIZE as DeepSpeed's launcher sets it: else its CPU accelerator runs `numactl` at every ZeRO-3 bucket
     assert result["info"]["accelerator_devices"] == 2
+    # DeepSpeed's shared-memory comm op made a 66 MB buffer per rank and never unlinks it: the worker did
+    buffer = result["info"]["shm_buffer"]
+    assert buffer and not (Path("/dev/shm") / buffer).exists() and not (Path("/dev/shm") / f"{buffer[:-1]}1").exists()
     return result["info"]
 
 

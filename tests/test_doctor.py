@@ -60,6 +60,24 @@ def test_shm_of_this_build_machine_is_fine():
     assert c.status == "ok" and c.found.startswith("23.5 GiB tmpfs")
 
 
+def test_buffers_deepspeeds_cpu_comm_left_in_dev_shm_are_named_unless_a_process_maps_them(tmp_path):
+    shm, name = tmp_path / "dev/shm", "deepspeed_allreduce_buffer_0_localhost_{}_{}"
+    shm.mkdir(parents=True)
+    assert doctor.check_shm_leftovers(host(tmp_path)) == []
+    for port, rank in [(29500, 0), (29500, 1), (33211, 0)]:
+        (shm / name.format(port, rank)).write_bytes(b"\0" * 1000)
+    (shm / "nccl-abc").write_bytes(b"\0" * 5000)   # NCCL's own: not DeepSpeed's
+    (tmp_path / "proc/4242").mkdir(parents=True)
+    (tmp_path / "proc/4242/maps").write_text(f"7f00-7f10 rw-s 00000000 00:1a 7 /dev/shm/{name.format(33211, 0)}\n")
+    [c] = doctor.check_shm_leftovers(host(tmp_path))
+    assert c.id == "shm_leftovers" and c.status == "warn"
+    assert c.found.startswith("2 buffer(s)") and "2.0 KiB of RAM" in c.found
+    assert "1 more open by a running job" in c.found and "once no DeepSpeed job runs" in c.fix
+    (tmp_path / "proc/4242/maps").unlink()
+    [c] = doctor.check_shm_leftovers(host(tmp_path))
+    assert c.found.startswith("3 buffer(s)") and c.fix == "rm /dev/shm/deepspeed_allreduce_buffer_*"
+
+
 def test_tmpfs_without_size_is_half_of_ram(tmp_path):
     (tmp_path / "proc/self").mkdir(parents=True)
     (tmp_path / "proc/self/mounts").write_text("tmpfs /dev/shm tmpfs rw,nosuid,nodev,inode64 0 0\n")

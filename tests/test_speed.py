@@ -2,6 +2,7 @@
 recommendation following predicted speed."""
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -305,8 +306,11 @@ def test_calibration_measures_deepspeeds_zero3_module_cost(tmp_path, monkeypatch
     from gputopo import calibrate
     t = Training(precision="fp32", batch_size=2, seq_len=32)
     req = dict(calibrate.request(models.named("gpt2"), t, 1, zero3=True), config=None, shapes=[], sizes=[1024])
+    made_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*_127.0.0.1_*"))
     cal = calibrate.run(req, copies=2)
     assert 1e-5 < cal["zero3_module_s"] < 0.05
+    # DeepSpeed's shared-memory op never unlinks its 66 MB buffers (one per rank): the calibration did
+    assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*_127.0.0.1_*")) <= made_before
     rates = calibrate.rates(cal)
     assert rates.zero3_module_s == cal["zero3_module_s"] and "ZeRO-3 hooks and gathers" in rates.basis["zero3"]
     # gloo's reduce-scatter takes longer than a ring pass (an all-reduce of the same buffer, or more)
