@@ -17,6 +17,7 @@ from .errors import GputopoError
 from .plan import value_bytes
 from .topology import Topology
 from .units import gib, size
+from .worker import DS_SHM_PREFIX
 
 SCHEMA_VERSION = 1
 ORDER = {"fail": 0, "warn": 1, "unknown": 2, "info": 3, "ok": 4}
@@ -72,9 +73,6 @@ def check_shm(host, disks: list, n_gpus: int | None) -> Check:
     return Check("shm", "ok", "/dev/shm", found, why)
 
 
-DS_SHM_PREFIX = "deepspeed_allreduce_buffer_"
-
-
 def check_shm_leftovers(host) -> list[Check]:
     """Buffers DeepSpeed's shared-memory comm op (CPU runs) left in /dev/shm: one per rank and run, 66 MB each,
     never unlinked (csrc/cpu/comm/shm.cpp), so RAM that a long-lived machine loses run by run (332 of them held
@@ -89,7 +87,7 @@ def check_shm_leftovers(host) -> list[Check]:
     idle = [n for n in names if n not in mapped]
     if not idle:
         return []
-    held = sum(host.path(f"dev/shm/{n}").stat().st_size for n in idle)
+    held = sum(p.stat().st_size for p in (host.path(f"dev/shm/{n}") for n in idle) if p.exists())  # a job may end
     return [Check("shm_leftovers", "warn", "/dev/shm",
                   f"{len(idle)} buffer(s) of DeepSpeed's CPU comm op that no process has open, {size(held)} of RAM"
                   + (f" ({len(mapped)} more open by a running job)" if mapped else ""),

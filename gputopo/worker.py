@@ -67,6 +67,9 @@ def deepspeed_local_size() -> None:
     os.environ.setdefault("LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
+DS_SHM_PREFIX = "deepspeed_allreduce_buffer_"   # shm.cpp's name for it; doctor looks for leftovers by it
+
+
 def deepspeed_shm_buffer() -> Path:
     """This rank's buffer of DeepSpeed's shared-memory comm op on CPUs (csrc/cpu/comm/shm.cpp, shm_initialize):
     /dev/shm/deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>, 66 MB, made at init and never
@@ -74,7 +77,7 @@ def deepspeed_shm_buffer() -> Path:
     reboot; 332 of them held 22 GB here, until the kernel's OOM killer stopped a calibration."""
     parts = [str(os.getuid()), os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""),
              os.environ.get("RANK", "0")]
-    return Path("/dev/shm", "_".join(["deepspeed_allreduce_buffer", *parts]))
+    return Path("/dev/shm", DS_SHM_PREFIX + "_".join(parts))
 
 
 def release_deepspeed_shm() -> None:
@@ -313,7 +316,7 @@ def train_deepspeed(args, model, data, device, world, rank):
             "deepspeed_version": deepspeed.__version__,
             "accelerator_devices": deepspeed.get_accelerator().device_count(),
             # what release_deepspeed_shm unlinks at exit (None: no shared-memory op, as on GPUs)
-            "shm_buffer": deepspeed_shm_buffer().name if deepspeed_shm_buffer().exists() else None}
+            "shm_buffer": shm.name if (shm := deepspeed_shm_buffer()).exists() else None}
     if zc and zc.offload_param and zc.offload_param.nvme_path:
         root = Path(zc.offload_param.nvme_path)
         info["nvme_swap_files"] = sum(1 for p in root.rglob("*.swp") if p.is_file())
