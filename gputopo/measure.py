@@ -55,7 +55,7 @@ def run_many(reqs: list[dict], *, need_bytes: int, timeout: float = 3600, malloc
         raise BenchmarkFailed(f"--measure: the measuring process took more than {timeout:.0f} s and was stopped") \
             from None
     lines = [json.loads(l[len(RESULT):]) for l in proc.stdout.splitlines() if l.startswith(RESULT)]
-    if proc.returncode or len(lines) != len(reqs):
+    if len(lines) != len(reqs):   # every result printed is whole: an abort after them is the interpreter's exit
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise BenchmarkFailed(f"--measure: the measuring process failed (exit {proc.returncode}): {last}")
     return lines
@@ -246,10 +246,16 @@ def _nvml_process_bytes(index: int) -> int | None:
     return None
 
 
-if __name__ == "__main__":
+def _main() -> None:
+    """The child: each requested configuration measured in turn, one RESULT line each."""
     for one in json.loads(sys.argv[1]):
         print(RESULT + json.dumps(child(one)), flush=True)
         gc.collect()
         torch = sys.modules["torch"]
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # the next configuration starts from an empty cache
+
+
+if __name__ == "__main__":
+    from .worker import run_child
+    run_child(_main)

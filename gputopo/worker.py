@@ -87,6 +87,27 @@ def release_deepspeed_shm() -> None:
         deepspeed_shm_buffer().unlink(missing_ok=True)
 
 
+def end_process(code: int) -> None:
+    """Flush and leave with os._exit: with DeepSpeed or transformers imported, the interpreter's own exit
+    sometimes aborts ("terminate called without an active exception") after the work is done and printed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run_child(main) -> None:
+    """A child process's whole life: main(), a traceback if it raises, then end_process (0 or 1)."""
+    code = 1
+    try:
+        main()
+        code = 0
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+    finally:
+        end_process(code)
+
+
 def synchronize(device):
     import torch
     if device.type == "cuda":
@@ -452,6 +473,4 @@ if __name__ == "__main__":
         record_error(e)
     finally:
         release_deepspeed_shm()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        end_process(code)

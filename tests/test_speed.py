@@ -117,6 +117,29 @@ def test_calibrated_allreduce_fit_recovers_bandwidth_and_latency():
     assert bw == pytest.approx(2 ** 20 / 1e-3) and lat == pytest.approx(3e-3 - 2 ** 16 / bw)
 
 
+@pytest.mark.parametrize("after", [True, False])
+def test_a_child_that_aborts_after_its_result_still_counts(tmp_path, monkeypatch, after):
+    """DeepSpeed's processes sometimes abort at interpreter exit ("terminate called without an active
+    exception", seen in CI): a result printed before the abort is whole and used; an abort before it fails
+    with the child's last line and its exit status."""
+    from conftest import fake_calibration_result
+
+    from gputopo import calibrate
+    from gputopo.errors import BenchmarkFailed
+    req = {"sizes": [1024], "shapes": []}
+    line = calibrate.RESULT + json.dumps(fake_calibration_result(req))
+    child = tmp_path / "python"
+    child.write_text("#!/bin/sh\n" + (f"echo '{line}'\n" if after else "")
+                     + "echo 'terminate called without an active exception' >&2\nkill -ABRT $$\n")
+    child.chmod(0o755)
+    monkeypatch.setattr(calibrate.sys, "executable", str(child))
+    if after:
+        assert calibrate.run(req, copies=2)["copies"] == 2
+    else:
+        with pytest.raises(BenchmarkFailed, match=r"exit -6\): terminate called without an active exception"):
+            calibrate.run(req, copies=2)
+
+
 @pytest.mark.slow
 def test_calibration_times_every_shape_of_the_step():
     """The child times the model's own matmul shapes (two copies at once, as two training processes would run)
