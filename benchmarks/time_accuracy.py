@@ -53,6 +53,12 @@ CONFIGS = {
                           intermediate_size=1024, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2,
                           vocab_size=10000, tie_word_embeddings=True, max_position_embeddings=1024),
     "gpt2-h192-L8": dict(GPT2, n_embd=192, n_layer=8, n_head=3, vocab_size=6000, n_positions=1024),
+    # Added with DeepSpeed's sampled step (2026-11-24): twice the calibration's sample blocks or more, so the
+    # prediction carries the sample to blocks it did not run instead of timing the whole model.
+    "llama-h256-L12": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=256,
+                           intermediate_size=688, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=2,
+                           vocab_size=8192, max_position_embeddings=512),
+    "gpt2-h256-L12": dict(GPT2, n_embd=256, n_layer=12, n_head=4, vocab_size=8192, n_positions=512),
 }
 # (config, processes, strategy, precision, checkpointing, batch, seq)
 CASES = [
@@ -79,6 +85,10 @@ CASES = [
     ("qwen2-h384-L3", 1, "single", "bf16", False, 2, 512),
     ("mistral-h320-L3", 2, "ddp", "fp32", False, 4, 256),
     ("gpt2-h192-L8", 2, "zero3_offload_cpu", "fp32", True, 2, 256),
+    # deeper than the sample (docs/sources.md#step-time-accuracy)
+    ("llama-h256-L12", 2, "zero2", "fp32", False, 2, 256),
+    ("gpt2-h256-L12", 2, "zero3", "fp32", False, 2, 256),
+    ("llama-h256-L12", 2, "zero2_offload_cpu", "bf16", True, 2, 256),
 ]
 # What `gputopo deepspeed-config` is asked for each DeepSpeed strategy.
 DS_ARGS = {"zero1": ["--stage", "1"], "zero2": ["--stage", "2"], "zero3": ["--stage", "3"],
@@ -104,21 +114,23 @@ def run_case(case, folder: Path, steps: int, cores: int) -> dict:
     spec = models.from_path(str(model_dir))
     t = Training(precision=precision, batch_size=batch, seq_len=seq, grad_checkpointing=ckpt)
     threads = max(1, cores // n)
-    cal = calibrate.run(calibrate.request(spec, t, threads, cpu_adam="offload" in strategy,
-                                          half_weights=strategy.startswith("zero"),
-                                          zero3=strategy.startswith("zero3"), sharded=strategy.startswith("zero")),
-                        copies=n)
     cmd = [bin_path("torchrun"), "--standalone", "--nproc_per_node", str(n), "-m", "gputopo.worker",
            "--model", str(model_dir), "--steps", str(steps), "--warmup-steps", "3", "--batch-size", str(batch),
            "--seq-len", str(seq), "--precision", precision, "--dataset", "synthetic"]
     cmd += ["--grad-checkpointing"] if ckpt else []
     cmd += ["--allreduce-sizes", ",".join(map(str, calibrate.SWEEP))] if n > 1 else []
+    sampled = None
     if strategy in DS_ARGS:
         cfg = folder / f"ds-{strategy}-{precision}.json"
         subprocess.run([bin_path("gputopo"), "deepspeed-config", *DS_ARGS[strategy], "--no-hf", "--model",
                         str(model_dir), "--precision", precision, "--batch-size", str(batch), "--gpus", str(n),
                         "-o", str(cfg), "--force"], check=True, capture_output=True, text=True)
         cmd += ["--deepspeed", str(cfg)]
+        sampled = {strategy: json.loads(cfg.read_text())}   # its step on the model's sample (speed.sampled_extra)
+    cal = calibrate.run(calibrate.request(spec, t, threads, cpu_adam="offload" in strategy,
+                                          half_weights=strategy.startswith("zero"),
+                                          zero3=strategy.startswith("zero3"), sharded=strategy.startswith("zero"),
+                                          deepspeed=sampled), copies=n)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     before = cpu_times()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=folder)

@@ -29,14 +29,15 @@ LARGEST = 2 ** 24       # elementwise rates level off beyond a few caches' worth
 
 def request(model, training, threads: int | None = None, device: str = "cpu", cpu_adam: bool = False,
             half_weights: bool = False, sweep: list[int] | None = None, zero3: bool = False,
-            sharded: bool = False) -> dict:
+            sharded: bool = False, deepspeed: dict | None = None) -> dict:
     """What the child times: every distinct matmul shape of the step in the compute dtype, elementwise
     kernels at the sizes of the step's elementwise ops (a CPU's caches make small ones faster), and, when
     transformers can build the model, its first block and its head at the step's shape. half_weights:
     the weights themselves are 16-bit (DeepSpeed's bf16), else mixed precision is torch.autocast. zero3:
     also DeepSpeed's own cost per module at stage 3 (its hooks and gathers), among the copies (True, or
     "if-built": only when no op has to be built first). sharded: also what a pass of ZeRO's reduce-scatter
-    and all-gather costs against an all-reduce's, among the copies."""
+    and all-gather costs against an all-reduce's, among the copies. deepspeed: {strategy: DeepSpeed config}, each
+    run on the model cut to 1 and to sample_blocks blocks among the copies (speed.sampled_extra)."""
     from .errors import BadInput
     from .models import hf_config
     try:
@@ -51,7 +52,7 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
             "threads": threads, "cpu_adam": cpu_adam, "config": config, "batch_size": training.batch_size,
             "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
             "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep,
-            "zero3": zero3, "sharded": sharded, "sample_blocks": sample_blocks(model)}
+            "zero3": zero3, "sharded": sharded, "sample_blocks": sample_blocks(model), "deepspeed": deepspeed}
 
 
 def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = None) -> dict:
@@ -157,6 +158,11 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
         cost = cal["collective_cost"]
         basis["collectives"] = (f"measured: a reduce-scatter pass costs {cost['reduce_scatter']:.2f}, an all-gather"
                                 f" pass {cost['all_gather']:.2f} all-reduce passes (8 MiB)")
+    for name, ds in (cal.get("deepspeed_sampled") or {}).items():
+        basis[f"sampled_{name}"] = (f"sampled: {name}'s DeepSpeed step on the model cut to 1 and {ds['blocks']:g}"
+                                    f" blocks in {ds['processes']} processes: {ds['one_s'] * 1e3:.0f} and"
+                                    f" {ds['more_s'] * 1e3:.0f} ms; what it took beyond the parts is carried to"
+                                    " the whole model")
     basis["summary"] = f"calibrated on this machine ({device})"
     return Rates(matmul_flops=cal["matmul_flops"], mem_bytes_per_s=cal["mem_bytes_per_s"], busbw=busbw,
                  busbw_no_p2p=busbw, inter_node=busbw, latency_s=latency,
@@ -165,7 +171,8 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
                  # on a CPU the "device" is the host: offloading is a copy in the same memory
                  host_link=cal["mem_bytes_per_s"] if cal["device"] == "cpu" else None,
                  optimizer_params_per_s=cal["optimizer_params_per_s"], zero3_module_s=cal.get("zero3_module_s"),
-                 collective_cost=cal.get("collective_cost"), basis=basis)
+                 collective_cost=cal.get("collective_cost"), deepspeed_sampled=cal.get("deepspeed_sampled"),
+                 basis=basis)
 
 
 SWEEP = [2 ** k for k in range(16, 25, 2)]   # 64 KiB .. 16 MiB: the sizes of DDP's and ZeRO's buckets
@@ -385,8 +392,9 @@ def _one_step(torch, req: dict, device, layers: int):
 def _in_group(req: dict, device, cuda: bool) -> dict:
     """What the copies time together, in one process group (NCCL on GPUs, gloo on CPU): the all-reduce sweep
     (req["sweep"], as gputopo.worker's) and DeepSpeed's ZeRO-3 cost per module (req["zero3"]); rank 0's."""
-    out = {"allreduce": None, "zero3_module_s": None, "collective_cost": None}
-    if not (req.get("sweep") or req.get("zero3") or req.get("sharded")) or req.get("copies", 1) < 2:
+    out = {"allreduce": None, "zero3_module_s": None, "collective_cost": None, "deepspeed_sampled": None}
+    if not (req.get("sweep") or req.get("zero3") or req.get("sharded") or req.get("deepspeed")) \
+            or req.get("copies", 1) < 2:
         return out
     import torch.distributed as dist
 
@@ -404,6 +412,9 @@ def _in_group(req: dict, device, cuda: bool) -> dict:
         # on a CPU DeepSpeed's processes talk through its shared-memory op, built on first use
         if req.get("zero3") and (cuda or _op_ready("deepspeed_shm_comm", req["zero3"])):
             out["zero3_module_s"] = _zero3_module_seconds(device)
+        if req.get("deepspeed") and req.get("config") and (cuda or _op_ready("deepspeed_shm_comm", True)):
+            out["deepspeed_sampled"] = {name: _deepspeed_sample(req, device, cfg)
+                                        for name, cfg in req["deepspeed"].items()}
     finally:
         dist.destroy_process_group()
         release_deepspeed_shm()
@@ -481,6 +492,34 @@ def _zero3_module_seconds(device) -> float:
         medians.append(statistics.median(times[4:]))
         engine.destroy()
     return max(0.0, (medians[1] - medians[0]) / (ZERO3_PROBE[1] - ZERO3_PROBE[0]))
+
+
+DS_SAMPLE_STEPS = 8   # timed steps per sample and turn, after 2 warm-up steps
+
+
+def _deepspeed_sample(req: dict, device, cfg: dict) -> dict:
+    """One strategy's DeepSpeed step (deepspeed.initialize on the config the training uses) on the model cut to
+    1 and to sample_blocks blocks, at the step's shape, in this process group: the medians of two turns each,
+    the turns alternating so a drift of the machine's speed lands on both."""
+    import deepspeed
+    import torch
+    more = min(req.get("sample_blocks", 3), req["layers"])
+    times = {1: [], more: []}
+    for layers in [1, more] * 2 if more > 1 else [1, 1]:
+        model, mcfg = build_model(req, device, layers)
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+        ids = torch.randint(0, mcfg.vocab_size, (req["batch_size"], req["seq_len"]), device=engine.device)
+        for i in range(2 + DS_SAMPLE_STEPS):
+            t0 = time.perf_counter()
+            engine.backward(engine(ids, labels=ids).loss)
+            engine.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if i >= 2:
+                times[layers].append(time.perf_counter() - t0)
+        engine.destroy()
+    return {"one_s": statistics.median(times[1]), "more_s": statistics.median(times[more]), "blocks": more,
+            "processes": req["copies"]}
 
 
 def _op_ready(op: str, how) -> bool:

@@ -191,14 +191,16 @@ def _s(v) -> str:
 def step_times(data: dict) -> str:
     """The predicted step of each strategy, its parts, and what the figures assume."""
     runs = any("run_s" in s["time"] for s in data["strategies"])
+    extra = any(s["time"].get("sampled_extra_s") for s in data["strategies"])
     rows = [[s["name"], _s(t["step_s"]), _s(t["compute_s"]),
              f"{_s(t['comm_s'])} ({_s(t['exposed_comm_s'])})" if t["comm_s"] else "-", _s(t["offload_s"]) if
-             t["offload_s"] != 0 else "-", _s(t["optimizer_s"]),
-             f"{t['tokens_per_s']:,.0f}" if t["tokens_per_s"] else "?"] + ([_s(t.get("run_s"))] if runs else [])
+             t["offload_s"] != 0 else "-", _s(t["optimizer_s"])]
+            + ([f"{t.get('sampled_extra_s', 0.0):+.3f}s"] if extra else [])
+            + [f"{t['tokens_per_s']:,.0f}" if t["tokens_per_s"] else "?"] + ([_s(t.get("run_s"))] if runs else [])
             for s in data["strategies"] for t in [s["time"]]]
     out = ["Predicted step time (per optimizer step):",
-           table(rows, ["strategy", "step", "compute", "comm (exposed)", "offload", "optimizer", "tokens/s"]
-                 + (["run"] if runs else []))]
+           table(rows, ["strategy", "step", "compute", "comm (exposed)", "offload", "optimizer"]
+                 + (["DeepSpeed beyond (sampled)"] if extra else []) + ["tokens/s"] + (["run"] if runs else []))]
     ab = data.get("interconnect_ab")
     if ab and ab["ratio"]:
         out.append(f"  The link buys {ab['strategy']}: {ab['step_s']:.3f} s/step over {ab['link'] or 'the link'} vs"

@@ -15,7 +15,7 @@ Where each rate comes from is in Rates.basis: a GPU's datasheet (gpus.PEAKS) or 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from . import memory
 from .plan import comm_split, value_bytes, zero3_buckets
@@ -47,6 +47,8 @@ class Rates:
     zero3_module_s: float | None = None    # calibrated: DeepSpeed's stage-3 hooks and gathers per module per step
     collective_cost: dict | None = None    # calibrated: "reduce_scatter"/"all_gather" -> a ring pass's time over
                                            # an all-reduce pass's at the same size (None: 1, as NCCL's rings)
+    deepspeed_sampled: dict | None = None  # calibrated: strategy -> {"one_s", "more_s", "blocks", "processes"},
+                                           # its DeepSpeed step on the model cut to 1 and `blocks` blocks
     basis: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -67,6 +69,7 @@ class Time:
     tokens_per_s: float | None
     basis: str
     run_s: float | None = None
+    sampled_extra_s: float = 0.0   # DeepSpeed's time beyond the parts, measured on the model's sample (in step_s)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -451,7 +454,43 @@ def offload_seconds(name: str, m, lay, t, rates: Rates) -> float | None:
 
 def step(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, steps: int | None = None,
          device: str = "cuda") -> Time:
-    """One optimizer step of one strategy (all micro-steps of gradient accumulation)."""
+    """One optimizer step of one strategy (all micro-steps of gradient accumulation): the parts, and what
+    DeepSpeed took beyond them on the model's sample when calibration ran this strategy there."""
+    parts = _parts(name, m, lay, t, rates, p2p, device)
+    extra = sampled_extra(name, m, lay, t, rates, p2p, device) if parts.step_s else 0.0
+    if not extra:
+        return replace(parts, run_s=parts.step_s * steps if steps and parts.step_s else None)
+    total = parts.step_s + extra
+    return replace(parts, step_s=total, tokens_per_s=parts.tokens_per_s * parts.step_s / total,
+                   run_s=total * steps if steps else None, sampled_extra_s=extra)
+
+
+def sample_spec(m, layers: int):
+    """The model cut to `layers` blocks, as calibration builds its sample (num_hidden_layers changed)."""
+    block = sum(n for n, _ in block_tensors(m))
+    return replace(m, layers=layers, params=m.params - (m.layers - layers) * block)
+
+
+def sampled_extra(name: str, m, lay, t, rates: Rates, p2p: bool = True, device: str = "cuda") -> float:
+    """What DeepSpeed's step took beyond the parts on the model's own sample, carried to the whole model: its
+    Python per gradient bucket and hook, and each collective inside backward waiting for the slower rank
+    (neither is in the parts). Calibration ran the strategy's config on the model cut to 1 and k blocks in as
+    many processes as the layout has; what each measured beyond the parts' prediction for it gives a cost per
+    block and the rest, as the compute's sample does. Negative when the parts overestimate. 0 without it."""
+    s = (rates.deepspeed_sampled or {}).get(name)
+    if not s or s["processes"] != lay.gpus or lay.nodes > 1 or t.grad_accum != 1:
+        return 0.0
+    k = int(s["blocks"])
+
+    def beyond(layers: int, measured: float) -> float:
+        return measured - _parts(name, sample_spec(m, layers), lay, t, rates, p2p, device).step_s
+    one = beyond(1, s["one_s"])
+    per_block = (beyond(k, s["more_s"]) - one) / (k - 1) if k > 1 else 0.0
+    return one + (m.layers - 1) * per_block
+
+
+def _parts(name: str, m, lay, t, rates: Rates, p2p: bool, device: str) -> Time:
+    """The step from its parts: compute, exposed communication, offload, optimizer."""
     comm, exposed = comm_seconds(name, m, lay, t, rates, p2p)
     if rates.matmul_flops is None and not rates.matmul_seconds:  # the link alone still times the traffic
         return Time(None, None, comm, exposed, None if "offload" in name else 0.0, None, None,
@@ -464,8 +503,7 @@ def step(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, steps: int | N
         return Time(None, compute, comm, exposed, off, opt, None, missing)
     total = compute + exposed + off + opt
     tokens = t.batch_size * t.seq_len * t.grad_accum * lay.gpus
-    return Time(total, compute, comm, exposed, off, opt, tokens / total, rates.basis.get("summary", ""),
-                run_s=total * steps if steps else None)
+    return Time(total, compute, comm, exposed, off, opt, tokens / total, rates.basis.get("summary", ""))
 
 
 # ---- a GPU's rates from its datasheet (gputopo.datasheets) ---------------------------------------------------

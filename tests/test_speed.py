@@ -93,7 +93,7 @@ def test_plan_json_time_fields_and_interconnect_ab():
     data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-model", "TITAN RTX", "--link", "NV2", "--steps", "200")
     for s in data["strategies"]:
         assert set(s["time"]) == {"step_s", "compute_s", "comm_s", "exposed_comm_s", "offload_s", "optimizer_s",
-                                  "tokens_per_s", "basis", "run_s"}
+                                  "tokens_per_s", "basis", "run_s", "sampled_extra_s"}
         assert s["time"]["run_s"] == pytest.approx(200 * s["time"]["step_s"])
     ab = data["interconnect_ab"]
     assert set(ab) == {"strategy", "link", "step_s", "step_s_without_p2p", "ratio"}
@@ -283,6 +283,37 @@ def test_zero_traffic_is_deepspeeds_bucket_all_reduce():
     assert comm_bytes("zero3", GPT2, lay, ckpt) == int(4 * ring * 2 * P * 2)
 
 
+def test_deepspeeds_sampled_extra_is_carried_from_the_sample_to_the_model():
+    """Calibration ran a strategy's DeepSpeed step on the model cut to 1 and k blocks; what each took beyond
+    the parts' prediction for that sample (here 20 ms + 7 ms per block) is carried to the whole model's blocks,
+    added to its step and shown apart. It applies only to the strategy sampled, in as many processes."""
+    m = models.named("gpt2")
+    lay = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 35)
+    t = Training(precision="fp32", batch_size=4, seq_len=1024)
+    base = speed.Rates(matmul_flops=1e13, mem_bytes_per_s=1e11, busbw=1e10, latency_s=1e-4,
+                       sampled={"block_s": 0.03, "head_s": 0.05})
+    k = 4
+    parts = {n: speed.step("zero2", speed.sample_spec(m, n), lay, t, base).step_s for n in (1, k)}
+    assert speed.sample_spec(m, 1).params == m.params - 11 * 12 * 768 ** 2 - 11 * 13 * 768   # blocks with biases
+    sampled = {"zero2": {"one_s": parts[1] + 0.020 + 0.007, "more_s": parts[k] + 0.020 + k * 0.007, "blocks": k,
+                         "processes": 2}}
+    rates = dataclasses.replace(base, deepspeed_sampled=sampled)
+    plain, with_sample = speed.step("zero2", m, lay, t, base), speed.step("zero2", m, lay, t, rates, steps=10)
+    assert with_sample.sampled_extra_s == pytest.approx(0.020 + 12 * 0.007)
+    assert with_sample.step_s == pytest.approx(plain.step_s + 0.104) and with_sample.run_s == pytest.approx(
+        10 * with_sample.step_s)
+    assert with_sample.tokens_per_s == pytest.approx(plain.tokens_per_s * plain.step_s / with_sample.step_s)
+    assert with_sample.compute_s == plain.compute_s and with_sample.comm_s == plain.comm_s
+    # another strategy, another process count or several nodes: not what was sampled
+    assert speed.step("zero3", m, lay, t, rates).sampled_extra_s == 0.0
+    four = Layout(gpus_per_node=4, gpu_mem_bytes=2 ** 35)
+    assert speed.step("zero2", m, four, t, rates).sampled_extra_s == 0.0
+    # one block sampled (a one-block model): a constant
+    one = dataclasses.replace(base, deepspeed_sampled={"zero2": {**sampled["zero2"], "blocks": 1,
+                                                                  "more_s": sampled["zero2"]["one_s"]}})
+    assert speed.step("zero2", m, lay, t, one).sampled_extra_s == pytest.approx(0.027)
+
+
 def test_zero3_module_cost_replaces_the_gathers_latency():
     """A measured ZeRO-3 cost per module (hooks + gathers) is added per module, half again under checkpointing,
     and the gathers then no longer pay the link's latency separately: it is inside the measurement."""
@@ -340,3 +371,40 @@ def test_calibration_measures_deepspeeds_zero3_module_cost(tmp_path, monkeypatch
     cost = cal["collective_cost"]
     assert set(cost) == {"reduce_scatter", "all_gather"} and cost["reduce_scatter"] > 1.2 and cost["all_gather"] > 0.3
     assert rates.collective_cost == cost and "reduce-scatter pass costs" in rates.basis["collectives"]
+
+
+@pytest.mark.slow
+def test_calibration_samples_deepspeeds_step_on_the_models_own_blocks(tiny_model):
+    """Two copies run the strategy's DeepSpeed config (the one the training gets) on the model cut to 1 and k
+    blocks; the prediction then carries what DeepSpeed took beyond the parts to the model, and says so."""
+    pytest.importorskip("deepspeed")
+    from gputopo import calibrate, dsconfig
+    tiny = models.from_path(str(tiny_model))
+    t = Training(precision="fp32", batch_size=2, seq_len=32)
+    cfg = dsconfig.build(2, hf=False, precision="fp32", hidden_size=tiny.hidden_size, batch_size=2, gpus=2,
+                         torch_adam=True)
+    req = calibrate.request(tiny, t, 1, sharded=True, deepspeed={"zero2": cfg})
+    assert req["config"] and req["sample_blocks"] >= 2
+    made_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*_127.0.0.1_*"))
+    cal = calibrate.run(req, copies=2)
+    s = cal["deepspeed_sampled"]["zero2"]
+    assert s["blocks"] == min(req["sample_blocks"], tiny.layers) > 1 and s["processes"] == 2
+    assert 0 < s["one_s"] < 5 and 0 < s["more_s"] < 5
+    assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*_127.0.0.1_*")) <= made_before
+    rates = calibrate.rates(cal)
+    lay = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 34)
+    p = speed.step("zero2", tiny, lay, t, rates, device="cpu")
+    assert p.sampled_extra_s == speed.sampled_extra("zero2", tiny, lay, t, rates, device="cpu") != 0.0
+    assert "zero2's DeepSpeed step on the model cut to 1 and" in rates.basis["sampled_zero2"]
+
+
+def test_the_step_table_shows_deepspeeds_sampled_time_only_when_there_is_one():
+    """The sampled extra gets its own column, signed, so a reader sees how much of the step is measured
+    rather than built from the parts; without any it adds nothing to the table."""
+    from gputopo import render
+    t = speed.Time(0.5, 0.3, 0.1, 0.08, 0.0, 0.02, 1000.0, "calibrated", sampled_extra_s=0.1)
+    plain = dataclasses.replace(t, step_s=0.4, sampled_extra_s=0.0)
+    data = {"strategies": [{"name": "zero2", "time": t.to_dict()}, {"name": "ddp", "time": plain.to_dict()}]}
+    out = render.step_times(data)
+    assert "DeepSpeed beyond (sampled)" in out and "+0.100s" in out and "+0.000s" in out
+    assert "DeepSpeed beyond" not in render.step_times({"strategies": data["strategies"][1:]})
