@@ -264,12 +264,13 @@ def main():
     rows = merge_rounds([compare(r) for r in raws])
     print(f"\nThis machine: {os.cpu_count()} cores, CPU twin (gloo), median step after 3 warm-up steps")
     print(f"  {'case':44} {'predicted':>9} {'measured':>9} {'p10-p90':>13} {'error':>7} {'steal':>6}"
-          "  parts (compute/comm/opt+offload)")
+          "  parts (compute/comm/opt+offload/DeepSpeed sampled beyond them)")
     for r in rows:
         p = r["parts"]
         print(f"  {r['case']:44} {r['predicted']:>9.3f} {r['measured']:>9.3f} "
               f"{r['spread'][0]:>6.3f}-{r['spread'][1]:<6.3f} {r['error']:>+7.1%} {r['steal']:>6.1%}  "
               f"{p.compute_s:.3f}/{p.exposed_comm_s:.3f}/{p.optimizer_s + (p.offload_s or 0):.3f}"
+              f"/{p.sampled_extra_s:+.3f}"
               + (f"  rounds {' '.join(f'{e:+.0%}' for e in r['rounds'])}" if len(r["rounds"]) > 1 else ""))
     worst = max(rows, key=lambda r: abs(r["error"]))
     errors = [abs(r["error"]) for r in rows]

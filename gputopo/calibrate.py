@@ -209,6 +209,11 @@ def for_plan(req) -> tuple[object, str]:
     if copies < lay.gpus_per_node:
         basis["processes"] = (f"{copies} process(es) timed for the plan's {lay.gpus_per_node} per node: this"
                               f" machine has {gpus or cores} {'GPU' if gpus else 'core'}(s)")
+    if copies > 1:
+        basis["deepspeed"] = ("ZeRO strategies from their parts only: DeepSpeed's own Python and the ranks' waits"
+                              " inside backward are not sampled here (that runs each strategy on the model;"
+                              " benchmarks/time_accuracy.py does); on this project's CPU runs, sampled, they"
+                              " moved the step by -16 % to +31 % (docs/sources.md#step-time-accuracy)")
     if not gpus:
         basis["summary"] = "calibrated on this machine's CPU: the CPU twin (gloo) stands in for the GPUs"
     return replace(mine, **fill, inter_node=sheet.inter_node, basis=basis), device

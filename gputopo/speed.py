@@ -481,11 +481,11 @@ def sampled_extra(name: str, m, lay, t, rates: Rates, p2p: bool = True, device: 
     if not s or s["processes"] != lay.gpus or lay.nodes > 1 or t.grad_accum != 1:
         return 0.0
     k = int(s["blocks"])
-
-    def beyond(layers: int, measured: float) -> float:
-        return measured - _parts(name, sample_spec(m, layers), lay, t, rates, p2p, device).step_s
-    one = beyond(1, s["one_s"])
-    per_block = (beyond(k, s["more_s"]) - one) / (k - 1) if k > 1 else 0.0
+    parts = {n: _parts(name, sample_spec(m, n), lay, t, rates, p2p, device).step_s for n in {1, k}}
+    if None in parts.values():   # the parts themselves unknown (a rate missing): nothing to measure beyond
+        return 0.0
+    one = s["one_s"] - parts[1]
+    per_block = (s["more_s"] - parts[k] - one) / (k - 1) if k > 1 else 0.0
     return one + (m.layers - 1) * per_block
 
 

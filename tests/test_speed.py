@@ -174,7 +174,10 @@ def test_plan_calibrate_predicts_the_cpu_twin(tmp_path):
     basis = data["rates"]["basis"]
     assert "CPU twin" in basis["summary"] and basis["link"].startswith("measured: all-reduce sweep")
     assert "sampled" in basis["compute"] and data["rates"]["busbw"] > 0
+    # DeepSpeed's own time is not sampled by plan (it would run every strategy): the output says so
+    assert "not sampled here" in basis["deepspeed"] and data["rates"]["deepspeed_sampled"] is None
     t = {s["name"]: s["time"] for s in data["strategies"]}
+    assert all(t[n]["sampled_extra_s"] == 0.0 for n in t)
     assert all(t[n]["step_s"] > 0 for n in ("ddp", "zero1", "zero2", "zero3"))
     assert t["ddp"]["comm_s"] > 0 and t["zero3"]["comm_s"] > t["ddp"]["comm_s"]   # 1.5x the bytes, more calls
 
@@ -383,7 +386,7 @@ def test_calibration_samples_deepspeeds_step_on_the_models_own_blocks(tiny_model
     t = Training(precision="fp32", batch_size=2, seq_len=32)
     cfg = dsconfig.build(2, hf=False, precision="fp32", hidden_size=tiny.hidden_size, batch_size=2, gpus=2,
                          torch_adam=True)
-    req = calibrate.request(tiny, t, 1, sharded=True, deepspeed={"zero2": cfg})
+    req = calibrate.request(tiny, t, 1, sharded=True, sweep=calibrate.SWEEP[:2], deepspeed={"zero2": cfg})
     assert req["config"] and req["sample_blocks"] >= 2
     made_before = set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*_127.0.0.1_*"))
     cal = calibrate.run(req, copies=2)
@@ -394,7 +397,11 @@ def test_calibration_samples_deepspeeds_step_on_the_models_own_blocks(tiny_model
     rates = calibrate.rates(cal)
     lay = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 34)
     p = speed.step("zero2", tiny, lay, t, rates, device="cpu")
-    assert p.sampled_extra_s == speed.sampled_extra("zero2", tiny, lay, t, rates, device="cpu") != 0.0
+    assert p.step_s and p.sampled_extra_s == speed.sampled_extra("zero2", tiny, lay, t, rates, device="cpu") != 0.0
+    # without the link's rate the parts are unknown, and so is what DeepSpeed took beyond them
+    unknown = dataclasses.replace(rates, busbw=None)
+    assert speed.step("zero2", tiny, lay, t, unknown, device="cpu").step_s is None
+    assert speed.sampled_extra("zero2", tiny, lay, t, unknown, device="cpu") == 0.0
     assert "zero2's DeepSpeed step on the model cut to 1 and" in rates.basis["sampled_zero2"]
 
 
