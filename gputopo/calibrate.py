@@ -29,7 +29,7 @@ LARGEST = 2 ** 24       # elementwise rates level off beyond a few caches' worth
 
 def request(model, training, threads: int | None = None, device: str = "cpu", cpu_adam: bool = False,
             half_weights: bool = False, sweep: list[int] | None = None, zero3: bool = False,
-            sharded: bool = False, deepspeed: dict | None = None) -> dict:
+            sharded: bool = False, deepspeed: dict | None = None, deepspeed_budget: float | None = None) -> dict:
     """What the child times: every distinct matmul shape of the step in the compute dtype, elementwise
     kernels at the sizes of the step's elementwise ops (a CPU's caches make small ones faster), and, when
     transformers can build the model, its first block and its head at the step's shape. half_weights:
@@ -37,7 +37,8 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
     also DeepSpeed's own cost per module at stage 3 (its hooks and gathers), among the copies (True, or
     "if-built": only when no op has to be built first). sharded: also what a pass of ZeRO's reduce-scatter
     and all-gather costs against an all-reduce's, among the copies. deepspeed: {strategy: DeepSpeed config}, each
-    run on the model cut to 1 and to sample_blocks blocks among the copies (speed.sampled_extra)."""
+    run on the model cut to 1 and to sample_blocks blocks among the copies (speed.sampled_extra); with
+    deepspeed_budget (seconds), only those whose estimated time fits and whose ops are built already."""
     from .errors import BadInput
     from .models import hf_config
     try:
@@ -52,7 +53,8 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
             "threads": threads, "cpu_adam": cpu_adam, "config": config, "batch_size": training.batch_size,
             "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
             "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep,
-            "zero3": zero3, "sharded": sharded, "sample_blocks": sample_blocks(model), "deepspeed": deepspeed}
+            "zero3": zero3, "sharded": sharded, "sample_blocks": sample_blocks(model), "deepspeed": deepspeed,
+            "deepspeed_budget": deepspeed_budget}
 
 
 def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = None) -> dict:
@@ -72,7 +74,7 @@ def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = Non
     try:
         for proc in procs:
             out, err = proc.communicate(timeout=timeout)
-            lines = [json.loads(l[len(RESULT):]) for l in out.splitlines() if l.startswith(RESULT)]
+            lines = result_lines(out, RESULT)
             if not lines:   # a result printed is whole: an abort after it is the interpreter's exit
                 last = (err.strip().splitlines() or ["no output"])[-1]
                 raise BenchmarkFailed(f"calibration failed (exit {proc.returncode}): {last}")
@@ -85,6 +87,19 @@ def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = Non
                 proc.kill()
         barrier.cleanup()
     return average(results)
+
+
+def result_lines(out: str, prefix: str) -> list:
+    """The JSON results a child printed, one per line after `prefix`; a line cut short (the child killed while
+    writing it) ends the list: what came before it is whole."""
+    found = []
+    for line in out.splitlines():
+        if line.startswith(prefix):
+            try:
+                found.append(json.loads(line[len(prefix):]))
+            except json.JSONDecodeError:
+                break
+    return found
 
 
 def free_port() -> int:
@@ -198,9 +213,12 @@ def for_plan(req) -> tuple[object, str]:
     device = "cuda" if gpus else "cpu"
     copies = min(lay.gpus_per_node, gpus or cores)
     deepspeed = find_spec("deepspeed") is not None
+    unsampled = _why_no_deepspeed_sample(deepspeed, copies, lay, t)
     cal = run(request(req.model, t, None if gpus else max(1, cores // copies), device=device,
                       cpu_adam=deepspeed and "if-built", sweep=SWEEP if copies > 1 else None,
-                      zero3=deepspeed and copies > 1 and "if-built", sharded=copies > 1), copies=copies)
+                      zero3=deepspeed and copies > 1 and "if-built", sharded=copies > 1,
+                      deepspeed=None if unsampled else plan_configs(req.model, t, copies),
+                      deepspeed_budget=DS_SAMPLE_BUDGET), copies=copies)
     mine, sheet = rates(cal), gpu_rates(lay, t)
     fill = {k: getattr(sheet, k) for k in ("host_link", "cpu_adam", "nvme") if getattr(mine, k) is None}
     if gpus:
@@ -209,14 +227,48 @@ def for_plan(req) -> tuple[object, str]:
     if copies < lay.gpus_per_node:
         basis["processes"] = (f"{copies} process(es) timed for the plan's {lay.gpus_per_node} per node: this"
                               f" machine has {gpus or cores} {'GPU' if gpus else 'core'}(s)")
-    if copies > 1:
-        basis["deepspeed"] = ("ZeRO strategies from their parts only: DeepSpeed's own Python and the ranks' waits"
-                              " inside backward are not sampled here (that runs each strategy on the model;"
-                              " benchmarks/time_accuracy.py does); on this project's CPU runs, sampled, they"
-                              " moved the step by -16 % to +31 % (docs/sources.md#step-time-accuracy)")
+    by_why = {}
+    for name, why in (cal.get("deepspeed_skipped") or {}).items():
+        by_why.setdefault(why, []).append(name)
+    skipped = unsampled or "; ".join(f"{', '.join(names)}: {why}" for why, names in by_why.items())
+    if skipped and copies > 1:
+        basis["deepspeed"] = (f"ZeRO strategies from their parts only, DeepSpeed's own time not sampled ({skipped});"
+                              " on this project's CPU runs, sampled, it was -16 % to +31 % of the measured step"
+                              " (docs/sources.md#step-time-accuracy)")
     if not gpus:
         basis["summary"] = "calibrated on this machine's CPU: the CPU twin (gloo) stands in for the GPUs"
     return replace(mine, **fill, inter_node=sheet.inter_node, basis=basis), device
+
+
+DS_SAMPLE_BUDGET = 30.0   # seconds plan --calibrate spends on DeepSpeed's samples, all strategies together
+
+
+def _why_no_deepspeed_sample(deepspeed: bool, copies: int, lay, t) -> str | None:
+    """Why plan --calibrate cannot sample DeepSpeed's strategies here (None: it can)."""
+    if not deepspeed:
+        return "DeepSpeed is not installed"
+    if copies < 2 or copies != lay.gpus:
+        return f"the plan's {lay.gpus} processes cannot all run here ({copies})"
+    if t.grad_accum != 1:
+        return "the sample times micro-steps and the plan accumulates gradients"
+    return None
+
+
+def plan_configs(model, t, copies: int) -> dict:
+    """The DeepSpeed config of each ZeRO strategy plan compares (NVMe aside: it needs a path), as
+    `deepspeed-config --no-hf` writes it for this model and batch in `copies` processes."""
+    from .dsconfig import STRATEGY_TO_CONFIG, Shape, build
+    from .errors import BadInput
+    out = {}
+    for name, (stage, offload) in STRATEGY_TO_CONFIG.items():
+        if stage and offload != "nvme":
+            try:
+                out[name] = build(stage, offload, Shape(hf=False, precision=t.precision, hidden_size=model.hidden_size,
+                                                        largest_layer=model.largest_layer_params,
+                                                        batch_size=t.batch_size, gpus=copies, optimizer=t.optimizer))
+            except BadInput:   # a combination DeepSpeed refuses (plan says so on its own)
+                continue
+    return out
 
 
 # ---- the child ----------------------------------------------------------------------------------------------
@@ -283,7 +335,7 @@ def child(req: dict) -> dict:
             "matmul_flops": flops / seconds if seconds else None, "mem_bytes_per_s": mem, "elementwise": ew,
             "optimizer_params_per_s": _optimizer_rate(torch, req, device, sync), "torch": torch.__version__,
             "cpu_adam_params_per_s": _cpu_adam_rate(torch) if _op_ready("cpu_adam", req.get("cpu_adam")) else None,
-            "sampled": sampled, "sample_error": why, **_in_group(req, device, cuda)}
+            "sampled": sampled, "sample_error": why, **_in_group(req, device, cuda, sampled)}
 
 
 def _elementwise(torch, n: int, device, sync, budget: float) -> dict:
@@ -394,10 +446,13 @@ def _one_step(torch, req: dict, device, layers: int):
     return step
 
 
-def _in_group(req: dict, device, cuda: bool) -> dict:
+def _in_group(req: dict, device, cuda: bool, sampled: dict | None = None) -> dict:
     """What the copies time together, in one process group (NCCL on GPUs, gloo on CPU): the all-reduce sweep
-    (req["sweep"], as gputopo.worker's) and DeepSpeed's ZeRO-3 cost per module (req["zero3"]); rank 0's."""
-    out = {"allreduce": None, "zero3_module_s": None, "collective_cost": None, "deepspeed_sampled": None}
+    (req["sweep"], as gputopo.worker's), DeepSpeed's ZeRO-3 cost per module (req["zero3"]), the cost of
+    ZeRO's collectives (req["sharded"]) and each requested strategy's DeepSpeed step on the model's sample
+    (req["deepspeed"]); rank 0's."""
+    out = {"allreduce": None, "zero3_module_s": None, "collective_cost": None, "deepspeed_sampled": None,
+           "deepspeed_skipped": None}
     if not (req.get("sweep") or req.get("zero3") or req.get("sharded") or req.get("deepspeed")) \
             or req.get("copies", 1) < 2:
         return out
@@ -417,9 +472,8 @@ def _in_group(req: dict, device, cuda: bool) -> dict:
         # on a CPU DeepSpeed's processes talk through its shared-memory op, built on first use
         if req.get("zero3") and (cuda or _op_ready("deepspeed_shm_comm", req["zero3"])):
             out["zero3_module_s"] = _zero3_module_seconds(device)
-        if req.get("deepspeed") and req.get("config") and (cuda or _op_ready("deepspeed_shm_comm", True)):
-            out["deepspeed_sampled"] = {name: _deepspeed_sample(req, device, cfg)
-                                        for name, cfg in req["deepspeed"].items()}
+        if req.get("deepspeed") and req.get("config"):
+            out["deepspeed_sampled"], out["deepspeed_skipped"] = _deepspeed_samples(req, device, cuda, sampled)
     finally:
         dist.destroy_process_group()
         release_deepspeed_shm()
@@ -502,10 +556,44 @@ def _zero3_module_seconds(device) -> float:
 DS_SAMPLE_STEPS = 8   # timed steps per sample and turn, after 2 warm-up steps
 
 
+def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> tuple[dict, dict]:
+    """({strategy: sample}, {strategy: why not}) for req["deepspeed"]. Under a budget (plan --calibrate) a
+    strategy runs only if the ops it needs are built already and its estimated time still fits: its 40 steps
+    (2 turns of 10 on each sample) at twice the compute sample's forward and backward each."""
+    done, skipped = {}, {}
+    budget = req.get("deepspeed_budget")
+    how = "if-built" if budget else True
+    left = budget or float("inf")
+    more = min(req.get("sample_blocks", 3), req["layers"])
+    for name, cfg in req["deepspeed"].items():
+        ops = [op for op in (["deepspeed_shm_comm"] if not cuda else []) + _ops_for(cfg) if not _op_ready(op, how)]
+        guess = 2 * 2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more) * sampled["block_s"]) \
+            if sampled else float("inf")
+        if ops:
+            skipped[name] = f"DeepSpeed's {' and '.join(ops)} op{'s' if len(ops) > 1 else ''} not built yet"
+        elif guess > left:
+            skipped[name] = f"about {guess:.0f} s, over the {budget:g} s left" if budget else "no compute sample"
+        else:
+            t0 = time.perf_counter()
+            done[name] = _deepspeed_sample(req, device, cfg)
+            left -= time.perf_counter() - t0
+    return done, skipped
+
+
+def _ops_for(cfg: dict) -> list[str]:
+    """DeepSpeed's JIT ops a config builds on first use: its Adam, on the host when offloaded (torch's own
+    Adam, or the script's optimizer, none)."""
+    opt = cfg.get("optimizer") or {}
+    if not opt.get("type", "").lower().startswith("adam") or opt.get("params", {}).get("torch_adam"):
+        return []
+    offload = (cfg.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device")
+    return ["cpu_adam"] if offload in ("cpu", "nvme") else ["fused_adam"]
+
+
 def _deepspeed_sample(req: dict, device, cfg: dict) -> dict:
     """One strategy's DeepSpeed step (deepspeed.initialize on the config the training uses) on the model cut to
-    1 and to sample_blocks blocks, at the step's shape, in this process group: the medians of two turns each,
-    the turns alternating so a drift of the machine's speed lands on both."""
+    1 and to sample_blocks blocks, at the step's shape, in this process group: each sample's median over two
+    turns, the turns alternating so a drift of the machine's speed lands on both."""
     import deepspeed
     import torch
     more = min(req.get("sample_blocks", 3), req["layers"])
@@ -529,7 +617,7 @@ def _deepspeed_sample(req: dict, device, cfg: dict) -> dict:
 
 def _op_ready(op: str, how) -> bool:
     """True times what needs DeepSpeed's op `op` (building it if need be, 30-90 s); "if-built" only when
-    DeepSpeed ships it prebuilt or torch's JIT built it already here (plan --calibrate stays a few seconds)."""
+    DeepSpeed ships it prebuilt or torch's JIT built it already here (plan --calibrate stays within its budget)."""
     if how != "if-built":
         return bool(how)
     from deepspeed.git_version_info import installed_ops

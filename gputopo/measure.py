@@ -54,7 +54,8 @@ def run_many(reqs: list[dict], *, need_bytes: int, timeout: float = 3600, malloc
     except subprocess.TimeoutExpired:
         raise BenchmarkFailed(f"--measure: the measuring process took more than {timeout:.0f} s and was stopped") \
             from None
-    lines = [json.loads(l[len(RESULT):]) for l in proc.stdout.splitlines() if l.startswith(RESULT)]
+    from .calibrate import result_lines
+    lines = result_lines(proc.stdout, RESULT)
     if len(lines) != len(reqs):   # every result printed is whole: an abort after them is the interpreter's exit
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise BenchmarkFailed(f"--measure: the measuring process failed (exit {proc.returncode}): {last}")

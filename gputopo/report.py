@@ -94,17 +94,18 @@ def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda")
     rows = [{**s.to_dict(), "time": times[s.name].to_dict()} for s in strategies]
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
             "training": training.to_dict(), "strategies": rows, "recommendation": advice.to_dict(),
-            "interconnect_ab": interconnect_ab(advice.strategy, model, layout, training, rates, times),
+            "interconnect_ab": interconnect_ab(advice.strategy, model, layout, training, rates, times, device),
             "rates": rates.to_dict(), "notes": list(req.notes)}
 
 
-def interconnect_ab(name, model, layout, training, rates, times) -> dict | None:
+def interconnect_ab(name, model, layout, training, rates, times, device: str = "cuda") -> dict | None:
     """What the link buys the recommended strategy: its step with P2P and with NCCL_P2P_DISABLE=1 (the two arms
     bench-nvlink measures). None with one GPU or several nodes (the network sets the pace there)."""
     from . import speed
     if name is None or layout.gpus < 2 or layout.nodes > 1:
         return None
-    on, off = times[name].step_s, speed.step(name, model, layout, training, rates, p2p=False).step_s
+    on, off = times[name].step_s, speed.step(name, model, layout, training, rates, p2p=False,
+                                                     device=device).step_s
     return {"strategy": name, "link": layout.link_type, "step_s": on, "step_s_without_p2p": off,
             "ratio": off / on if on and off else None}
 

@@ -457,7 +457,9 @@ def step(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, steps: int | N
     """One optimizer step of one strategy (all micro-steps of gradient accumulation): the parts, and what
     DeepSpeed took beyond them on the model's sample when calibration ran this strategy there."""
     parts = _parts(name, m, lay, t, rates, p2p, device)
-    extra = sampled_extra(name, m, lay, t, rates, p2p, device) if parts.step_s else 0.0
+    extra = sampled_extra(name, m, lay, t, rates, device) if parts.step_s else 0.0
+    # a surplus measured low (noise, carried over many blocks) never takes the step below its own compute
+    extra = max(extra, parts.compute_s - parts.step_s) if extra else 0.0
     if not extra:
         return replace(parts, run_s=parts.step_s * steps if steps and parts.step_s else None)
     total = parts.step_s + extra
@@ -471,17 +473,19 @@ def sample_spec(m, layers: int):
     return replace(m, layers=layers, params=m.params - (m.layers - layers) * block)
 
 
-def sampled_extra(name: str, m, lay, t, rates: Rates, p2p: bool = True, device: str = "cuda") -> float:
+def sampled_extra(name: str, m, lay, t, rates: Rates, device: str = "cuda") -> float:
     """What DeepSpeed's step took beyond the parts on the model's own sample, carried to the whole model: its
     Python per gradient bucket and hook, and each collective inside backward waiting for the slower rank
     (neither is in the parts). Calibration ran the strategy's config on the model cut to 1 and k blocks in as
     many processes as the layout has; what each measured beyond the parts' prediction for it gives a cost per
-    block and the rest, as the compute's sample does. Negative when the parts overestimate. 0 without it."""
+    block and the rest, as the compute's sample does. Negative when the parts overestimate. 0 without it.
+    Against the parts over the link the sample ran on (P2P allowed): the same surplus in both of
+    bench-nvlink's arms, whose difference the link model gives."""
     s = (rates.deepspeed_sampled or {}).get(name)
     if not s or s["processes"] != lay.gpus or lay.nodes > 1 or t.grad_accum != 1:
         return 0.0
     k = int(s["blocks"])
-    parts = {n: _parts(name, sample_spec(m, n), lay, t, rates, p2p, device).step_s for n in {1, k}}
+    parts = {n: _parts(name, sample_spec(m, n), lay, t, rates, True, device).step_s for n in {1, k}}
     if None in parts.values():   # the parts themselves unknown (a rate missing): nothing to measure beyond
         return 0.0
     one = s["one_s"] - parts[1]

@@ -101,6 +101,10 @@ def run_child(main) -> None:
     try:
         main()
         code = 0
+    except SystemExit as e:   # sys.exit(n) keeps its status, sys.exit("message") prints it
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else 1
     except BaseException:
         import traceback
         traceback.print_exc()

@@ -174,10 +174,14 @@ def test_plan_calibrate_predicts_the_cpu_twin(tmp_path):
     basis = data["rates"]["basis"]
     assert "CPU twin" in basis["summary"] and basis["link"].startswith("measured: all-reduce sweep")
     assert "sampled" in basis["compute"] and data["rates"]["busbw"] > 0
-    # DeepSpeed's own time is not sampled by plan (it would run every strategy): the output says so
-    assert "not sampled here" in basis["deepspeed"] and data["rates"]["deepspeed_sampled"] is None
+    # each ZeRO strategy's DeepSpeed step was sampled on the model (its ops are built by .ci/setup), or the
+    # output names it and says why not; a sampled one carries its surplus into its step
     t = {s["name"]: s["time"] for s in data["strategies"]}
-    assert all(t[n]["sampled_extra_s"] == 0.0 for n in t)
+    sampled = data["rates"]["deepspeed_sampled"] or {}
+    for name in ("zero1", "zero2", "zero3", "zero2_offload_cpu", "zero3_offload_cpu"):
+        assert (name in sampled and t[name]["sampled_extra_s"] != 0.0 and f"sampled_{name}" in basis) or (
+            name in basis["deepspeed"] and t[name]["sampled_extra_s"] == 0.0)
+    assert "zero1" in sampled and t["ddp"]["sampled_extra_s"] == 0.0 and "zero3_offload_nvme" not in sampled
     assert all(t[n]["step_s"] > 0 for n in ("ddp", "zero1", "zero2", "zero3"))
     assert t["ddp"]["comm_s"] > 0 and t["zero3"]["comm_s"] > t["ddp"]["comm_s"]   # 1.5x the bytes, more calls
 
@@ -311,6 +315,13 @@ def test_deepspeeds_sampled_extra_is_carried_from_the_sample_to_the_model():
     assert speed.step("zero3", m, lay, t, rates).sampled_extra_s == 0.0
     four = Layout(gpus_per_node=4, gpu_mem_bytes=2 ** 35)
     assert speed.step("zero2", m, four, t, rates).sampled_extra_s == 0.0
+    # a surplus measured far below the parts never takes the step under its compute
+    low = dataclasses.replace(base, deepspeed_sampled={"zero2": {**sampled["zero2"], "one_s": 0.0, "more_s": 0.0}})
+    floor = speed.step("zero2", m, lay, t, low)
+    assert floor.step_s == pytest.approx(floor.compute_s) and floor.sampled_extra_s < 0
+    # the no-P2P arm keeps the surplus measured over the link: the link model alone sets the difference
+    no_p2p = dataclasses.replace(rates, busbw_no_p2p=1e9)
+    assert speed.step("zero2", m, lay, t, no_p2p, p2p=False).sampled_extra_s == pytest.approx(0.104)
     # one block sampled (a one-block model): a constant
     one = dataclasses.replace(base, deepspeed_sampled={"zero2": {**sampled["zero2"], "blocks": 1,
                                                                   "more_s": sampled["zero2"]["one_s"]}})
@@ -397,7 +408,10 @@ def test_calibration_samples_deepspeeds_step_on_the_models_own_blocks(tiny_model
     rates = calibrate.rates(cal)
     lay = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 34)
     p = speed.step("zero2", tiny, lay, t, rates, device="cpu")
-    assert p.step_s and p.sampled_extra_s == speed.sampled_extra("zero2", tiny, lay, t, rates, device="cpu") != 0.0
+    parts = speed.step("zero2", tiny, lay, t, dataclasses.replace(rates, deepspeed_sampled=None), device="cpu")
+    assert p.sampled_extra_s != 0.0 and p.step_s == pytest.approx(parts.step_s + p.sampled_extra_s)
+    assert p.sampled_extra_s == max(speed.sampled_extra("zero2", tiny, lay, t, rates, device="cpu"),
+                                    parts.compute_s - parts.step_s)
     # without the link's rate the parts are unknown, and so is what DeepSpeed took beyond them
     unknown = dataclasses.replace(rates, busbw=None)
     assert speed.step("zero2", tiny, lay, t, unknown, device="cpu").step_s is None
@@ -415,3 +429,44 @@ def test_the_step_table_shows_deepspeeds_sampled_time_only_when_there_is_one():
     out = render.step_times(data)
     assert "DeepSpeed beyond (sampled)" in out and "+0.100s" in out and "+0.000s" in out
     assert "DeepSpeed beyond" not in render.step_times({"strategies": data["strategies"][1:]})
+
+
+def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkeypatch):
+    """plan --calibrate asks for every ZeRO strategy's config (NVMe aside) in as many processes as the plan;
+    the child runs those whose ops are built and whose estimate fits the budget, and names the rest."""
+    from gputopo import calibrate, dsconfig
+    lay, t = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 34), Training(precision="bf16", batch_size=3, seq_len=64)
+    assert calibrate._why_no_deepspeed_sample(True, 2, lay, t) is None
+    assert "not installed" in calibrate._why_no_deepspeed_sample(False, 2, lay, t)
+    assert "8 processes cannot all run here (2)" in calibrate._why_no_deepspeed_sample(
+        True, 2, Layout(gpus_per_node=8, gpu_mem_bytes=2 ** 34), t)
+    assert "accumulates" in calibrate._why_no_deepspeed_sample(True, 2, lay, dataclasses.replace(t, grad_accum=4))
+    cfgs = calibrate.plan_configs(models.named("gpt2"), t, 2)
+    assert sorted(cfgs) == ["zero1", "zero2", "zero2_offload_cpu", "zero3", "zero3_offload_cpu"]
+    assert all(c["train_batch_size"] == 6 and c["bf16"]["enabled"] for c in cfgs.values())
+    assert [cfgs[n]["zero_optimization"]["stage"] for n in ("zero1", "zero2", "zero3")] == [1, 2, 3]
+    assert calibrate._ops_for(cfgs["zero2"]) == ["fused_adam"] and calibrate._ops_for(cfgs["zero3_offload_cpu"]) \
+        == ["cpu_adam"]
+    assert calibrate._ops_for(dsconfig.build(2, hf=False, batch_size=2, gpus=2, torch_adam=True)) == []
+    # the child: 40 steps at twice the compute sample each; cpu_adam not built; a budget of 10 s
+    ran = []
+    monkeypatch.setattr(calibrate, "_op_ready", lambda op, how: how is True or op != "cpu_adam")
+    monkeypatch.setattr(calibrate, "_deepspeed_sample", lambda req, device, cfg: ran.append(cfg) or {"one_s": 0.1})
+    req = {"deepspeed": cfgs, "deepspeed_budget": 10.0, "sample_blocks": 3, "layers": 12}
+    done, skipped = calibrate._deepspeed_samples(req, None, False, {"head_s": 0.02, "block_s": 0.01})
+    assert sorted(done) == ["zero1", "zero2", "zero3"] and len(ran) == 3          # 40 x 0.08 s = 3.2 s each
+    assert skipped == {n: "DeepSpeed's cpu_adam op not built yet" for n in ("zero2_offload_cpu", "zero3_offload_cpu")}
+    done, skipped = calibrate._deepspeed_samples(req, None, False, {"head_s": 0.2, "block_s": 0.1})
+    assert done == {} and skipped["zero1"] == "about 32 s, over the 10 s left"
+    # without a budget (benchmarks/time_accuracy.py): everything asked for runs, ops built on first use
+    ran.clear()
+    done, _ = calibrate._deepspeed_samples(dict(req, deepspeed_budget=None), None, False, None)
+    assert sorted(done) == sorted(cfgs) and len(ran) == 5
+
+
+def test_a_result_line_cut_short_ends_the_results():
+    """A child killed while printing leaves half a JSON line: the whole ones before it count, it does not."""
+    from gputopo import calibrate
+    out = 'noise\nR {"a": 1}\nR {"b": 2}\nR {"c": \n'
+    assert calibrate.result_lines(out, "R ") == [{"a": 1}, {"b": 2}]
+    assert calibrate.result_lines("", "R ") == []

@@ -16,7 +16,8 @@ from .common import emit, exit_if_nothing_fits
                                               " and print predicted vs measured memory.")
 @click.option("--steps", type=COUNT, help="Optimizer steps of the whole run: also print its predicted time.")
 @click.option("--calibrate", is_flag=True, help="Predict step times from this machine, timed for the model for a"
-                                                " few seconds (on a CPU: the CPU twin), not from GPU datasheets.")
+                                                " few seconds and each ZeRO strategy's DeepSpeed step on it for up"
+                                                " to 30 s more (on a CPU: the CPU twin), not from GPU datasheets.")
 @json_option
 def plan(as_json, measure, steps, calibrate, **options):
     """Memory and step time for each strategy (DDP, ZeRO-1/2/3, offload) and the fastest that fits."""
