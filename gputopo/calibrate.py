@@ -569,13 +569,18 @@ def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> t
         ops = [op for op in (["deepspeed_shm_comm"] if not cuda else []) + _ops_for(cfg) if not _op_ready(op, how)]
         guess = 2 * 2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more) * sampled["block_s"]) \
             if sampled else float("inf")
-        if ops:
+        if not cfg.get("optimizer"):
+            skipped[name] = "the script's own optimizer (the config has none to run)"
+        elif ops:
             skipped[name] = f"DeepSpeed's {' and '.join(ops)} op{'s' if len(ops) > 1 else ''} not built yet"
         elif guess > left:
             skipped[name] = f"about {guess:.0f} s, over the {budget:g} s left" if budget else "no compute sample"
         else:
             t0 = time.perf_counter()
-            done[name] = _deepspeed_sample(req, device, cfg)
+            try:
+                done[name] = _deepspeed_sample(req, device, cfg)
+            except Exception as e:  # DeepSpeed refused it here: the parts stand alone, and the output says why
+                skipped[name] = f"DeepSpeed failed: {type(e).__name__}: {e}"[:200]
             left -= time.perf_counter() - t0
     return done, skipped
 

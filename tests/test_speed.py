@@ -458,6 +458,16 @@ def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkey
     assert skipped == {n: "DeepSpeed's cpu_adam op not built yet" for n in ("zero2_offload_cpu", "zero3_offload_cpu")}
     done, skipped = calibrate._deepspeed_samples(req, None, False, {"head_s": 0.2, "block_s": 0.1})
     assert done == {} and skipped["zero1"] == "about 32 s, over the 10 s left"
+    # a config without an optimizer (the script brings its own) is not run; a sample DeepSpeed refuses is named
+    def refuse(req, device, cfg):
+        raise RuntimeError("no")
+    monkeypatch.setattr(calibrate, "_deepspeed_sample", refuse)
+    own = dsconfig.build(2, hf=False, batch_size=2, gpus=2, optimizer="sgd")
+    done, skipped = calibrate._deepspeed_samples(dict(req, deepspeed={"zero2": own, "zero1": cfgs["zero1"]}),
+                                                 None, False, {"head_s": 0.02, "block_s": 0.01})
+    assert done == {} and "own optimizer" in skipped["zero2"]
+    assert skipped["zero1"] == "DeepSpeed failed: RuntimeError: no"
+    monkeypatch.setattr(calibrate, "_deepspeed_sample", lambda req, device, cfg: ran.append(cfg) or {"one_s": 0.1})
     # without a budget (benchmarks/time_accuracy.py): everything asked for runs, ops built on first use
     ran.clear()
     done, _ = calibrate._deepspeed_samples(dict(req, deepspeed_budget=None), None, False, None)
