@@ -567,8 +567,8 @@ def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> t
     more = min(req.get("sample_blocks", 3), req["layers"])
     for name, cfg in req["deepspeed"].items():
         ops = [op for op in (["deepspeed_shm_comm"] if not cuda else []) + _ops_for(cfg) if not _op_ready(op, how)]
-        guess = 2 * 2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more) * sampled["block_s"]) \
-            if sampled else float("inf")
+        guess = _agreed_max(2 * 2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more) * sampled["block_s"])
+                            if sampled else float("inf"), device)
         if not cfg.get("optimizer"):
             skipped[name] = "the script's own optimizer (the config has none to run)"
         elif ops:
@@ -581,8 +581,18 @@ def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> t
                 done[name] = _deepspeed_sample(req, device, cfg)
             except Exception as e:  # DeepSpeed refused it here: the parts stand alone, and the output says why
                 skipped[name] = f"DeepSpeed failed: {type(e).__name__}: {e}"[:200]
-            left -= time.perf_counter() - t0
+            left -= _agreed_max(time.perf_counter() - t0, device)
     return done, skipped
+
+
+def _agreed_max(x: float, device) -> float:
+    """The largest of the copies' values: each copy timed its own sample, and all must take the same turns
+    (one that skips a strategy the other runs leaves it waiting in a collective)."""
+    import torch
+    import torch.distributed as dist
+    t = torch.tensor([x], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
 
 
 def _ops_for(cfg: dict) -> list[str]:

@@ -451,6 +451,7 @@ def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkey
     # the child: 40 steps at twice the compute sample each; cpu_adam not built; a budget of 10 s
     ran = []
     monkeypatch.setattr(calibrate, "_op_ready", lambda op, how: how is True or op != "cpu_adam")
+    monkeypatch.setattr(calibrate, "_agreed_max", lambda x, device: x)   # one process: its own figures
     monkeypatch.setattr(calibrate, "_deepspeed_sample", lambda req, device, cfg: ran.append(cfg) or {"one_s": 0.1})
     req = {"deepspeed": cfgs, "deepspeed_budget": 10.0, "sample_blocks": 3, "layers": 12}
     done, skipped = calibrate._deepspeed_samples(req, None, False, {"head_s": 0.02, "block_s": 0.01})
