@@ -193,11 +193,12 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
 SWEEP = [2 ** k for k in range(16, 25, 2)]   # 64 KiB .. 16 MiB: the sizes of DDP's and ZeRO's buckets
 
 
-def for_plan(req) -> tuple[object, str]:
+def for_plan(req, budget: float | None = None) -> tuple[object, str]:
     """(Rates, device) for `plan --calibrate`: this machine timed in as many processes as the plan has per
     node (on a CPU at most one per core, the cores shared among them), those processes' all-reduce sweep;
     what this machine cannot show (the network between nodes; on GPUs: P2P disabled, the host link, NVMe)
-    from the layout's figures as `plan` takes them without calibration."""
+    from the layout's figures as `plan` takes them without calibration. budget: seconds for DeepSpeed's samples
+    (speed.sampled_extra), 0 for none."""
     from dataclasses import replace
     from importlib.util import find_spec
 
@@ -213,12 +214,13 @@ def for_plan(req) -> tuple[object, str]:
     device = "cuda" if gpus else "cpu"
     copies = min(lay.gpus_per_node, gpus or cores)
     deepspeed = find_spec("deepspeed") is not None
-    unsampled = _why_no_deepspeed_sample(deepspeed, copies, lay, t)
+    budget = DS_SAMPLE_BUDGET if budget is None else budget
+    unsampled = "--calibrate-seconds 0" if not budget else _why_no_deepspeed_sample(deepspeed, copies, lay, t)
     cal = run(request(req.model, t, None if gpus else max(1, cores // copies), device=device,
                       cpu_adam=deepspeed and "if-built", sweep=SWEEP if copies > 1 else None,
                       zero3=deepspeed and copies > 1 and "if-built", sharded=copies > 1,
                       deepspeed=None if unsampled else plan_configs(req.model, t, copies),
-                      deepspeed_budget=DS_SAMPLE_BUDGET), copies=copies)
+                      deepspeed_budget=budget), copies=copies)
     mine, sheet = rates(cal), gpu_rates(lay, t)
     fill = {k: getattr(sheet, k) for k in ("host_link", "cpu_adam", "nvme") if getattr(mine, k) is None}
     if gpus:
@@ -240,7 +242,7 @@ def for_plan(req) -> tuple[object, str]:
     return replace(mine, **fill, inter_node=sheet.inter_node, basis=basis), device
 
 
-DS_SAMPLE_BUDGET = 30.0   # seconds plan --calibrate spends on DeepSpeed's samples, all strategies together
+DS_SAMPLE_BUDGET = 30.0   # seconds plan --calibrate spends on DeepSpeed's samples by default, all strategies
 
 
 def _why_no_deepspeed_sample(deepspeed: bool, copies: int, lay, t) -> str | None:

@@ -431,6 +431,24 @@ def _calibrate_check(args):
     return check
 
 
+def _calibrate_seconds_check(args):
+    """--calibrate-seconds is the budget the calibration gets for DeepSpeed's samples (0: none asked); without
+    --calibrate it is refused."""
+    def check(_):
+        from conftest import fake_calibration_result
+        seen = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("gputopo.calibrate.run", lambda req, copies=1, **k: seen.append(req)
+                       or fake_calibration_result(req, copies))
+            js(run("plan", *args, "--calibrate", "--calibrate-seconds", "90"))
+            none = js(run("plan", *args, "--calibrate", "--calibrate-seconds", "0"))
+        if seen[0]["deepspeed"]:   # DeepSpeed installed: every ZeRO strategy's config, under the budget
+            assert seen[0]["deepspeed_budget"] == 90 and "zero3" in seen[0]["deepspeed"]
+        assert seen[1]["deepspeed"] is None and "--calibrate-seconds 0" in none["rates"]["basis"]["deepspeed"]
+        one_line_usage_error(run("plan", *args, "--calibrate-seconds", "5"), "--calibrate-seconds needs --calibrate")
+    return check
+
+
 def _walk(tmp):
     """{(command, option name): check}. A new option needs an entry here."""
     w = {}
@@ -447,6 +465,7 @@ def _walk(tmp):
     w[("plan", "steps")] = differs("plan", PLAN + timed, PLAN + timed + ["--steps", "100"],
                                    lambda d: d["strategies"][0]["time"].get("run_s"))
     w[("plan", "calibrate")] = _calibrate_check(PLAN + timed)
+    w[("plan", "calibrate_seconds")] = _calibrate_seconds_check(PLAN + timed)
     # deepspeed-config: options of its own, and the shared ones where they change the config without --auto.
     w.update({
         ("deepspeed-config", "stage"): differs("deepspeed-config", DS, ["--stage", "3", "--json"],

@@ -16,17 +16,24 @@ from .common import emit, exit_if_nothing_fits
                                               " and print predicted vs measured memory.")
 @click.option("--steps", type=COUNT, help="Optimizer steps of the whole run: also print its predicted time.")
 @click.option("--calibrate", is_flag=True, help="Predict step times from this machine, timed for the model for a"
-                                                " few seconds and each ZeRO strategy's DeepSpeed step on it for up"
-                                                " to 30 s more (on a CPU: the CPU twin), not from GPU datasheets.")
+                                                " few seconds and each ZeRO strategy's DeepSpeed step on it"
+                                                " (--calibrate-seconds), not from GPU datasheets; on a CPU, the CPU"
+                                                " twin.")
+@click.option("--calibrate-seconds", type=click.FloatRange(0), help="With --calibrate: seconds it may run DeepSpeed's"
+                                                                   " strategies on the model, estimated before each"
+                                                                   " (0: none) [default: 30].")
 @json_option
-def plan(as_json, measure, steps, calibrate, **options):
+def plan(as_json, measure, steps, calibrate, calibrate_seconds, **options):
     """Memory and step time for each strategy (DDP, ZeRO-1/2/3, offload) and the fastest that fits."""
     from .. import render, report, request
+    from ..errors import BadInput
+    if calibrate_seconds is not None and not calibrate:
+        raise BadInput("--calibrate-seconds needs --calibrate")
     req = request.from_options(options)
     rates, device = None, "cuda"
     if calibrate:
         from .. import calibrate as calibrating
-        rates, device = calibrating.for_plan(req)
+        rates, device = calibrating.for_plan(req, calibrate_seconds)
     data = report.plan_for(req, rates=rates, steps=steps, device=device)
     if measure:
         from .. import measure as measuring
