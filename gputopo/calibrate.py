@@ -233,23 +233,26 @@ def for_plan(req, budget: float | None = None) -> tuple[object, str]:
     for name, why in (cal.get("deepspeed_skipped") or {}).items():
         by_why.setdefault(why, []).append(name)
     skipped = unsampled or "; ".join(f"{', '.join(names)}: {why}" for why, names in by_why.items())
-    if skipped and copies > 1:
-        basis["deepspeed"] = (f"ZeRO strategies from their parts only, DeepSpeed's own time not sampled ({skipped});"
-                              " on this project's CPU runs, sampled, it was -16 % to +31 % of the measured step"
+    if skipped:
+        basis["deepspeed"] = (f"DeepSpeed's own time not sampled, the step from its parts alone for "
+                              f"{'every ZeRO strategy: ' if unsampled else ''}{skipped}; on this project's CPU"
+                              " runs, sampled, it was -16 % to +31 % of the measured step"
                               " (docs/sources.md#step-time-accuracy)")
     if not gpus:
         basis["summary"] = "calibrated on this machine's CPU: the CPU twin (gloo) stands in for the GPUs"
     return replace(mine, **fill, inter_node=sheet.inter_node, basis=basis), device
 
 
-DS_SAMPLE_BUDGET = 30.0   # seconds plan --calibrate spends on DeepSpeed's samples by default, all strategies
+DS_SAMPLE_BUDGET = 60.0   # seconds plan --calibrate spends on DeepSpeed's samples by default, all strategies
 
 
 def _why_no_deepspeed_sample(deepspeed: bool, copies: int, lay, t) -> str | None:
     """Why plan --calibrate cannot sample DeepSpeed's strategies here (None: it can)."""
     if not deepspeed:
         return "DeepSpeed is not installed"
-    if copies < 2 or copies != lay.gpus:
+    if lay.gpus < 2:
+        return "one process: the samples run in a group of two or more"
+    if copies != lay.gpus:
         return f"the plan's {lay.gpus} processes cannot all run here ({copies})"
     if t.grad_accum != 1:
         return "the sample times micro-steps and the plan accumulates gradients"
@@ -561,29 +564,33 @@ DS_SAMPLE_STEPS = 8   # timed steps per sample and turn, after 2 warm-up steps
 def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> tuple[dict, dict]:
     """({strategy: sample}, {strategy: why not}) for req["deepspeed"]. Under a budget (plan --calibrate) a
     strategy runs only if the ops it needs are built already and its estimated time still fits: its 40 steps
-    (2 turns of 10 on each sample) at twice the compute sample's forward and backward each."""
-    done, skipped = {}, {}
+    (2 turns of 10 on each sample) at twice the compute sample's forward and backward each, or as long as the
+    longest strategy sampled before it took, if longer."""
+    done, skipped, longest = {}, {}, 0.0
     budget = req.get("deepspeed_budget")
     how = "if-built" if budget else True
     left = budget or float("inf")
     more = min(req.get("sample_blocks", 3), req["layers"])
     for name, cfg in req["deepspeed"].items():
         ops = [op for op in (["deepspeed_shm_comm"] if not cuda else []) + _ops_for(cfg) if not _op_ready(op, how)]
-        guess = _agreed_max(2 * 2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more) * sampled["block_s"])
-                            if sampled else float("inf"), device)
+        guess = max(longest, _agreed_max(2 * 2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more)
+                                                                          * sampled["block_s"])
+                                         if sampled else float("inf"), device))
         if not cfg.get("optimizer"):
             skipped[name] = "the script's own optimizer (the config has none to run)"
         elif ops:
             skipped[name] = f"DeepSpeed's {' and '.join(ops)} op{'s' if len(ops) > 1 else ''} not built yet"
         elif guess > left:
-            skipped[name] = f"about {guess:.0f} s, over the {budget:g} s left" if budget else "no compute sample"
+            skipped[name] = f"about {guess:.0f} s, over the {left:.0f} s left of --calibrate-seconds {budget:g}" \
+                if budget else "no compute sample"
         else:
             t0 = time.perf_counter()
             try:
                 done[name] = _deepspeed_sample(req, device, cfg)
             except Exception as e:  # DeepSpeed refused it here: the parts stand alone, and the output says why
                 skipped[name] = f"DeepSpeed failed: {type(e).__name__}: {e}"[:200]
-            left -= _agreed_max(time.perf_counter() - t0, device)
+            took = _agreed_max(time.perf_counter() - t0, device)
+            left, longest = left - took, max(longest, took)
     return done, skipped
 
 

@@ -195,7 +195,7 @@ def step_times(data: dict) -> str:
     rows = [[s["name"], _s(t["step_s"]), _s(t["compute_s"]),
              f"{_s(t['comm_s'])} ({_s(t['exposed_comm_s'])})" if t["comm_s"] else "-", _s(t["offload_s"]) if
              t["offload_s"] != 0 else "-", _s(t["optimizer_s"])]
-            + ([f"{t.get('sampled_extra_s', 0.0):+.3f}s"] if extra else [])
+            + ([f"{t['sampled_extra_s']:+.3f}s" if t.get("sampled_extra_s") else "-"] if extra else [])
             + [f"{t['tokens_per_s']:,.0f}" if t["tokens_per_s"] else "?"] + ([_s(t.get("run_s"))] if runs else [])
             for s in data["strategies"] for t in [s["time"]]]
     out = ["Predicted step time (per optimizer step):",

@@ -427,7 +427,7 @@ def test_the_step_table_shows_deepspeeds_sampled_time_only_when_there_is_one():
     plain = dataclasses.replace(t, step_s=0.4, sampled_extra_s=0.0)
     data = {"strategies": [{"name": "zero2", "time": t.to_dict()}, {"name": "ddp", "time": plain.to_dict()}]}
     out = render.step_times(data)
-    assert "DeepSpeed beyond (sampled)" in out and "+0.100s" in out and "+0.000s" in out
+    assert "DeepSpeed beyond (sampled)" in out and "+0.100s" in out and "+0.000s" not in out   # ddp: "-"
     assert "DeepSpeed beyond" not in render.step_times({"strategies": data["strategies"][1:]})
 
 
@@ -438,6 +438,7 @@ def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkey
     lay, t = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 34), Training(precision="bf16", batch_size=3, seq_len=64)
     assert calibrate._why_no_deepspeed_sample(True, 2, lay, t) is None
     assert "not installed" in calibrate._why_no_deepspeed_sample(False, 2, lay, t)
+    assert "one process" in calibrate._why_no_deepspeed_sample(True, 1, Layout(gpus_per_node=1, gpu_mem_bytes=1), t)
     assert "8 processes cannot all run here (2)" in calibrate._why_no_deepspeed_sample(
         True, 2, Layout(gpus_per_node=8, gpu_mem_bytes=2 ** 34), t)
     assert "accumulates" in calibrate._why_no_deepspeed_sample(True, 2, lay, dataclasses.replace(t, grad_accum=4))
@@ -458,7 +459,7 @@ def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkey
     assert sorted(done) == ["zero1", "zero2", "zero3"] and len(ran) == 3          # 40 x 0.08 s = 3.2 s each
     assert skipped == {n: "DeepSpeed's cpu_adam op not built yet" for n in ("zero2_offload_cpu", "zero3_offload_cpu")}
     done, skipped = calibrate._deepspeed_samples(req, None, False, {"head_s": 0.2, "block_s": 0.1})
-    assert done == {} and skipped["zero1"] == "about 32 s, over the 10 s left"
+    assert done == {} and skipped["zero1"] == "about 32 s, over the 10 s left of --calibrate-seconds 10"
     # a config without an optimizer (the script brings its own) is not run; a sample DeepSpeed refuses is named
     def refuse(req, device, cfg):
         raise RuntimeError("no")

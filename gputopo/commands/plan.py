@@ -21,7 +21,7 @@ from .common import emit, exit_if_nothing_fits
                                                 " twin.")
 @click.option("--calibrate-seconds", type=click.FloatRange(0), help="With --calibrate: seconds it may run DeepSpeed's"
                                                                    " strategies on the model, estimated before each"
-                                                                   " (0: none) [default: 30].")
+                                                                   " (0: none) [default: 60].")
 @json_option
 def plan(as_json, measure, steps, calibrate, calibrate_seconds, **options):
     """Memory and step time for each strategy (DDP, ZeRO-1/2/3, offload) and the fastest that fits."""
