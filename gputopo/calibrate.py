@@ -463,9 +463,10 @@ def _in_group(req: dict, device, cuda: bool, sampled: dict | None = None) -> dic
         return out
     import torch.distributed as dist
 
-    from .worker import allreduce_sweep, release_deepspeed_shm
+    from .worker import allreduce_sweep
     rank = int(os.environ["RANK"])
-    # DeepSpeed names its shared-memory buffer by these: without them every calibration's would be the same
+    # DeepSpeed names its shared-memory buffer by these (worker.run_child removes it as the child ends): without
+    # them every calibration's would be the same
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(req["port"]))
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{req['port']}", rank=rank,
                             world_size=req["copies"])
@@ -481,7 +482,6 @@ def _in_group(req: dict, device, cuda: bool, sampled: dict | None = None) -> dic
             out["deepspeed_sampled"], out["deepspeed_skipped"] = _deepspeed_samples(req, device, cuda, sampled)
     finally:
         dist.destroy_process_group()
-        release_deepspeed_shm()
     return out if rank == 0 else {**out, "allreduce": None}
 
 
@@ -545,15 +545,8 @@ def _zero3_module_seconds(device) -> float:
         engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=1e-4),
                                           config=cfg)
         x = torch.randn(4, 64, device=engine.device)
-        times = []
-        for _ in range(12):
-            t0 = time.perf_counter()
-            engine.backward(engine(x).float().pow(2).mean())
-            engine.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - t0)
-        medians.append(statistics.median(times[4:]))
+        loss = lambda engine=engine, x=x: engine(x).float().pow(2).mean()   # noqa: E731 (bound now, not late)
+        medians.append(statistics.median(_engine_steps(engine, loss, 4, 8, device)))
         engine.destroy()
     return max(0.0, (medians[1] - medians[0]) / (ZERO3_PROBE[1] - ZERO3_PROBE[0]))
 
@@ -566,13 +559,15 @@ def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> t
     strategy runs only if the ops it needs are built already and its estimated time still fits: its 40 steps
     (2 turns of 10 on each sample) at twice the compute sample's forward and backward each, or as long as the
     longest strategy sampled before it took, if longer."""
+    from . import dsops
     done, skipped, longest = {}, {}, 0.0
     budget = req.get("deepspeed_budget")
     how = "if-built" if budget else True
     left = budget or float("inf")
     more = min(req.get("sample_blocks", 3), req["layers"])
     for name, cfg in req["deepspeed"].items():
-        ops = [op for op in (["deepspeed_shm_comm"] if not cuda else []) + _ops_for(cfg) if not _op_ready(op, how)]
+        ops = [op for op in (["deepspeed_shm_comm"] if not cuda else []) + [n.op for n in dsops.needed(cfg)]
+               if not _op_ready(op, how)]
         guess = max(longest, _agreed_max(2 * 2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more)
                                                                           * sampled["block_s"])
                                          if sampled else float("inf"), device))
@@ -604,16 +599,6 @@ def _agreed_max(x: float, device) -> float:
     return t.item()
 
 
-def _ops_for(cfg: dict) -> list[str]:
-    """DeepSpeed's JIT ops a config builds on first use: its Adam, on the host when offloaded (torch's own
-    Adam, or the script's optimizer, none)."""
-    opt = cfg.get("optimizer") or {}
-    if not opt.get("type", "").lower().startswith("adam") or opt.get("params", {}).get("torch_adam"):
-        return []
-    offload = (cfg.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device")
-    return ["cpu_adam"] if offload in ("cpu", "nvme") else ["fused_adam"]
-
-
 def _deepspeed_sample(req: dict, device, cfg: dict) -> dict:
     """One strategy's DeepSpeed step (deepspeed.initialize on the config the training uses) on the model cut to
     1 and to sample_blocks blocks, at the step's shape, in this process group: each sample's median over two
@@ -626,17 +611,27 @@ def _deepspeed_sample(req: dict, device, cfg: dict) -> dict:
         model, mcfg = build_model(req, device, layers)
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
         ids = torch.randint(0, mcfg.vocab_size, (req["batch_size"], req["seq_len"]), device=engine.device)
-        for i in range(2 + DS_SAMPLE_STEPS):
-            t0 = time.perf_counter()
-            engine.backward(engine(ids, labels=ids).loss)
-            engine.step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if i >= 2:
-                times[layers].append(time.perf_counter() - t0)
+        loss = lambda engine=engine, ids=ids: engine(ids, labels=ids).loss   # noqa: E731 (bound now, not late)
+        times[layers] += _engine_steps(engine, loss, 2, DS_SAMPLE_STEPS, device)
         engine.destroy()
     return {"one_s": statistics.median(times[1]), "more_s": statistics.median(times[more]), "blocks": more,
             "processes": req["copies"]}
+
+
+def _engine_steps(engine, loss, warmup: int, steps: int, device) -> list[float]:
+    """Seconds of each of `steps` DeepSpeed steps (forward, backward, optimizer) after `warmup` untimed ones;
+    on a GPU each waits for the device."""
+    import torch
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        engine.backward(loss())
+        engine.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times
 
 
 def _op_ready(op: str, how) -> bool:

@@ -87,29 +87,31 @@ def release_deepspeed_shm() -> None:
         deepspeed_shm_buffer().unlink(missing_ok=True)
 
 
-def end_process(code: int) -> None:
-    """Flush and leave with os._exit: with DeepSpeed or transformers imported, the interpreter's own exit
-    sometimes aborts ("terminate called without an active exception") after the work is done and printed."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def run_child(main) -> None:
-    """A child process's whole life: main(), a traceback if it raises, then end_process (0 or 1)."""
+def run_child(main, on_error=None) -> None:
+    """A child process's whole life (this worker's, calibration's, --measure's): main() (its status, or 0),
+    sys.exit's status, its message printed (exit 2), a traceback (exit 1); on_error(exception) for the last two;
+    DeepSpeed's shared-memory buffer released. Then a flush and os._exit: with DeepSpeed or transformers
+    imported, the interpreter's own exit sometimes aborts ("terminate called without an active exception")
+    after the work is done and printed."""
     code = 1
     try:
-        main()
-        code = 0
-    except SystemExit as e:   # sys.exit(n) keeps its status, sys.exit("message") prints it
+        code = main() or 0
+    except SystemExit as e:   # our own one-line errors
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:
+            if on_error:
+                on_error(e)
+        code = e.code if isinstance(e.code, int) else 2
+    except BaseException as e:
         import traceback
         traceback.print_exc()
+        if on_error:
+            on_error(e)
     finally:
-        end_process(code)
+        release_deepspeed_shm()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def synchronize(device):
@@ -463,18 +465,4 @@ def record_error(e: BaseException) -> None:
 
 
 if __name__ == "__main__":
-    code = 1
-    try:
-        code = main()
-    except SystemExit as e:  # our own one-line errors
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-            record_error(e)
-        code = e.code if isinstance(e.code, int) else 2
-    except BaseException as e:
-        import traceback
-        traceback.print_exc()
-        record_error(e)
-    finally:
-        release_deepspeed_shm()
-        end_process(code)
+    run_child(main, on_error=record_error)

@@ -434,7 +434,7 @@ def test_the_step_table_shows_deepspeeds_sampled_time_only_when_there_is_one():
 def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkeypatch):
     """plan --calibrate asks for every ZeRO strategy's config (NVMe aside) in as many processes as the plan;
     the child runs those whose ops are built and whose estimate fits the budget, and names the rest."""
-    from gputopo import calibrate, dsconfig
+    from gputopo import calibrate, dsconfig, dsops
     lay, t = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 34), Training(precision="bf16", batch_size=3, seq_len=64)
     assert calibrate._why_no_deepspeed_sample(True, 2, lay, t) is None
     assert "not installed" in calibrate._why_no_deepspeed_sample(False, 2, lay, t)
@@ -446,9 +446,11 @@ def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkey
     assert sorted(cfgs) == ["zero1", "zero2", "zero2_offload_cpu", "zero3", "zero3_offload_cpu"]
     assert all(c["train_batch_size"] == 6 and c["bf16"]["enabled"] for c in cfgs.values())
     assert [cfgs[n]["zero_optimization"]["stage"] for n in ("zero1", "zero2", "zero3")] == [1, 2, 3]
-    assert calibrate._ops_for(cfgs["zero2"]) == ["fused_adam"] and calibrate._ops_for(cfgs["zero3_offload_cpu"]) \
+    def ops(cfg):   # what the child checks is built (dsops.needed, as doctor reads a config)
+        return [n.op for n in dsops.needed(cfg)]
+    assert ops(cfgs["zero2"]) == ["fused_adam"] and ops(cfgs["zero3_offload_cpu"]) \
         == ["cpu_adam"]
-    assert calibrate._ops_for(dsconfig.build(2, hf=False, batch_size=2, gpus=2, torch_adam=True)) == []
+    assert ops(dsconfig.build(2, hf=False, batch_size=2, gpus=2, torch_adam=True)) == []
     # the child: 40 steps at twice the compute sample each; cpu_adam not built; a budget of 10 s
     ran = []
     monkeypatch.setattr(calibrate, "_op_ready", lambda op, how: how is True or op != "cpu_adam")
