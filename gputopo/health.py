@@ -24,6 +24,42 @@ def p2p_level(value: str | None) -> int | None:
     return P2P_LEVELS.index(v) if v in P2P_LEVELS else None
 
 
+# ---- NCCL's choice of transport between two GPUs of one host: the one owner (nccllog and speed ask it)
+
+def switch_on(value: str | None) -> bool:
+    """An NCCL integer switch that is set (NCCL reads it with strtol: "1", not "true")."""
+    try:
+        return int(str(value).strip(), 0) != 0
+    except ValueError:
+        return False
+
+
+def p2p_limit(env: dict) -> tuple[int | None, str | None]:
+    """The farthest path (index in health.P2P_LEVELS) the variables allow P2P over, and which variable said so;
+    (None, None) when they leave NCCL's default (NVLink and PCIe switches, PXB)."""
+    if (env.get("NCCL_P2P_DISABLE") or "").strip() == "1":
+        return 0, "NCCL_P2P_DISABLE=1"
+    level = p2p_level(env.get("NCCL_P2P_LEVEL"))
+    return (level, f"NCCL_P2P_LEVEL={env['NCCL_P2P_LEVEL']}") if level is not None else (None, None)
+
+
+def expected_transport(link_type: str | None, env: dict) -> str:
+    """What NCCL chooses between two GPUs of one host over `link_type` (as `nvidia-smi topo -m` prints it) under
+    `env`: P2P up to the allowed level (PXB by default: NVLink and PCIe switches), else SHM, else the network."""
+    level, _ = p2p_limit(env)
+    allowed = P2P_LEVELS.index("PXB") if level is None else level
+    if link_level(link_type) <= allowed:
+        return "P2P"
+    return "NET" if switch_on(env.get("NCCL_SHM_DISABLE")) else "SHM"
+
+
+def link_level(link_type: str | None) -> int:
+    """A topo -m link type on NCCL_P2P_LEVEL's scale (NV# is NVL; NODE, within one CPU, is PHB)."""
+    k = kind_of(link_type or "SYS")
+    k = {"NV": "NVL", "NODE": "PHB"}.get(k, k)
+    return P2P_LEVELS.index(k) if k in P2P_LEVELS else len(P2P_LEVELS) - 1
+
+
 @dataclass(frozen=True)
 class Finding:
     level: str      # "info", "warn" or "error"

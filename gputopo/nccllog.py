@@ -58,7 +58,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .errors import BadInput
-from .health import P2P_LEVELS, p2p_level
+from .health import P2P_LEVELS, expected_transport, link_level, p2p_limit, switch_on
 from .parse import ANSI
 from .topology import Topology, kind_of, rank
 
@@ -574,23 +574,6 @@ def pairs(log: NcclLog) -> list[dict]:
 
 # ---------------------------------------------------------------- what the variables change
 
-def _on(value: str | None) -> bool:
-    """An NCCL integer switch that is set (NCCL reads it with strtol: "1", not "true")."""
-    try:
-        return int(str(value).strip(), 0) != 0
-    except ValueError:
-        return False
-
-
-def p2p_limit(env: dict) -> tuple[int | None, str | None]:
-    """The farthest path (index in health.P2P_LEVELS) the variables allow P2P over, and which variable said so;
-    (None, None) when they leave NCCL's default (NVLink and PCIe switches, PXB)."""
-    if (env.get("NCCL_P2P_DISABLE") or "").strip() == "1":
-        return 0, "NCCL_P2P_DISABLE=1"
-    level = p2p_level(env.get("NCCL_P2P_LEVEL"))
-    return (level, f"NCCL_P2P_LEVEL={env['NCCL_P2P_LEVEL']}") if level is not None else (None, None)
-
-
 def settings(env: dict) -> dict:
     """{variable: what it changes} for the variables set that change NCCL's choice of transport."""
     out = {}
@@ -599,9 +582,9 @@ def settings(env: dict) -> dict:
         out[var.split("=")[0]] = ("no P2P over NVLink or PCIe between any GPUs" if level == 0 else
                                   f"P2P only between GPUs at most {P2P_LEVELS[level]} apart (LOC: none, NVL: NVLink,"
                                   " PIX/PXB: through PCIe switches, PHB: one CPU, SYS: any)")
-    if _on(env.get("NCCL_SHM_DISABLE")):
+    if switch_on(env.get("NCCL_SHM_DISABLE")):
         out["NCCL_SHM_DISABLE"] = "no shared memory: GPUs of one host without P2P talk through the network"
-    if _on(env.get("NCCL_IB_DISABLE")):
+    if switch_on(env.get("NCCL_IB_DISABLE")):
         out["NCCL_IB_DISABLE"] = "no InfiniBand/RoCE: hosts talk through TCP sockets (NET/Socket)"
     if env.get("NCCL_NET"):
         out["NCCL_NET"] = f"only the {env['NCCL_NET']} network"
@@ -613,23 +596,6 @@ def settings(env: dict) -> dict:
     if env.get("NCCL_COLLNET_ENABLE") == "0":
         out["NCCL_COLLNET_ENABLE"] = "no CollNet (SHARP in the network)"
     return out
-
-
-def expected_transport(link_type: str | None, env: dict) -> str:
-    """What NCCL chooses between two GPUs of one host over `link_type` (as `nvidia-smi topo -m` prints it) under
-    `env`: P2P up to the allowed level (PXB by default: NVLink and PCIe switches), else SHM, else the network."""
-    level, _ = p2p_limit(env)
-    allowed = P2P_LEVELS.index("PXB") if level is None else level
-    if _link_level(link_type) <= allowed:
-        return "P2P"
-    return "NET" if _on(env.get("NCCL_SHM_DISABLE")) else "SHM"
-
-
-def _link_level(link_type: str | None) -> int:
-    """A topo -m link type on NCCL_P2P_LEVEL's scale (NV# is NVL; NODE, within one CPU, is PHB)."""
-    k = kind_of(link_type or "SYS")
-    k = {"NV": "NVL", "NODE": "PHB"}.get(k, k)
-    return P2P_LEVELS.index(k) if k in P2P_LEVELS else len(P2P_LEVELS) - 1
 
 
 # ---------------------------------------------------------------- findings from the log alone
@@ -707,7 +673,8 @@ def _same_host_network(log: NcclLog) -> list[str]:
         if host:
             found.setdefault((host, c.kind), set()).update((c.src, c.dst))
     _, var = p2p_limit(log.env)
-    why = (f"{var} and NCCL_SHM_DISABLE=1 leave them only the network" if var and _on(log.env.get("NCCL_SHM_DISABLE"))
+    shm_off = switch_on(log.env.get("NCCL_SHM_DISABLE"))
+    why = (f"{var} and NCCL_SHM_DISABLE=1 leave them only the network" if var and shm_off
            else "NCCL does so when going through the NIC beats SHM across CPU sockets (NCCL_NET_DISABLE_INTRA=1"
                 " stops it), or when the processes cannot share memory (separate containers or pods without a"
                 " shared /dev/shm and IPC namespace); or two machines have the same hostname")
@@ -723,7 +690,7 @@ def _socket_findings(log: NcclLog) -> list[str]:
     if not socket and not (several and "Socket" in log.networks and not nets):
         return []
     env = log.env
-    if _on(env.get("NCCL_IB_DISABLE")):
+    if switch_on(env.get("NCCL_IB_DISABLE")):
         why = "NCCL_IB_DISABLE=1 was set"
     elif "SOCKET" in (env.get("NCCL_NET") or "").upper():
         why = f"NCCL_NET={env['NCCL_NET']} was set"
@@ -860,7 +827,7 @@ def _pair_findings(log: NcclLog, rows: list[dict]) -> list[str]:
                    " processes share one container")
         elif used == "P2P" and not default_p2p:
             what = f"used P2P across {t}"
-            why = ((f"{var} allowed it" if var and level is not None and level >= _link_level(t) else
+            why = ((f"{var} allowed it" if var and level is not None and level >= link_level(t) else
                     "NCCL does this by default only on AMD CPUs with two GPUs")
                    + "; through the CPUs P2P can be slower than SHM: measure both")
         elif used.startswith("NET/"):
