@@ -202,7 +202,10 @@ def step_times(data: dict) -> str:
            table(rows, ["strategy", "step", "compute", "comm (exposed)", "offload", "optimizer"]
                  + (["DeepSpeed beyond (sampled)"] if extra else []) + ["tokens/s"] + (["run"] if runs else []))]
     ab = data.get("interconnect_ab")
-    if ab and ab["ratio"]:
+    if ab and ab["ratio"] and ab.get("p2p_used") is False:
+        out.append(f"  NCCL does not use P2P over {ab['link']} by default (it goes through host memory, SHM, as"
+                   " `inspect --nccl-log` expects): NCCL_P2P_DISABLE=1 changes nothing here.")
+    elif ab and ab["ratio"]:
         out.append(f"  The link buys {ab['strategy']}: {ab['step_s']:.3f} s/step over {ab['link'] or 'the link'} vs"
                    f" {ab['step_s_without_p2p']:.3f} s with NCCL_P2P_DISABLE=1 ({ab['ratio']:.2f}x);"
                    " `gputopo bench-nvlink` measures both.")

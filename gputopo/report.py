@@ -107,7 +107,7 @@ def interconnect_ab(name, model, layout, training, rates, times, device: str = "
     on, off = times[name].step_s, speed.step(name, model, layout, training, rates, p2p=False,
                                                      device=device).step_s
     return {"strategy": name, "link": layout.link_type, "step_s": on, "step_s_without_p2p": off,
-            "ratio": off / on if on and off else None}
+            "ratio": off / on if on and off else None, "p2p_used": speed.p2p_used(layout)}
 
 
 def inspect_report(inputs, *, gpu_ids=None, best=None, options: dict | None = None, gpu_mem=None, gpu_model=None,

@@ -379,11 +379,19 @@ def zero3_gathers(m, t) -> int:
     return t.grad_accum * (3 if t.grad_checkpointing else 2) * zero3_modules(m)
 
 
+def p2p_used(lay, p2p: bool = True) -> bool:
+    """Whether NCCL takes P2P between the layout's GPUs: allowed (not NCCL_P2P_DISABLE=1), and a link over which
+    NCCL uses it by default (gputopo.health.expected_transport, what `inspect --nccl-log` expects too). A link
+    not described (this machine's CPU twin) is the one calibration measured."""
+    from .health import expected_transport
+    return p2p and (not lay.link_type or expected_transport(lay.link_type, {}) == "P2P")
+
+
 def link_busbw(lay, rates: Rates, p2p: bool) -> float | None:
     """The bus bandwidth the collectives run at: between nodes the network, else the link with or without P2P."""
     if lay.nodes > 1:
         return rates.inter_node
-    return rates.busbw if p2p else rates.busbw_no_p2p
+    return rates.busbw if p2p_used(lay, p2p) else rates.busbw_no_p2p
 
 
 def comm_seconds(name: str, m, lay, t, rates: Rates, p2p: bool = True) -> tuple[float | None, float | None]:

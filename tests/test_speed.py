@@ -96,11 +96,34 @@ def test_plan_json_time_fields_and_interconnect_ab():
                                   "tokens_per_s", "basis", "run_s", "sampled_extra_s"}
         assert s["time"]["run_s"] == pytest.approx(200 * s["time"]["step_s"])
     ab = data["interconnect_ab"]
-    assert set(ab) == {"strategy", "link", "step_s", "step_s_without_p2p", "ratio"}
-    assert ab["strategy"] == data["recommendation"]["strategy"] and ab["link"] == "NV2"
+    assert set(ab) == {"strategy", "link", "step_s", "step_s_without_p2p", "ratio", "p2p_used"}
+    assert ab["strategy"] == data["recommendation"]["strategy"] and ab["link"] == "NV2" and ab["p2p_used"]
     assert ab["step_s_without_p2p"] > ab["step_s"] and ab["ratio"] == pytest.approx(ab["step_s_without_p2p"]
                                                                                      / ab["step_s"])
     assert "run_s" not in plan_json("--model", "gpt2", "--gpus", "1", "--gpu-model", "H100")["strategies"][0]["time"]
+
+
+@pytest.mark.parametrize("link, used", [("SYS", False), ("NODE", False), ("PHB", False), ("PXB", True), ("PIX", True),
+                                        ("NV4", True)])
+def test_p2p_ab_follows_nccls_own_rule(link, used):
+    """One rule for P2P (issue 32): where NCCL takes SHM by default (beyond PXB: what `inspect --nccl-log`
+    expects, gputopo.health.expected_transport), the P2P arm runs over host memory too, so NCCL_P2P_DISABLE=1
+    changes nothing and the text says so; over NVLink and PCIe switches the arms differ."""
+    from gputopo import render
+    data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-model", "RTX 3090", "--link", link)
+    ab = data["interconnect_ab"]
+    assert ab["p2p_used"] is used
+    assert (ab["ratio"] == pytest.approx(1.0)) is not used
+    said = "NCCL_P2P_DISABLE=1 changes nothing here" in render.plan(data)
+    assert said is not used
+
+
+def test_pcie_link_bandwidth_is_the_gpus_own_generation():
+    """A PCIe link between GPUs runs at the GPU's host-link generation (datasheet), not an assumed gen3."""
+    for model, gbps in (("RTX 4090", 31.5), ("V100-32GB", 15.76), ("H100 PCIe", 63.01)):
+        data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-model", model, "--link", "PIX")
+        assert data["layout"]["link_gbps"] == pytest.approx(gbps, abs=0.01)
+        assert "datasheet" in data["layout"]["link_basis"]
 
 
 def test_calibrated_allreduce_fit_recovers_bandwidth_and_latency():
