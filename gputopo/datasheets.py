@@ -14,8 +14,12 @@ Units and conventions
 - boost_mhz: the boost clock the peak figures assume, where the source states it; None otherwise.
 - Datasheets print tensor figures "with sparsity" (marked *); dense = half of that. Every tensor figure
   below is the dense one; where it was halved from a sparse figure the note says so.
-- SXM figures for A100/H100/H200/B200 keys; the PCIe variant's figures are in the note where they differ.
+- SXM figures for A100/H100/H200/B200 keys; VARIANTS holds the other forms and memory sizes where a figure
+  differs (sheet() picks one from the name nvidia-smi or the user gives, and the memory).
 """
+from __future__ import annotations
+
+import re
 
 PEAKS = {
     "GB200": dict(  # per Blackwell GPU in a GB200 superchip (1 Grace + 2 GPUs)
@@ -272,3 +276,46 @@ PEAKS = {
              " 1/64 rate (0.177 TF). SLI bridge only, no NVLink.",
     ),
 }
+
+# Other forms and memory sizes of a key whose figures differ, each from the entry's own source (its note quotes
+# them): "form" is matched on the upper-case name without spaces or dashes ("A100-PCIE-40GB", "H100 PCIe"),
+# "mem_gb" against the memory (within 10 %). The first that matches wins, so the most specific comes first.
+VARIANTS = {
+    "A100": (dict(variant="A100 PCIe 40GB", form="PCIE", mem_gb=40, mem_gbps=1555.0),
+             dict(variant="A100 PCIe 80GB", form="PCIE", mem_gb=80, mem_gbps=1935.0),
+             dict(variant="A100 SXM4 40GB", mem_gb=40, mem_gbps=1555.0)),
+    "A800": (dict(variant="A800 40GB PCIe", mem_gb=40, mem_gbps=1555.2),
+             dict(variant="A800 PCIe 80GB", form="PCIE", mem_gb=80, mem_gbps=1935.0)),
+    "H100": (dict(variant="H100 PCIe 80GB", form="PCIE", fp32=51.0, tf32=378.0, b16=756.0, mem_gbps=2000.0),),
+    "H800": (dict(variant="H800 PCIe 80GB", form="PCIE", fp32=51.0, tf32=378.0, b16=756.0, mem_gbps=2000.0),),
+    "V100": (dict(variant="V100 PCIe", form="PCIE", fp32=14.0, b16=112.0, nvlink_gbps=None),),
+}
+
+
+def sheet(name: str | None, mem_bytes: int | None = None) -> dict | None:
+    """The datasheet figures of a GPU named as nvidia-smi or the user writes it ("A100-PCIE-40GB", "H100"), with
+    those of the variant its name or memory (bytes, when the name does not say) picks; None when unknown.
+    `variant` names what was taken."""
+    from .gpus import lookup
+    g = lookup(name) if name else None
+    if g is None or g.key not in PEAKS:
+        return None
+    form = re.sub(r"[^A-Z0-9]", "", name.upper())
+    mem = g.memory_bytes or mem_bytes
+    gb = mem / 2 ** 30 if mem else None
+    for v in VARIANTS.get(g.key, ()):
+        if ("form" in v and v["form"] not in form) or ("mem_gb" in v and (gb is None or
+                                                                          abs(gb - v["mem_gb"]) > 0.1 * v["mem_gb"])):
+            continue
+        figures = {k: x for k, x in v.items() if k not in ("form", "mem_gb")}
+        return {**PEAKS[g.key], **figures, "key": g.key}
+    return {**PEAKS[g.key], "key": g.key, "variant": g.key}
+
+
+def pcie_gbps(figures: dict | None) -> tuple[float | None, str]:
+    """Per-direction GB/s of a GPU's PCIe host link from its datasheet's generation and lanes, and its name."""
+    from .topology import PCIE_LANE_GBPS
+    gen, lanes = (figures or {}).get("pcie") or (None, None)
+    if not gen:
+        return None, "PCIe generation unknown"
+    return PCIE_LANE_GBPS[gen] * lanes, f"PCIe gen{gen} x{lanes}"

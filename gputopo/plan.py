@@ -253,6 +253,10 @@ def link_bandwidth(link_type: str | None, gpu_model: str | None) -> tuple[float 
         if per:
             return per * n, f"theoretical, {n} x {per:g} GB/s NVLink"
         return ASSUMED_GBPS["NV"] * n, f"assumed {ASSUMED_GBPS['NV']:g} GB/s per NVLink (GPU model unknown)"
+    from .datasheets import pcie_gbps, sheet
+    gbps, what = pcie_gbps(sheet(gpu_model))
+    if gbps:
+        return round(gbps, 2), f"{what}, the GPU's host link (datasheet)"
     return ASSUMED_GBPS["PCIE"], "assumed PCIe gen3 x16 (generation unknown)"
 
 
