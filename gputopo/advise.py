@@ -50,9 +50,9 @@ def interconnect(topo: Topology, names: list[str]) -> Advice:
 ORDER = {
     "one": ("single", "zero2_offload_cpu", "zero3_offload_cpu", "zero3_offload_nvme"),
     # With NVLink everywhere ZeRO-3's traffic is cheap, so it comes before offloading to the host.
-    "fast": ("ddp", "zero1", "zero2", "zero3", "zero2_offload_cpu", "zero3_offload_cpu", "zero3_offload_nvme"),
+    "fast": ("ddp", "zero1", "zero2", "zero3", "fsdp", "zero2_offload_cpu", "zero3_offload_cpu", "zero3_offload_nvme"),
     # On PCIe/SYS prefer what communicates less: ZeRO-2 + CPU offload before ZeRO-3's 1.5x traffic.
-    "slow": ("ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "zero3_offload_cpu", "zero3_offload_nvme"),
+    "slow": ("ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "fsdp", "zero3_offload_cpu", "zero3_offload_nvme"),
 }
 WHAT = {
     "single": "one GPU, no DeepSpeed", "ddp": "plain DDP (no DeepSpeed)",
@@ -60,6 +60,7 @@ WHAT = {
     "zero2": "DeepSpeed ZeRO-2 (optimizer states and gradients sharded)",
     "zero2_offload_cpu": "DeepSpeed ZeRO-2 with the optimizer offloaded to CPU",
     "zero3": "DeepSpeed ZeRO-3 (parameters, gradients and optimizer states sharded)",
+    "fsdp": "PyTorch FSDP, full shard (parameters, gradients and optimizer states sharded; no DeepSpeed)",
     "zero3_offload_cpu": "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to CPU",
     "zero3_offload_nvme": "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to NVMe",
 }
@@ -135,6 +136,8 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
         ratio = chosen.comm_bytes_per_step / ddp.comm_bytes_per_step
         how = ("ZeRO-3 adds the parameter all-gathers of forward and backward to the gradient reduce-scatter"
                if chosen.name.startswith("zero3") else
+               "FSDP all-gathers each block's parameters before its forward and its backward and reduce-scatters"
+               " the gradients" if chosen.name == "fsdp" else
                "ZeRO-1/2 all-reduce gradients (DeepSpeed's bucket all-reduce) and all-gather the updated parameters,"
                f" in {'16-bit' if training.value_bytes == 2 else 'fp32'} where DDP all-reduces fp32 gradients")
         out.append(f"That is {ratio:.2f}x DDP's {gib(ddp.comm_bytes_per_step)}: {how}.")
@@ -156,7 +159,7 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
     if now and then <= 0.6 * now and (t is None or t > 0.01):
         out.append(f"Gradient accumulation cuts it: {chosen.name} syncs once per optimizer step, so"
                    f" --grad-accum {more.grad_accum} sends {then / now:.0%} as much per sample.")
-    elif now and chosen.name.startswith(("zero2", "zero3")):
+    elif now and chosen.name.startswith(("zero2", "zero3", "fsdp")):
         out.append(f"Gradient accumulation does not cut it much: {chosen.name} communicates on every micro-step.")
     return out
 

@@ -16,7 +16,7 @@ from .errors import BadInput, DoesNotFit
 
 # Options that only feed the memory plan: without --auto they would change nothing, so they are refused.
 PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
-             "grad_checkpointing")
+             "grad_checkpointing", "cpu_cores", "kernels", "loss")
 TOLD = ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
 
 

@@ -292,6 +292,41 @@ VARIANTS = {
 }
 
 
+# Streaming multiprocessors per GPU (the whitepapers' tables, or the notes above): a matmul runs in waves of one
+# tile per SM (gputopo.speed.wave_factor).
+SMS = {"GB200": 148, "B200": 148, "RTX 5090": 170, "GH200": 132, "H200": 132, "H100 NVL": 132, "H100": 132,
+       "H800": 132, "H20": 78, "A100": 108, "A800": 108, "A40": 84, "A30": 56, "A10G": 80, "A10": 72, "L40S": 142,
+       "L40": 142, "L4": 58, "RTX 6000 Ada": 142, "RTX 4090": 128, "RTX 4080": 76, "RTX A6000": 84, "RTX A5000": 64,
+       "RTX 3090": 82, "RTX 3080": 68, "V100": 80, "TITAN V": 80, "TITAN RTX": 72, "Quadro RTX 8000": 72,
+       "Quadro RTX 6000": 72, "RTX 2080 Ti": 68, "T4": 40, "P100": 56, "P40": 30, "GTX 1080 Ti": 28}
+MAMF = "stas00/ml-engineering compute/accelerator/README.md @744d01e1, Maximum Achievable Matmul FLOPS table"
+TORCH_MM = "zzc0721/torch-performance-test-data database.md @9d828276 (torch.mm, best of 1024-10240 squares)"
+# The share of the dense peak a large matmul reaches, measured: (16-bit, fp32 without TF32, source, what was
+# measured). 16-bit from the MAMF table where it has the GPU (bf16, mean of 100 runs after warm-up, the L2 cache
+# cleared between them), else from torch.mm timings; fp32 from torch.mm. A GPU without a measurement gets
+# gputopo.speed.GEMM_EFFICIENCY, said so in the output.
+GEMM = {
+    "A100": (0.869, 0.984, MAMF + "; " + TORCH_MM, "bf16 271.2 of 312 TFLOPS (MAMF); fp32 19.18 of 19.5 (torch.mm)"),
+    "H100": (0.803, 0.778, MAMF + "; " + TORCH_MM, "bf16 794.5 of 989 TFLOPS (MAMF); fp32 52.11 of 67 (torch.mm)"),
+    "H200": (0.803, 0.766, MAMF + "; " + TORCH_MM, "bf16 as H100 SXM ('H200 is the same', MAMF); fp32 51.34 of 67"),
+    "GH200": (0.838, None, MAMF, "bf16 828.6 of 989 TFLOPS (MAMF)"),
+    "B200": (0.776, None, MAMF, "bf16 1745.0 of 2250 TFLOPS (MAMF)"),
+    "V100": (0.759, 0.896, TORCH_MM, "fp16 94.84 of 125 TFLOPS; fp32 14.06 of 15.7"),
+    "L40S": (0.744, 0.512, TORCH_MM, "bf16 269.15 of 362 TFLOPS; fp32 46.88 of 91.6"),
+    "L4": (0.586, 0.508, TORCH_MM, "bf16 70.89 of 121 TFLOPS; fp32 15.38 of 30.3"),
+    "RTX 4090": (1.013, 0.666, TORCH_MM, "bf16 162.39-173.31 of 165.2 TFLOPS (median 167.4, boost above the"
+                                         " datasheet's clock); fp32 55.01 of 82.6"),
+    "RTX 3090": (1.075, 0.698, TORCH_MM, "bf16 76.34 of 71 TFLOPS (fp32 accumulate; boost above the datasheet's"
+                                         " clock); fp32 24.84 of 35.6"),
+    "RTX A6000": (0.797, 0.618, TORCH_MM, "bf16 123.34 of 154.8 TFLOPS; fp32 23.92 of 38.7"),
+}
+# Variants measured apart from their key (matched as VARIANTS is).
+GEMM_VARIANTS = {"A100 PCIe 40GB": (0.811, 0.901, MAMF + "; " + TORCH_MM, "bf16 252.9 of 312 TFLOPS (MAMF, A100 PCIe);"
+                                    " fp32 17.56 of 19.5 (A100-PCIE-40GB)"),
+                 "A100 PCIe 80GB": (0.811, None, MAMF, "bf16 252.9 of 312 TFLOPS (MAMF, A100 PCIe)"),
+                 "H100 PCIe 80GB": (0.656, 0.725, TORCH_MM, "bf16 495.93 of 756 TFLOPS; fp32 36.95 of 51")}
+
+
 def sheet(name: str | None, mem_bytes: int | None = None) -> dict | None:
     """The datasheet figures of a GPU named as nvidia-smi or the user writes it ("A100-PCIE-40GB", "H100"), with
     those of the variant its name or memory (bytes, when the name does not say) picks; None when unknown.
@@ -308,8 +343,10 @@ def sheet(name: str | None, mem_bytes: int | None = None) -> dict | None:
                                                                           abs(gb - v["mem_gb"]) > 0.1 * v["mem_gb"])):
             continue
         figures = {k: x for k, x in v.items() if k not in ("form", "mem_gb")}
-        return {**PEAKS[g.key], **figures, "key": g.key}
-    return {**PEAKS[g.key], "key": g.key, "variant": g.key}
+        return {**PEAKS[g.key], **figures, "key": g.key, "arch": g.arch, "sms": SMS.get(g.key),
+                "gemm": GEMM_VARIANTS.get(v["variant"], GEMM.get(g.key))}
+    return {**PEAKS[g.key], "key": g.key, "arch": g.arch, "variant": g.key, "sms": SMS.get(g.key),
+            "gemm": GEMM.get(g.key)}
 
 
 def pcie_gbps(figures: dict | None) -> tuple[float | None, str]:

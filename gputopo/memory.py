@@ -57,20 +57,27 @@ class Shape:
     mixed: bool
     mask: int     # bytes per dropout-mask element: 1 on CUDA (bool), the value size on CPU
     cuda: bool = True
+    fused: bool = False   # one kernel per norm/activation on 16-bit activations (--kernels fused)
+    loss: str = "hf"      # hf, fused or chunked (--loss)
+    res: int = 4          # bytes of the residual stream: fp32 under autocast, the model's 16 bits when the model
+                          # itself is 16-bit (DeepSpeed's engine, FSDP's param_dtype) or the kernels are fused
 
     @property
     def S(self) -> int:
         return self.a * self.s * self.s * self.b
 
 
-def shape(m, t, device: str = "cuda") -> Shape:
+def shape(m, t, device: str = "cuda", half_model: bool = False) -> Shape:
+    """The step's sizes; half_model: the model's own weights are 16-bit (no autocast), so is its residual stream."""
     mixed = t.precision != "fp32"
+    fused = getattr(t, "kernels", "hf") == "fused"
     v = t.value_bytes  # 16-bit in mixed precision: plan.Training owns the rule
     a = m.heads or 1
     d = m.head_dim or m.hidden_size // a
     return Shape(T=t.batch_size * t.seq_len, s=t.seq_len, b=t.batch_size, h=m.hidden_size,
                  I=m.intermediate_size or 4 * m.hidden_size, a=a, d=d, kv=m.kv_heads or a, V=m.vocab_size or 0,
-                 v=v, mixed=mixed, mask=1 if device == "cuda" else v, cuda=device == "cuda")
+                 v=v, mixed=mixed, mask=1 if device == "cuda" else v, cuda=device == "cuda",
+                 fused=fused, loss=getattr(t, "loss", "hf"), res=v if mixed and (fused or half_model) else 4)
 
 
 def norm_bytes(m, x: Shape, consumers: int) -> int:
@@ -78,7 +85,10 @@ def norm_bytes(m, x: Shape, consumers: int) -> int:
     RMSNorm: plus x*rsqrt and rstd), and its output as the projections keep it: once in fp32 (shared), one
     16-bit cast per projection under autocast (autocast caches casts of weights, not of activations)."""
     T, h = x.T, x.h
-    own = T * h * 4 + (T * h * 4 + T * 4 if m.norm == "rmsnorm" else 2 * T * 4)
+    if x.fused:   # a fused norm keeps its 16-bit input and the per-row statistics; its output once, shared
+        return T * h * x.v + 2 * T * 4 + T * h * x.v
+    own = (T * h * 4 + T * h * 4 + T * 4) if m.norm == "rmsnorm" else T * h * x.res + 2 * T * 4   # HF's RMSNorm
+    #                                                                                 upcasts to fp32 itself
     out = T * h * 2 * consumers if x.mixed else T * h * 4
     return own + out
 
@@ -90,7 +100,8 @@ def attention_bytes(m, x: Shape, attention: str) -> int:
     if attention == "eager":
         # matmul keeps contiguous copies of Q and K^T and V; HF's eager path repeats K/V to every head (repeat_kv).
         qkv = 3 * T * hq * v
-        probs = x.S * 4                                  # softmax output, fp32 (autocast's fp32 list / dtype=)
+        probs = x.S * (v if x.fused else 4)              # softmax output, fp32 (autocast's fp32 list / dtype=);
+        #                                                  a fused softmax (Megatron's) keeps it in 16 bits
         if m.attn_dropout:
             probs += x.S * (eager_dropout_mask(m, x) + v)  # dropout mask and its output, kept by the matmul
         elif x.mixed:
@@ -139,7 +150,9 @@ def mlp_bytes(m, x: Shape) -> int:
     """The MLP's saved tensors after its input projection(s), including what the output projection keeps."""
     TI, v = x.T * x.I, x.v
     act = (m.activation or "gelu").lower()
-    if m.gated_mlp:
+    if x.fused:
+        body = (3 if m.gated_mlp else 2) * TI * v        # fused SwiGLU: gate, up, product; fused GeLU: in, out
+    elif m.gated_mlp:
         body = 4 * TI * v                                # gate out, act(gate), up out, their product
     elif act in PYTHON_GELUS:
         # pow(x, 3) saves x, tanh its output, the last multiply both factors, the projection the result.
@@ -196,13 +209,33 @@ def attention_backward_grads(m, x: Shape, attention: str) -> int:
 
 
 def head_bytes(m, x: Shape) -> int:
-    """Saved after the last block: the final norm, the LM head's input, the log-softmax output (fp32) and the
-    embedding dropout's mask."""
-    final = x.T * x.h * 4 + (x.T * x.h * 4 if m.norm == "rmsnorm" else 0)
+    """Saved after the last block: the final norm, the LM head's input, what the loss keeps and the embedding
+    dropout's mask."""
+    if x.fused:
+        final = x.T * x.h * x.v + 2 * x.T * 4
+    else:
+        final = x.T * x.h * 4 + (x.T * x.h * 4 if m.norm == "rmsnorm" else 0)
     lm_in = x.T * x.h * x.v
-    logp = x.T * x.V * 4
     emb = x.T * x.h * x.mask if m.embd_dropout else 0
-    return final + lm_in + logp + emb
+    return final + lm_in + loss_bytes(m, x)[0] + emb
+
+
+def loss_bytes(m, x: Shape) -> tuple[int, int, int]:
+    """(kept for backward, temporaries at the loss in forward, in backward) of the loss over the logits.
+    hf (transformers' ForCausalLMLoss): the lm_head's logits and their fp32 copy (logits.float()) live at the
+    loss, log-softmax's fp32 output is kept, and backward holds the fp32 gradients of nll_loss and log_softmax
+    at once. fused (flash-attn's cross_entropy): the 16-bit logits and an fp32 log-sum-exp per row are kept, and
+    backward writes one gradient of the logits' size (inplace_backward is off by default). chunked (Liger's fused
+    linear cross-entropy): the logits are never whole; a chunk of about batch x seq x hidden of them lives at a
+    time (chunk_size = BT / ceil(V / H)), and the forward leaves the gradients of the head's input and weight
+    for backward."""
+    TV = x.T * x.V
+    if x.loss == "fused":
+        return TV * x.v + x.T * 4, 0, TV * x.v
+    if x.loss == "chunked":
+        return x.T * x.h * x.v + x.V * x.h * 4, x.T * x.h * 4, 0
+    logits = TV * x.v + (TV * 4 if x.mixed else 0)   # lm_head output and HF's logits.float()
+    return TV * 4, logits, 2 * TV * 4
 
 
 def param_split(m) -> tuple[int, int]:
@@ -228,7 +261,7 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
     under torch.autocast, so 16-bit copies of its weights live from the forward until each layer's backward,
     and torch.optim steps on the GPU. DeepSpeed keeps the model itself in 16 bits and steps its own optimizer
     (fused, in place; its buffers are counted with the strategy's optimizer states)."""
-    x = shape(m, t, device)
+    x = shape(m, t, device, half_model=not plain_torch)
     attention = resolve_attention(m, attention)
     if attention == "sdpa" and m.attn_dropout and device == "cpu":
         attention = "math"    # CPU SDPA has no fused dropout: its math kernel keeps fp32 scores (math_sdpa_bytes)
@@ -236,9 +269,10 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
     emb, per_block = param_split(m)
     block = block_bytes(m, x, attention)
     ckpt = t.grad_checkpointing
-    # Checkpointing keeps each block's fp32 input and what the blocks share (eager: the 4D causal mask).
+    # Checkpointing keeps each block's input (the residual stream's width) and what the blocks share (eager: the
+    # 4D causal mask).
     shared = x.b * x.s * x.s * 4 if attention == "eager" else 0
-    kept = L * x.T * x.h * 4 + shared if ckpt else L * block
+    kept = L * x.T * x.h * x.res + shared if ckpt else L * block
     head = head_bytes(m, x)
     lm = (m.vocab_size or 0) * m.hidden_size
     copies = 0
@@ -247,7 +281,7 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
     block_copies = 2 * per_block if x.mixed and plain_torch and ckpt else 0
     accum = t.grad_accum > 1                            # earlier micro-steps' gradients stay alive
     g = lambda n: P if accum else n                     # noqa: E731
-    logits = x.T * x.V * x.v + (x.T * x.V * 4 if x.mixed else 0)  # lm_head output and HF's logits.float()
+    _, logits, loss_grads = loss_bytes(m, x)
     # One block's backward, on top of what else is alive; with checkpointing its forward is first recomputed.
     saved, temp = block_backward_peak(m, x, attention)
     saved += block_copies
@@ -256,10 +290,10 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
     tied_extra = lm * 4 if m.tied else 0                # the embedding's own gradient before it is added in
     return [
         Phase("forward, at the loss", g(0), kept + head + copies, logits),
-        # nll_loss's gradient and log_softmax's: two fp32 batch x seq x vocab tensors at once.
-        Phase("backward, at the loss", g(0), kept + head + copies, 2 * x.T * x.V * 4),
+        Phase("backward, at the loss", g(0), kept + head + copies, loss_grads),
         # (With checkpointing the recomputed block's input is the very tensor the checkpoint kept.)
-        Phase("backward, last block", g(top_grads), kept - (x.T * x.h * 4 if ckpt else block) + copies + saved, temp),
+        Phase("backward, last block", g(top_grads), kept - (x.T * x.h * x.res if ckpt else block) + copies + saved,
+              temp),
         Phase("backward, first block", g(min(P, bottom_grads)),
               (shared if ckpt else 2 * per_block if copies else 0) + saved, temp),
         Phase("backward, embeddings", P, 0, tied_extra),

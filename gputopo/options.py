@@ -183,11 +183,21 @@ training_options = group(
                  help="Attention as transformers runs it [default: auto, what transformers picks for the"
                       " architecture: sdpa where supported, else eager]."),
     click.option("--flash-attention", is_flag=True, help="Same as --attention sdpa (fused: no s^2 scores kept)."),
+    click.option("--kernels", type=click.Choice(["hf", "fused"]),
+                 help="What runs the elementwise work: hf, transformers' modeling code as the Trainer runs it (norms,"
+                      " activations and rotary op by op, fp32 upcasts); fused, one kernel each in 16 bits"
+                      " (torch.compile, Liger Kernel, Megatron, llm.c, MosaicML) [default: hf]."),
+    click.option("--loss", type=click.Choice(["hf", "fused", "chunked"]),
+                 help="How the loss meets the logits: hf, transformers' fp32 copy of them; fused, one 16-bit"
+                      " cross-entropy kernel (flash-attn's, torch.compile); chunked, never all at once (Liger's fused"
+                      " linear cross-entropy) [default: fused with --kernels fused, else hf]."),
     click.option("--offload-params/--no-offload-params", default=None,
                  help="With ZeRO-3 offload, offload parameters too [default: yes at stage 3]."),
 )
 host_options = group(
     click.option("--cpu-mem", type=SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),
+    click.option("--cpu-cores", type=COUNT, help="CPU cores per node: DeepSpeed's CPU Adam steps an offloaded"
+                                                 " optimizer on them [default: this machine's physical cores]."),
     click.option("--nvme-path", type=DIR, metavar="DIR",
                  help="Folder for NVMe offload [default: the local NVMe mount with the most free space, else the"
                       " roomiest local disk; `gputopo doctor` lists the disks]."),

@@ -15,8 +15,12 @@ from .errors import BadInput
 from .models import ModelSpec
 from .units import gib
 
-STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "zero3_offload_cpu",
+STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "fsdp", "zero3_offload_cpu",
               "zero3_offload_nvme")
+# Strategies that run plain PyTorch (no DeepSpeed config): DDP, and FSDP's full shard.
+TORCH_STRATEGIES = ("single", "ddp", "fsdp")
+KERNELS = ("hf", "fused")
+LOSSES = ("hf", "fused", "chunked")
 OPTIMIZER_BYTES = {"adamw": 8, "adamw-8bit": 2, "adafactor": 4, "sgd": 4}
 # ZeRO-Offload steps the optimizer on the host with DeepSpeed's CPU Adam; a client optimizer (8-bit Adam,
 # Adafactor, SGD) is refused there unless forced (zero_force_ds_cpu_optimizer), and runs on the GPU anyway.
@@ -60,6 +64,7 @@ class Layout:
     link_gbps: float | None = None        # its per-direction bandwidth
     link_basis: str = "unknown"
     inter_node_gbps: float = 12.5         # 100 Gb/s InfiniBand/Ethernet unless told
+    cpu_cores: int | None = None          # per node: DeepSpeed's CPU Adam runs on them (offload)
 
     @property
     def gpus(self) -> int:
@@ -79,6 +84,8 @@ class Training:
     grad_accum: int = 1
     attention: str = "auto"               # auto (what transformers picks), eager, sdpa
     offload_params: bool = True           # ZeRO-3 offload: parameters too, not only optimizer states
+    kernels: str = "hf"                   # hf: transformers' modeling code op by op; fused: one kernel per op
+    loss: str = "hf"                      # hf: an fp32 copy of the logits; fused: 16-bit, in place; chunked: none whole
 
     @property
     def value_bytes(self) -> int:
@@ -125,6 +132,8 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
     if name == "zero2_offload_cpu":
         cpu = P * max(4 * N, 8 + K) * BUFFER_FACTOR  # DeepSpeed: P * max(4 * gpus, 16) * 1.5
         return {"weights": p16 * P, "gradients": 0, "optimizer": 0}, int(cpu), 0
+    if name == "fsdp":
+        return fsdp_states(m, lay, t), load_cpu, 0
     # ZeRO-3 gathers whole layers: 4 B x the largest layer (16-bit, fetched + prefetched), as DeepSpeed counts.
     gathered = 4 * L
     if name == "zero3":
@@ -149,6 +158,26 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
     raise BadInput(f"unknown strategy {name}")
 
 
+def fsdp_units(m: ModelSpec) -> tuple[int, int]:
+    """(parameters of one FSDP unit, of the root unit) when each transformer block is wrapped (accelerate's
+    TRANSFORMER_BASED_WRAP, llm-foundry's and torchtitan's wrapping): the root holds the embeddings, the head and
+    the final norm."""
+    root = (m.vocab_size or 0) * m.hidden_size * (1 if m.tied else 2)
+    return max(0, m.params - root) // max(1, m.layers), root
+
+
+def fsdp_states(m: ModelSpec, lay: Layout, t: Training) -> dict:
+    """PyTorch FSDP FULL_SHARD with mixed precision (torch/distributed/fsdp/api.py): each rank keeps 1/N of the
+    fp32 parameters, of the gradients (upcast to full precision after backward) and of the optimizer states.
+    Unsharded, in the compute dtype: the root unit from forward to backward (the root does not reshard after
+    forward), and at most two blocks at once (the one running and the one prefetched: BACKWARD_PRE, the default,
+    and limit_all_gathers) with the running block's gradients before their reduce-scatter."""
+    P, N, p16 = m.params, lay.gpus, t.value_bytes
+    block, root = fsdp_units(m)
+    return {"weights": 4 * P // N + p16 * (root + 2 * block), "gradients": 4 * P // N + p16 * (root + block),
+            "optimizer": OPTIMIZER_BYTES[t.optimizer] * P // N}
+
+
 def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
     """NVMe space per node for ZeRO-3 NVMe offload: 16-bit params, fp32 master, moments and fp32 grads."""
     return (t.value_bytes + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * m.params // nodes
@@ -157,7 +186,7 @@ def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
 def _overhead(name: str, m: ModelSpec) -> int:
     """CUDA context plus communication buffers."""
     h2 = m.hidden_size ** 2
-    if name == "single":
+    if name in ("single", "fsdp"):   # FSDP's unsharded buffers are counted with its states
         return CUDA_CONTEXT_BYTES
     if name == "ddp":
         # DDP's reducer keeps a flat copy of the gradients (gradient_as_bucket_view=False, the default).
@@ -198,6 +227,11 @@ def comm_split(name: str, m: ModelSpec, lay: Layout, t: Training) -> dict[str, i
     if name.startswith("zero2"):
         # Stage 2 partitions gradients, so it all-reduces on every micro-step; parameters once per step.
         return {"all_reduce": 2 * gather * t.grad_accum, "all_gather": gather}
+    if name == "fsdp":
+        # FSDP gathers each unit before its forward and before its backward; a checkpointed block recomputes
+        # inside its backward, with the parameters already gathered. Gradients are reduce-scattered in the
+        # compute dtype (MixedPrecision's reduce_dtype is param_dtype unless set), on every micro-step.
+        return {"reduce_scatter": gather * t.grad_accum, "all_gather": 2 * gather * t.grad_accum}
     gathers = 3 if t.grad_checkpointing else 2
     return {"reduce_scatter": gather * t.grad_accum, "all_gather": gathers * gather * t.grad_accum}
 
@@ -213,6 +247,7 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         if name != "single" and lay.gpus == 1 and name in ("ddp", "zero1", "zero2", "zero3"):
             continue  # sharding over one GPU buys nothing
         states, cpu, nvme = _model_states(name, m, lay, t)
+        # FSDP gathers 16-bit parameters itself (no autocast copies) and steps a sharded optimizer
         pk = memory.peak(m, t, t.attention, states["gradients"], plain_torch=name in ("single", "ddp"))
         per = {**states, "activations": pk["activations"], "temporaries": pk["temporaries"],
                "overhead": _overhead(name, m)}

@@ -12,6 +12,7 @@ Options arrive in three groups (what model, how it trains, on what hardware), as
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 
 from . import gpus as catalog
@@ -50,6 +51,8 @@ class TrainingAsk:
     attention: str | None = None
     flash_attention: bool = False
     offload_params: bool | None = None
+    kernels: str | None = None
+    loss: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class HardwareAsk:
     nodes: int = 1
     inter_node_gbps: float | None = None  # None: INTER_NODE_GBPS
     cpu_mem: int | None = None
+    cpu_cores: int | None = None
     nvme_path: str | None = None
     nvme_free: int | None = None
 
@@ -229,13 +233,16 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
 def _host(hw: HardwareAsk, notes: dict) -> dict:
     """Each node's CPU RAM and NVMe free space: given, else measured here (gputopo.nvme owns the folder)."""
     from . import probe
-    cpu = hw.cpu_mem
+    cpu, cores = hw.cpu_mem, hw.cpu_cores
     if cpu is None:
         cpu = probe.host()["ram_total_bytes"]
         notes["cpu_mem"] = f"CPU RAM: {gib(cpu)} per node, this machine's (--cpu-mem to change)"
+    if cores is None:
+        cores = probe.host()["cpus_physical"] or os.cpu_count() or 1
+        notes["cpu_cores"] = f"CPU cores: {cores} per node, this machine's (--cpu-cores to change)"
     free, nvme_notes = nvme.free_space(hw.nvme_path, hw.nvme_free)
     notes.update(nvme_notes)
-    return {"cpu_mem_bytes": cpu, "nvme_free_bytes": free}
+    return {"cpu_mem_bytes": cpu, "nvme_free_bytes": free, "cpu_cores": cores}
 
 
 def _attention(spec: ModelSpec | None, attention: str | None, flash: bool, notes: dict) -> str:
@@ -256,6 +263,17 @@ def _attention(spec: ModelSpec | None, attention: str | None, flash: bool, notes
         notes["attention"] = (f"attention {attention}: what transformers picks for this architecture"
                               " (--attention eager|sdpa to change)")
     return attention
+
+
+def _loss(kernels: str | None, loss: str | None, notes: dict) -> str:
+    """--loss, else what the kernels run: a fused stack computes the loss in its own kernel (16-bit logits, the
+    gradient written in place, as flash-attn's cross-entropy and torch.compile do), transformers on an fp32 copy."""
+    if loss:
+        return loss
+    if kernels == "fused":
+        notes["loss"] = "loss fused: the cross-entropy of a fused stack (--loss hf|chunked to change)"
+        return "fused"
+    return "hf"
 
 
 def _seq_len(spec: ModelSpec | None, seq_len: int | None, notes: dict) -> int:
@@ -328,7 +346,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          seq_len=_seq_len(spec, t.seq_len, plan_notes), grad_checkpointing=t.grad_checkpointing,
                          grad_accum=accumulation(t.batch_size, t.grad_accum, t.global_batch, per_node * hw.nodes),
                          attention=_attention(spec, t.attention, t.flash_attention, plan_notes),
-                         offload_params=t.offload_params is not False)
+                         offload_params=t.offload_params is not False, kernels=t.kernels or "hf",
+                         loss=_loss(t.kernels, t.loss, plan_notes))
     notes.update(plan_notes if need_layout else {})
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
                                                                      "seq_len_rotary")])

@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from . import memory
-from .plan import comm_split, value_bytes, zero3_buckets
+from .plan import TORCH_STRATEGIES, comm_split, value_bytes, zero3_buckets
 
 DDP_BUCKET = 25 * 2 ** 20          # torch DDP's bucket_cap_mb default (the first bucket is 1 MB)
 DS_BUCKET = 5 * 10 ** 8            # DeepSpeed's reduce/allgather bucket default (elements)
@@ -39,7 +39,11 @@ class Rates:
     host_link: float | None = None         # device <-> host (PCIe), for offload
     cpu_adam: float | None = None          # parameters per second DeepSpeed's CPU Adam steps
     nvme: float | None = None              # NVMe, reads and writes alike
-    overlap: float = 0.0                   # share of DDP's all-reduce that hides behind backward
+    overlap: bool = False                  # collectives and copies run beside compute (NCCL's own stream on a
+                                           # GPU): hidden where the step allows (exposed_comm); the CPU twin's
+                                           # gloo shares the cores with compute, so calibration keeps False
+    sms: int | None = None                 # streaming multiprocessors: a matmul runs in waves of tiles over them
+    attention_flops: float | None = None   # fused attention's matmuls (FlashAttention in SDPA) on a GPU
     matmul_seconds: dict | None = None     # calibrated: "MxNxK" -> seconds, the model's own shapes
     elementwise: dict | None = None        # calibrated: elements -> {"stream", "math", "inplace"} bytes/s
     sampled: dict | None = None            # calibrated: {"block_s", "head_s"} of one micro-step, the model's own
@@ -117,15 +121,44 @@ def training_matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[i
     return out
 
 
-def matmul_seconds(shapes, rates: Rates, elem: int) -> float:
-    """Each shape at its calibrated time, else by the roofline: the larger of FLOPs / rate and bytes / bandwidth."""
+TILE = 128   # cuBLAS's common 16-bit tile edge (NVIDIA's matrix multiplication guide: 256x128, 128x128, 64x128...)
+
+
+def wave_factor(M: int, N: int, K: int, sms: int | None) -> float:
+    """How much longer a matmul with an M x N output takes than its FLOPs at full rate: it runs in tiles of
+    TILE x TILE, one per SM at a time, and a wave costs the same full or not (tile and wave quantization, NVIDIA's
+    matrix multiplication guide, as ml-engineering's training/performance page quotes it). A matmul with fewer
+    tiles than SMs, or whose K is longer than its output's sides (a weight's gradient: the tokens are K), is split
+    along K to fill the SMs (cuBLAS's split-K), so only its tiles' padding counts."""
+    if not sms:
+        return 1.0
+    tiles = math.ceil(M / TILE) * math.ceil(N / TILE)
+    slots = tiles if tiles < sms or K > max(M, N) else math.ceil(tiles / sms) * sms
+    return slots * TILE * TILE / (M * N)
+
+
+def matmul_seconds(shapes, rates: Rates, elem: int, attention: frozenset = frozenset()) -> float:
+    """Each shape at its calibrated time, else by the roofline: the larger of FLOPs / rate (in waves over the
+    SMs) and bytes / bandwidth. Shapes in `attention` run inside a fused attention kernel at its own rate."""
     total = 0.0
     for c, M, N, K in shapes:
         known = (rates.matmul_seconds or {}).get(key(M, N, K))
         if known is None:
-            known = max(2 * M * N * K / rates.matmul_flops, (M * K + K * N + M * N) * elem / rates.mem_bytes_per_s)
+            if key(M, N, K) in attention and rates.attention_flops:
+                flops = 2 * M * N * K / rates.attention_flops
+            else:
+                flops = 2 * M * N * K / rates.matmul_flops * wave_factor(M, N, K, rates.sms)
+            known = max(flops, (M * K + K * N + M * N) * elem / rates.mem_bytes_per_s)
         total += c * known
     return total
+
+
+def attention_shapes(m, t, device: str = "cuda") -> frozenset:
+    """The keys of the scores' matmuls (forward and backward) when a fused kernel computes them (SDPA on a GPU)."""
+    if device != "cuda" or memory.resolve_attention(m, t.attention) != "sdpa":
+        return frozenset()
+    fwd = matmuls(m, t, t.attention, device)[-4:-2] if m.vocab_size else matmuls(m, t, t.attention, device)[-2:]
+    return frozenset(key(*s) for _, M, N, K in fwd for s in [(M, N, K)] + backward_shapes(M, N, K))
 
 
 # ---- elementwise work, op by op as transformers runs the model ----------------------------------------------
@@ -192,10 +225,9 @@ def mlp_ops(m, x) -> list[tuple]:
 
 
 def head_ops(m, x) -> list[tuple]:
-    """Embeddings (their backward zeroes a vocabulary x hidden gradient and adds the rows), the final norm,
-    the loss: transformers upcasts the logits to fp32 (logits.float()), cross_entropy runs log-softmax, and
-    its backward writes a dense gradient of the logits."""
-    Th, TV, f, v = x.T * x.h, x.T * x.V, 4, x.v
+    """Embeddings (their backward zeroes a vocabulary x hidden gradient and adds the rows), the final norm and
+    autocast's cast of its output (the loss: loss_ops)."""
+    Th, f, v = x.T * x.h, 4, x.v
     ops = [("embedding", Th, f, 2, 2, "stream"), ("embedding gradient", x.V * x.h, f, 0, 1 + 2 * m.tied, "stream"),
            norm_op(m, x)]
     if not m.rotary and m.family in ("gpt2", "bert"):
@@ -204,19 +236,64 @@ def head_ops(m, x) -> list[tuple]:
         ops.append(("embedding dropout", Th, f, 2 + x.mask / f, 2 + x.mask / f, "stream"))
     if x.mixed:
         ops.append(("autocast cast", Th, (f + v) / 2, 2, 2, "stream"))
-        ops.append(("logits.float()", TV, (f + v) / 2, 2, 2, "stream"))
+    return ops
+
+
+def loss_ops(x, loss: str) -> list[tuple]:
+    """The loss over the logits. hf: transformers upcasts them to fp32 (logits.float() in ForCausalLMLoss),
+    cross_entropy runs log-softmax, and its backward writes a dense gradient. fused: one kernel reads the 16-bit
+    logits (their log-sum-exp per row) and its backward reads them and writes the gradient (flash-attn's
+    cross_entropy: upcast only in registers). chunked: a chunk's kernel reads its logits and writes their
+    gradient in place in the forward (Liger's fused linear cross-entropy); nothing is left for backward."""
+    TV, f, v = x.T * x.V, 4, x.v
+    if loss == "fused":
+        return [("cross-entropy (fused)", TV, v, 1, 2, "stream")]
+    if loss == "chunked":
+        return [("cross-entropy (chunked)", TV, v, 2, 0, "stream")]
+    ops = [("logits.float()", TV, (f + v) / 2, 2, 2, "stream")] if x.mixed else []
     return ops + [("log-softmax", TV, f, 2, 3, "math"), ("loss gradient", TV, f, 0, 1, "stream")]
 
 
+def fused_ops(m, x, attention: str) -> tuple[list[tuple], list[tuple]]:
+    """(one block's ops, the ops outside the blocks) when each op is one kernel on 16-bit activations (torch.compile,
+    Liger Kernel, Megatron, llm.c): a kernel reads its inputs once and writes its outputs once. The residual add
+    and the norm after it are one kernel (forward: residual, input, sum, output; backward: the gradient in, the
+    sum, the residual's gradient, the gradient out); GeLU reads and writes once (backward: the gradient and the
+    input in, the gradient out); SwiGLU reads gate and up and writes their product (backward: 3 in, 2 out);
+    rotary rewrites Q and K once each way. Attention scores, where kept (eager: Megatron), get one fused scale,
+    mask and softmax (backward: the probabilities and their gradient in, the scores' gradient out)."""
+    T, Th, TI, v = x.T, x.T * x.h, x.T * x.I, x.v
+    block = [("residual add + norm (fused)", Th, v, 4, 4, "stream")] * 2
+    if m.rotary:
+        block.append(("rotary (fused)", T * (x.a + x.kv) * x.d, v, 2, 2, "stream"))
+    if attention in ("eager", "math"):
+        block.append(("scores: scale, mask, softmax (fused)", x.S, v, 2, 3, "stream"))
+        if m.attn_dropout:
+            block.append(("attention dropout", x.S, v, 2 + x.mask / v, 2 + x.mask / v, "stream"))
+    if m.hidden_dropout:   # dropped out inside the add + norm kernel: its mask written and read
+        block.append(("dropout mask", 2 * Th, x.mask, 1, 1, "stream"))
+    block.append(("SwiGLU (fused)", TI, v, 3, 5, "stream") if m.gated_mlp else ("activation (fused)", TI, v, 2, 3,
+                                                                                   "stream"))
+    head = [("embedding", Th, v, 2, 2, "stream"), ("embedding gradient", x.V * x.h, 4, 0, 1 + 2 * m.tied, "stream"),
+            ("norm (fused)", Th, v, 2, 3, "stream")]
+    if not m.rotary and m.family in ("gpt2", "bert"):
+        head.append(("position embedding add", Th, v, 3, 2, "stream"))
+    return block, head
+
+
 def elementwise_ops(m, t, attention: str, device: str) -> tuple[list[tuple], list[tuple]]:
-    """(one block's ops, the ops outside the blocks) of one micro-step."""
+    """(one block's ops, the ops outside the blocks) of one micro-step, as the kernels the training runs do them."""
     x = memory.shape(m, t, device)
     att = memory.resolve_attention(m, attention)
     if att == "sdpa" and m.attn_dropout and device == "cpu":
         att = "math"    # CPU SDPA with dropout runs the math kernel (gputopo.memory)
-    block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + attention_ops(m, x, att)
-             + norm_ops(m, x, 2 if m.gated_mlp else 1) + mlp_ops(m, x))
-    return block, head_ops(m, x) if x.V else []
+    if t.kernels == "fused":
+        block, head = fused_ops(m, x, att)
+    else:
+        block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + attention_ops(m, x, att)
+                 + norm_ops(m, x, 2 if m.gated_mlp else 1) + mlp_ops(m, x))
+        head = head_ops(m, x)
+    return block, head + loss_ops(x, t.loss) if x.V else []
 
 
 def elementwise_seconds(m, t, attention: str, rates: Rates, device: str) -> float:
@@ -248,7 +325,7 @@ def copy_bytes(name: str, m, t, gpus: int = 1) -> float:
     grads, average_tensor, allreduce_and_copy_with_multiple_ranks, copy_grads_in_partition; stage3.py:
     __add_grad_to_ipg_bucket, reduce_scatter_coalesced interleaving a bucket's tensors, partition_grads)."""
     P = m.params
-    if name in ("single", "ddp"):
+    if name in TORCH_STRATEGIES:   # FSDP gathers into and reduces from its flat buffers: no copy beyond them
         return P * (16 if name == "ddp" else 0)
     bucket = m.hidden_size ** 2 or DS_BUCKET
     bucketed = sum(n for n in gradient_order(m) if n <= bucket)
@@ -272,7 +349,8 @@ def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", na
     if rates.sampled:   # the model's own block and head, timed by calibration at this shape (autocast's casts in)
         return rates.sampled["head_s"] + m.layers * rates.sampled["block_s"] + copies
     copies += cast_bytes(name, m, t) / elementwise_rate(rates, m.params, "stream")
-    mm = matmul_seconds(training_matmuls(m, t, attention, device), rates, value_bytes(t.precision))
+    mm = matmul_seconds(training_matmuls(m, t, attention, device), rates, value_bytes(t.precision),
+                        attention_shapes(m, t, device))
     return mm + elementwise_seconds(m, t, attention, rates, device) + copies
 
 
@@ -360,6 +438,8 @@ def collectives(name: str, m, lay, t) -> int:
     P = m.params
     if name == "ddp":
         return math.ceil(4 * P / DDP_BUCKET)
+    if name == "fsdp":   # per micro-step: each block's two gathers and reduce-scatter, the root's gather and reduce
+        return t.grad_accum * (3 * m.layers + 2)
     if name.startswith(("zero1", "zero2")):
         bucket = m.hidden_size ** 2 or DS_BUCKET    # what gputopo's configs write (dsconfig)
         reduces = bucket_reduces(gradient_order(m), bucket)
@@ -411,8 +491,42 @@ def comm_seconds(name: str, m, lay, t, rates: Rates, p2p: bool = True) -> tuple[
     if name.startswith("zero3") and rates.zero3_module_s:   # the gathers' latency is in the measured module cost
         calls -= zero3_gathers(m, t)
     total = sent / bw + calls * rates.latency_s
-    hidden = rates.overlap * total if name == "ddp" else 0.0
-    return total, total - hidden
+    return total, total
+
+
+def exposed_comm(name: str, m, lay, t, rates: Rates, total: float, compute: float, p2p: bool) -> float:
+    """The communication the step waits for when collectives run beside compute (rates.overlap: NCCL on its
+    own stream). ZeRO-3 and FSDP gather each module's parameters ahead of its forward and backward (prefetch)
+    and reduce-scatter behind backward: all of it hides behind the micro-step's compute but the first gather,
+    before any compute, and the last reduce-scatter, after it. DDP and ZeRO-1/2 reduce gradient buckets as
+    backward produces them (torch's Reducer; DeepSpeed's overlap_comm, which gputopo's configs set), every
+    micro-step at ZeRO-2 and at the last one otherwise (DDP's no_sync, ZeRO-1's boundary): hidden behind that
+    backward but the bucket of the first layers' gradients, the embeddings among them, which is complete only
+    when backward ends; ZeRO-1/2's all-gather of the updated parameters follows the optimizer and stays exposed.
+    Backward is 2/3 of a micro-step's compute (a matmul's backward is two matmuls of its size), 3/4 with
+    checkpointing (the forward runs again in it). Through host memory (SHM: no P2P between the GPUs) nothing
+    hides: the reference experiment's DDP without P2P paid 0.147 s a step more than with it, where the whole
+    all-reduce through host memory takes 0.115 s (docs/sources.md#ddp-nvlink-benchmark)."""
+    if not rates.overlap or not total or (lay.nodes == 1 and not p2p_used(lay, p2p)):
+        return total
+    split = comm_split(name, m, lay, t)
+    cost = rates.collective_cost or {}
+    weight = {k: b * cost.get(k, 1.0) for k, b in split.items()}
+    part = {k: total * w / sum(weight.values()) for k, w in weight.items()}
+    bw = link_busbw(lay, rates, p2p)
+    ring = (lay.gpus - 1) / lay.gpus
+    micro = compute / t.grad_accum
+    if name.startswith("zero3") or name == "fsdp":
+        unit = max(n for n, _ in block_tensors(m)) if name.startswith("zero3") else sum(n for n, _ in block_tensors(m))
+        edges = 2 * ring * unit * value_bytes(t.precision) / bw      # the first gather, the last reduce-scatter
+        return t.grad_accum * max(total / t.grad_accum - micro, edges)
+    backward = micro * (0.75 if t.grad_checkpointing else 2 / 3)
+    reduces = t.grad_accum if name.startswith("zero2") else 1
+    per = part.get("all_reduce", 0.0) / reduces
+    grad_bytes = 4 if name == "ddp" else value_bytes(t.precision)
+    bucket = DDP_BUCKET / 4 if name == "ddp" else (m.hidden_size ** 2 or DS_BUCKET)
+    last = min(per, 2 * ring * max(bucket, max(embedding_tensors(m), default=0)) * grad_bytes / bw)
+    return reduces * max(per - backward, last) + total - part.get("all_reduce", 0.0)
 
 
 def optimizer_seconds(name: str, m, lay, t, rates: Rates) -> float:
@@ -420,9 +534,9 @@ def optimizer_seconds(name: str, m, lay, t, rates: Rates) -> float:
     if "offload" in name:
         return 0.0
     share = m.params if name in ("single", "ddp") else m.params / lay.gpus
-    if name in ("single", "ddp") and rates.optimizer_params_per_s:
+    if name in TORCH_STRATEGIES and rates.optimizer_params_per_s:
         return share / rates.optimizer_params_per_s
-    per = TORCH_OPTIMIZER_BYTES[t.optimizer] if name in ("single", "ddp") else FUSED_ADAM_BYTES
+    per = TORCH_OPTIMIZER_BYTES[t.optimizer] if name in TORCH_STRATEGIES else FUSED_ADAM_BYTES
     return share * per / elementwise_rate(rates, int(share), "inplace")
 
 
@@ -439,9 +553,12 @@ def zero_step_seconds(name: str, m, lay, t, rates: Rates) -> float:
     return share * passes / elementwise_rate(rates, int(share), "inplace")
 
 
-def offload_seconds(name: str, m, lay, t, rates: Rates) -> float | None:
+def offload_seconds(name: str, m, lay, t, rates: Rates, compute: float = 0.0) -> float | None:
     """The host's part: 16-bit gradients down and parameters up over PCIe (ZeRO-3 with offloaded parameters
-    fetches them in forward and again in backward), DeepSpeed's CPU Adam on this node's share, NVMe swaps."""
+    fetches them in forward and again in backward), DeepSpeed's CPU Adam on this node's share, NVMe swaps.
+    Where copies run beside compute (rates.overlap: DeepSpeed's copy streams on a GPU), the gradients' and the
+    fetches' copies hide behind the micro-steps' compute, and the upload of the updated parameters is part of the
+    host step that CPU Adam's rate was measured on (the ZeRO-Offload tutorial's "optimizer" time)."""
     if "offload" not in name:
         return 0.0
     P, p16, n = m.params, value_bytes(t.precision), lay.gpus
@@ -452,7 +569,10 @@ def offload_seconds(name: str, m, lay, t, rates: Rates) -> float | None:
     if not rates.host_link or not rates.cpu_adam:
         return None
     gpus_per_node = lay.gpus_per_node
-    out = moved / rates.host_link + share * gpus_per_node / rates.cpu_adam
+    copies = moved / rates.host_link
+    if rates.overlap:
+        copies = max(0.0, (moved - p16 * share) / rates.host_link - compute)
+    out = copies + share * gpus_per_node / rates.cpu_adam
     if name.endswith("nvme"):
         if not rates.nvme:
             return None
@@ -508,7 +628,9 @@ def _parts(name: str, m, lay, t, rates: Rates, p2p: bool, device: str) -> Time:
         return Time(None, None, comm, exposed, None if "offload" in name else 0.0, None, None,
                     rates.basis.get("device", "device unknown"))
     compute = t.grad_accum * compute_seconds(m, t, t.attention, rates, device, name, lay.gpus)
-    off = offload_seconds(name, m, lay, t, rates)
+    if exposed is not None:
+        exposed = exposed_comm(name, m, lay, t, rates, comm, compute, p2p)
+    off = offload_seconds(name, m, lay, t, rates, compute)
     opt = optimizer_seconds(name, m, lay, t, rates) + zero_step_seconds(name, m, lay, t, rates)
     if exposed is None or off is None:
         missing = "link bandwidth unknown" if exposed is None else "host link, CPU Adam or NVMe rate unknown"
@@ -519,12 +641,16 @@ def _parts(name: str, m, lay, t, rates: Rates, p2p: bool, device: str) -> Time:
 
 
 # ---- a GPU's rates from its datasheet (gputopo.datasheets) ---------------------------------------------------
-# cuBLAS reaches about 85-90 % of the FP32 peak on large GEMMs (openai-gemm's table of cuBLAS SGEMM at
-# M=7000: 9.6-10.1 TFLOPS on a TITAN X (Pascal), 11 TFLOPS peak: https://github.com/openai/openai-gemm);
-# gputopo takes 0.8 for the mix of a model's shapes. Elementwise kernels stream at about 0.8 of the
-# memory bandwidth (STREAM-like copies on GPUs).
+# A GPU without a measured matmul efficiency (datasheets.GEMM) gets this share of its peak: cuBLAS SGEMM reaches
+# 85-90 % at M=7000 (openai-gemm's table: 9.6-10.1 of 11 TFLOPS on a TITAN X (Pascal)); elementwise kernels
+# stream at about 0.8 of the memory bandwidth (STREAM-like copies on GPUs).
 GEMM_EFFICIENCY = 0.8
 MEMORY_EFFICIENCY = 0.8
+# Fused attention (FlashAttention-2 behind PyTorch's SDPA) runs its matmuls below a plain matmul's rate: "50-73%
+# of the theoretical maximum FLOPs/s on A100" (FlashAttention-2, arXiv 2307.08691; the middle taken), "only 35%
+# utilization on the H100 GPU" (FlashAttention-3, arXiv 2407.08608), never above the GPU's own matmul rate.
+FLASH_EFFICIENCY = {"Hopper": 0.35, "Blackwell": 0.35}
+FLASH_EFFICIENCY_OTHER = 0.6
 # All-reduce bus bandwidth as a share of the weakest link's per-direction bandwidth, from nccl-tests pastes
 # (docs/sources.md#busbw): NVLink ~0.8 (NCCL's own model: 20 of 25 GB/s per link), PCIe P2P 0.6-0.8.
 NVLINK_BUSBW = 0.8
@@ -533,40 +659,74 @@ PCIE_P2P_BUSBW = 0.7
 # (https://github.com/NVIDIA/nccl/issues/384): that share of the PCIe link's 15.75 GB/s.
 SHM_BUSBW = 3.9 / 15.75
 NCCL_LATENCY_S = 10e-6         # an 8-byte all-reduce between 2 GPUs: 7.2 us (NVLink), 12 us (host memory)
-# DeepSpeed's CPU Adam, parameters per second per node: the H100 record's ZeRO-2 CPU-offload step
-# (gpt2, 0.22 s/step, 16 host cores) is almost all CPU Adam (docs/measurements/h100-2026-11.md).
-CPU_ADAM_PARAMS_PER_S = 124e6 / 0.2
+# DeepSpeed's host-side optimizer step (CPU Adam, and the 16-bit copy of the updated parameters), per core: the
+# ZeRO-Offload tutorial's log times it at 7612 ms for its 10.28B-parameter GPT-2 on one V100-SXM3, whose only
+# host is a DGX-2 (2 x 24-core Xeon Platinum 8168): 10.28e9 / 7.612 s / 48 cores (docs/sources.md#cpu-adam). The
+# Adam kernel alone is ~45x faster per core (benchmarks/cpu_adam_rate.py): the copies around it set the pace,
+# not the vector width.
+CPU_ADAM_PER_CORE = 10.28e9 / 7.612 / 48
 HOST_LINK_PCIE = 0.8           # pinned host<->device copies reach ~80 % of the PCIe link
 NVME_BYTES_PER_S = 2e9         # one PCIe gen3/4 NVMe drive under DeepSpeed's aio
 
 
 def gpu_rates(lay, t) -> Rates:
-    """The layout's GPU at its datasheet peaks and its links, scaled by the efficiencies above; what is unknown
-    stays None (the link alone still times the traffic when the GPU model is not known)."""
-    from .datasheets import PEAKS
-    from .gpus import lookup
-    from .topology import PCIE_LANE_GBPS
+    """The layout's GPU at its datasheet peaks (the variant its name and memory pick) and measured matmul
+    efficiency, its links and its host; what is unknown stays None (the link alone still times the traffic when
+    the GPU model is not known). Every figure is said in basis."""
+    from .datasheets import pcie_gbps, sheet
+    fig = sheet(lay.gpu_model, lay.gpu_mem_bytes)
     link, nv = lay.link_gbps, (lay.link_type or "").startswith("NV")
+    pcie, pcie_what = pcie_gbps(fig)
     busbw = link * (NVLINK_BUSBW if nv else PCIE_P2P_BUSBW) * 1e9 if link else None
-    links = dict(busbw=busbw, inter_node=lay.inter_node_gbps * 1e9, latency_s=NCCL_LATENCY_S)
-    basis = {"link": f"{lay.link_type}: {NVLINK_BUSBW if nv else PCIE_P2P_BUSBW:.0%} of {link:g} GB/s per direction"
-                     if link else "link unknown"}
-    g = lookup(lay.gpu_model)
-    sheet = PEAKS.get(g.key) if g else None
-    if sheet is None:
+    no_p2p = pcie * 1e9 * SHM_BUSBW if pcie else None
+    cores = lay.cpu_cores
+    cpu_adam = cores * CPU_ADAM_PER_CORE if cores else None
+    links = dict(busbw=busbw, busbw_no_p2p=no_p2p, inter_node=lay.inter_node_gbps * 1e9, latency_s=NCCL_LATENCY_S,
+                 overlap=True, cpu_adam=cpu_adam, nvme=NVME_BYTES_PER_S,
+                 host_link=pcie * 1e9 * HOST_LINK_PCIE if pcie else None)
+    shm = f"through host memory (SHM): {SHM_BUSBW:.0%} of {pcie_what}" if pcie else "unknown"
+    if link and p2p_used(lay):
+        used = f"{lay.link_type}: {NVLINK_BUSBW if nv else PCIE_P2P_BUSBW:.0%} of {link:g} GB/s per direction"
+    elif link:
+        used = f"{lay.link_type}: NCCL takes no P2P over it by default, so {shm}"
+    else:
+        used = "link unknown"
+    basis = {"link": used, "no_p2p": shm,
+             "overlap": "collectives and copies on their own stream, hidden behind compute where the step allows:"
+                        " gradient reduction behind backward (not DDP's last bucket, nor ZeRO-1/2's parameter"
+                        " all-gather after the step), ZeRO-3/FSDP gathers behind forward and backward; nothing"
+                        " through host memory (SHM), as the reference experiment measured",
+             "host_link": f"{HOST_LINK_PCIE:.0%} of {pcie_what}, {pcie:g} GB/s per direction (offload's copies)"
+                          if pcie else "unknown",
+             "cpu_adam": (f"{cores} cores x {CPU_ADAM_PER_CORE / 1e6:.0f}M params/s = {cpu_adam / 1e9:.2f}G params/s"
+                          " per node, DeepSpeed's host-side step of an offloaded optimizer (the ZeRO-Offload"
+                          " tutorial's log, docs/sources.md#cpu-adam)") if cores else "unknown (give --cpu-cores)",
+             "nvme": f"{NVME_BYTES_PER_S / 1e9:g} GB/s per node (one PCIe gen3/4 NVMe under DeepSpeed's aio)"}
+    if lay.nodes > 1:
+        basis["inter_node"] = f"{lay.inter_node_gbps:g} GB/s per direction between nodes (--inter-node-gbps)"
+    if fig is None:
         return Rates(None, None, **links,
                      basis={"device": "GPU model unknown: give --gpu-model to predict step times", **basis})
-    peak = sheet["fp32"] if t.precision == "fp32" else sheet["b16"] or sheet["fp32"]
-    gen, lanes = sheet["pcie"] or (None, None)
-    pcie = PCIE_LANE_GBPS.get(gen, 0) * (lanes or 0) * 1e9 or None
-    what = "fp32 CUDA cores" if t.precision == "fp32" else "16-bit tensor cores"
-    basis = {"device": f"{g.key}: {peak:g} TFLOPS ({what}), {sheet['mem_gbps']:g} GB/s, datasheet ({sheet['source']})",
-             "matmul": f"{GEMM_EFFICIENCY:.0%} of the peak", "memory": f"{MEMORY_EFFICIENCY:.0%} of the bandwidth",
+    b16 = t.precision != "fp32" and bool(fig["b16"])
+    peak = fig["b16"] if b16 else fig["fp32"]
+    gemm = fig["gemm"]
+    measured = gemm and gemm[0 if b16 else 1]
+    eff = measured or GEMM_EFFICIENCY
+    arch = fig["arch"]
+    flash = min(eff, FLASH_EFFICIENCY.get(arch, FLASH_EFFICIENCY_OTHER))
+    what = "16-bit tensor cores" if b16 else "fp32 CUDA cores"
+    basis = {"device": f"{fig['variant']}: {peak:g} TFLOPS ({what}), {fig['mem_gbps']:g} GB/s, datasheet"
+                       f" ({fig['source']})",
+             "matmul": (f"{eff:.0%} of the peak, measured: {gemm[3]} ({gemm[2]})" if measured else
+                        f"{eff:.0%} of the peak (no measurement of this GPU: assumed)")
+                       + f"; in waves of {TILE}x{TILE} tiles over its {fig['sms']} SMs",
+             "memory": f"{MEMORY_EFFICIENCY:.0%} of the bandwidth",
+             "kernels": ("fused: one kernel per norm, activation and rotary, 16-bit activations" if t.kernels == "fused"
+                         else "hf: transformers' modeling code, op by op") + f"; loss {t.loss}",
              **basis,
-             "no_p2p": f"through host memory: {SHM_BUSBW:.0%} of PCIe gen{gen} x{lanes}" if pcie else "unknown",
-             "summary": f"{g.key} datasheet x efficiencies (docs/sources.md#step-time)"}
-    return Rates(matmul_flops=peak * 1e12 * GEMM_EFFICIENCY,
-                 mem_bytes_per_s=sheet["mem_gbps"] * 1e9 * MEMORY_EFFICIENCY, **links,
-                 busbw_no_p2p=pcie * SHM_BUSBW if pcie else None,
-                 host_link=pcie * HOST_LINK_PCIE if pcie else None, cpu_adam=CPU_ADAM_PARAMS_PER_S,
-                 nvme=NVME_BYTES_PER_S, basis=basis)
+             "summary": f"{fig['variant']} datasheet x measured efficiencies (docs/sources.md#step-time)"}
+    if t.attention == "sdpa":
+        basis["attention"] = (f"fused attention (FlashAttention-2 in SDPA) at {flash:.0%} of the peak"
+                              " (FlashAttention-2/-3 papers, docs/sources.md#step-time)")
+    return Rates(matmul_flops=peak * 1e12 * eff, mem_bytes_per_s=fig["mem_gbps"] * 1e9 * MEMORY_EFFICIENCY,
+                 sms=fig["sms"], attention_flops=peak * 1e12 * flash, **links, basis=basis)
