@@ -23,19 +23,20 @@ import re
 
 PEAKS = {
     "GB200": dict(  # per Blackwell GPU in a GB200 superchip (1 Grace + 2 GPUs)
-        fp32=80.0, tf32=1250.0, b16=2500.0, mem_gbps=8000.0, nvlink_gbps=50.0, pcie=None, boost_mhz=None,
+        fp32=80.0, tf32=1250.0, b16=2500.0, mem_gbps=8000.0, nvlink_gbps=50.0, pcie=(5, 16), boost_mhz=None,
         source="https://www.nvidia.com/en-us/data-center/gb200-nvl72/",
         note="Superchip column halved: FP32 160 TF, TF32 5 PF*, FP16/BF16 10 PF* (sparse), 16 TB/s, NVLink 3.6 TB/s"
              " -> per GPU 80 / 1250 / 2500 dense / 8000 GB/s / 1.8 TB/s = 18 NVLink5 links x 50 GB/s/dir."
              " Earlier revision of the page gave FP32 180 TF per superchip (90 per GPU), FP64 90 (now 80)."
-             " Host link is NVLink-C2C to Grace (900 GB/s), not PCIe. Clock not stated.",
+             " Host link to Grace is NVLink-C2C (900 GB/s); the datasheet also prints 'PCIe Gen5: 128 GB/s' per GPU."
+             " Clock not stated.",
     ),
     "B200": dict(  # HGX/DGX B200 (SXM, 1000 W)
-        fp32=75.0, tf32=1125.0, b16=2250.0, mem_gbps=8000.0, nvlink_gbps=50.0, pcie=(5, 16), boost_mhz=None,
+        fp32=75.0, tf32=1100.0, b16=2250.0, mem_gbps=7700.0, nvlink_gbps=50.0, pcie=(5, 16), boost_mhz=None,
         source="https://www.nvidia.com/en-us/data-center/hgx/",
-        note="HGX B200 (8 GPUs): FP32 600 TF, TF32 18 PF*, FP16/BF16 36 PF* -> per GPU 75 / 1125 / 2250 dense"
-             " (Blackwell tech brief rounds TF32 to 2.2 PF* = 1100 dense). Memory: DGX B200 page 64 TB/s per 8"
-             " = 8000; tech brief says 7.7 TB/s. NVLink5 1.8 TB/s = 18 x 50 GB/s/dir. Tech brief lists PCIe"
+        note="HGX B200 per GPU (the datasheet's column): FP32 75 TF, TF32 2.2 PF*, FP16/BF16 4.5 PF* -> 75 / 1100 /"
+             " 2250 dense, 180 GB HBM3E at 7.7 TB/s (the DGX B200 page's 64 TB/s per 8 = 8000 is GB200's figure)."
+             " NVLink5 1.8 TB/s = 18 x 50 GB/s/dir. Tech brief lists PCIe"
              " Gen5 for HGX B200 (some third-party pages say Gen6). No PCIe-card B200. Clock not stated.",
     ),
     "RTX 5090": dict(
@@ -257,9 +258,10 @@ PEAKS = {
              " TechPowerUp (tesla-t4.c3316). Sustained clocks under the 70 W cap are often lower.",
     ),
     "P100": dict(  # Tesla P100 SXM2 16 GB
-        fp32=10.6, tf32=None, b16=21.2, mem_gbps=732.0, nvlink_gbps=20.0, pcie=(3, 16), boost_mhz=1480,
-        source="https://images.nvidia.com/content/pdf/tesla/whitepaper/pascal-architecture-whitepaper.pdf",
-        note="Pascal whitepaper: SXM2 FP32 10.6, FP16 21.2 (2x rate, no tensor cores), 732 GB/s, NVLink1"
+        fp32=10.6, tf32=None, b16=21.2, mem_gbps=720.0, nvlink_gbps=20.0, pcie=(3, 16), boost_mhz=1480,
+        source="https://developer.nvidia.com/blog/nvidia-ampere-architecture-in-depth/",
+        note="NVIDIA's Ampere blog table (its P100 column): FP32 10.6, FP16 21.2 (2x rate, no tensor cores),"
+             " 720 GB/sec (the Pascal whitepaper rounds it to 732), NVLink1"
              " 160 GB/s = 4 x 20 GB/s/dir. PCIe variant: FP32 9.3, FP16 18.7, 732 GB/s (16 GB) or 549 GB/s"
              " (12 GB), no NVLink. No bf16.",
     ),
