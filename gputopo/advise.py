@@ -172,7 +172,7 @@ TIE = 0.05
 def by_speed(strategies, times: dict, order: tuple) -> list[str] | None:
     """The strategies that fit, fastest predicted first (ties within TIE in `order`); None when a step time is
     unknown for one of them."""
-    fit = [s.name for s in strategies if s.fits]
+    fit = [s.name for s in strategies if s.fits and not s.tight] or [s.name for s in strategies if s.fits]
     if not fit or any(times.get(n) is None or times[n].step_s is None for n in fit):
         return None
     fastest = min(times[n].step_s for n in fit)
@@ -194,6 +194,14 @@ def speed_words(ranked: list[str], times: dict) -> str:
     return out + "."
 
 
+def why(s, layout) -> str:
+    """Why a strategy was passed over: what does not fit, or that it fits only into the fragmentation margin."""
+    if s.why_not:
+        return s.why_not[0]
+    return (f"fits only tightly ({gib(s.per_gpu_bytes['total'])} of {gib(layout.gpu_mem_bytes)},"
+            f" {s.per_gpu_bytes['total'] / layout.gpu_mem_bytes:.0%})")
+
+
 def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None,
               times: dict | None = None) -> Advice:
     """The fastest strategy that fits, with its reasons: by predicted step time (gputopo.speed) when every one
@@ -206,7 +214,8 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     if ranked:  # what is faster first, then the rest in the usual order, for "faster choices do not fit"
         order = tuple(n for n in order if n not in ranked and times[n].step_s is not None
                       and times[n].step_s < times[ranked[0]].step_s) + tuple(ranked)
-    chosen = next((by_name[n] for n in order if n in by_name and by_name[n].fits), None)
+    roomy = [n for n in order if n in by_name and by_name[n].fits and not by_name[n].tight]
+    chosen = by_name[roomy[0]] if roomy else next((by_name[n] for n in order if n in by_name and by_name[n].fits), None)
     if chosen is None:
         return nothing_fits(model, layout, training, strategies)
     reasons = [f"{WHAT[chosen.name]}: {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(layout.gpu_mem_bytes)}"
@@ -219,7 +228,13 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
         reasons.append(speed_words(ranked, times))
     if skipped:
         head = "Faster predicted, but do not fit: " if ranked else "Faster choices do not fit: "
-        reasons.append(head + "; ".join(f"{n} {by_name[n].why_not[0]}" for n in skipped) + ".")
+        reasons.append(head + "; ".join(f"{n} {why(by_name[n], layout)}" for n in skipped) + ".")
+    if chosen.tight:
+        share = chosen.per_gpu_bytes["total"] / layout.gpu_mem_bytes
+        reasons.append(f"Tight: {gib(chosen.per_gpu_bytes['total'])} of {gib(layout.gpu_mem_bytes)} ({share:.0%}),"
+                       f" into the {1 - HEADROOM:.0%} kept for the allocator's fragmentation: it may run"
+                       " (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps) or stop out of memory; nothing with"
+                       " that room fits.")
     if layout.gpus == 1 and chosen.name == "single":
         reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed"
                        " (HF's DeepSpeed decision tree).")

@@ -16,7 +16,7 @@ from .errors import BadInput, DoesNotFit
 
 # Options that only feed the memory plan: without --auto they would change nothing, so they are refused.
 PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
-             "grad_checkpointing", "cpu_cores", "kernels", "loss")
+             "grad_checkpointing", "cpu_cores", "kernels", "loss", "selective_checkpointing", "pure_16bit")
 TOLD = ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
 
 
@@ -111,8 +111,19 @@ def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list]:
     if chosen is None:
         raise DoesNotFit(planned["recommendation"]["reasons"][0] + " (`gputopo plan` with the same options shows"
                                                                     " every strategy)")
+    said = [f"--auto: gputopo plan recommends {chosen}"]
+    if chosen not in dsconfig.STRATEGY_TO_CONFIG:   # PyTorch FSDP: no DeepSpeed config expresses it
+        rows = {s["name"]: s for s in planned["strategies"]}
+        ds = [n for n in rows if n in dsconfig.STRATEGY_TO_CONFIG and rows[n]["fits"]]
+        if not ds:
+            raise DoesNotFit(f"gputopo plan recommends {chosen} (PyTorch FSDP) and no DeepSpeed strategy fits")
+        best = min(ds, key=lambda n: (rows[n]["tight"], rows[n]["time"]["step_s"] or float("inf")))
+        step = lambda n: f"{rows[n]['time']['step_s']:.3f} s/step" if rows[n]["time"]["step_s"] else "time unknown"
+        said.append(f"{chosen} is PyTorch FSDP, which no DeepSpeed config expresses; the fastest DeepSpeed strategy"
+                    f" that fits is {best} ({step(best)}, {chosen} {step(chosen)})")
+        chosen = best
     stage, offload = dsconfig.STRATEGY_TO_CONFIG[chosen]
-    return stage, offload, planned, [f"--auto: gputopo plan recommends {chosen}"]
+    return stage, offload, planned, said
 
 
 def _nvme(a: Ask, req, offload: str) -> tuple[str | None, int | None, list]:

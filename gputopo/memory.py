@@ -238,6 +238,15 @@ def loss_bytes(m, x: Shape) -> tuple[int, int, int]:
     return TV * 4, logits, 2 * TV * 4
 
 
+def selective_bytes(m, x: Shape) -> int:
+    """What torchtitan's per-op selective checkpointing keeps of a block besides its input: every other matmul's
+    output ("Per-op SAC's policy is to save every other mm") and the attention kernel's output and log-sum-exp
+    (SDPA is among the ops always saved); the elementwise ops are recomputed (pytorch/torchtitan,
+    torchtitan/distributed/activation_checkpoint.py and its tests)."""
+    outputs = (x.a + 2 * x.kv) * x.d + x.h + (2 if m.gated_mlp else 1) * x.I + x.h   # per token, forward order
+    return x.T * outputs * x.v // 2 + x.T * x.a * x.d * x.v + x.a * x.s * x.b * 4
+
+
 def param_split(m) -> tuple[int, int]:
     """(embedding parameters, parameters per block)."""
     emb = (m.vocab_size or 0) * m.hidden_size * (1 if m.tied else 2)
@@ -261,24 +270,25 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
     under torch.autocast, so 16-bit copies of its weights live from the forward until each layer's backward,
     and torch.optim steps on the GPU. DeepSpeed keeps the model itself in 16 bits and steps its own optimizer
     (fused, in place; its buffers are counted with the strategy's optimizer states)."""
-    x = shape(m, t, device, half_model=not plain_torch)
+    x = shape(m, t, device, half_model=not plain_torch or t.pure16)
     attention = resolve_attention(m, attention)
     if attention == "sdpa" and m.attn_dropout and device == "cpu":
         attention = "math"    # CPU SDPA has no fused dropout: its math kernel keeps fp32 scores (math_sdpa_bytes)
     P, L = m.params, m.layers
     emb, per_block = param_split(m)
     block = block_bytes(m, x, attention)
-    ckpt = t.grad_checkpointing
+    ckpt = t.grad_checkpointing or t.selective
     # Checkpointing keeps each block's input (the residual stream's width) and what the blocks share (eager: the
     # 4D causal mask).
     shared = x.b * x.s * x.s * 4 if attention == "eager" else 0
-    kept = L * x.T * x.h * x.res + shared if ckpt else L * block
+    own = x.T * x.h * x.res + (selective_bytes(m, x) if t.selective else 0)
+    kept = L * own + shared if ckpt else L * block
     head = head_bytes(m, x)
     lm = (m.vocab_size or 0) * m.hidden_size
     copies = 0
-    if x.mixed and plain_torch:
+    if x.mixed and plain_torch and not t.pure16:   # 16-bit weights need no autocast copies
         copies = 2 * (lm + (0 if ckpt else L * per_block))  # with checkpointing: recast per recomputed block
-    block_copies = 2 * per_block if x.mixed and plain_torch and ckpt else 0
+    block_copies = 2 * per_block if x.mixed and plain_torch and ckpt and not t.pure16 else 0
     accum = t.grad_accum > 1                            # earlier micro-steps' gradients stay alive
     g = lambda n: P if accum else n                     # noqa: E731
     _, logits, loss_grads = loss_bytes(m, x)
@@ -292,8 +302,7 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
         Phase("forward, at the loss", g(0), kept + head + copies, logits),
         Phase("backward, at the loss", g(0), kept + head + copies, loss_grads),
         # (With checkpointing the recomputed block's input is the very tensor the checkpoint kept.)
-        Phase("backward, last block", g(top_grads), kept - (x.T * x.h * x.res if ckpt else block) + copies + saved,
-              temp),
+        Phase("backward, last block", g(top_grads), kept - (own if ckpt else block) + copies + saved, temp),
         Phase("backward, first block", g(min(P, bottom_grads)),
               (shared if ckpt else 2 * per_block if copies else 0) + saved, temp),
         Phase("backward, embeddings", P, 0, tied_extra),

@@ -175,6 +175,13 @@ training_options = group(
     click.option("--batch-size", type=COUNT, default=4, show_default=True, help="Micro-batch per GPU."),
     click.option("--seq-len", type=COUNT, help="Tokens per sample [default: the model's context, at most 1024]."),
     click.option("--grad-checkpointing", is_flag=True, help="Recompute activations in backward."),
+    click.option("--selective-checkpointing", is_flag=True,
+                 help="Recompute part of them: torchtitan's per-op policy (every other matmul's output and"
+                      " attention's kept, the rest recomputed)."),
+    click.option("--pure-16bit", is_flag=True,
+                 help="The weights themselves in 16 bits (loaded with torch_dtype=torch.bfloat16): gradients and"
+                      " optimizer states too, no fp32 master copy; plain PyTorch and FSDP (DeepSpeed keeps its own"
+                      " fp32 master)."),
     click.option("--grad-accum", type=COUNT, help="Gradient accumulation steps [default: 1, or from --global-batch]."),
     click.option("--global-batch", type=COUNT,
                  help="Samples per optimizer step: must equal --batch-size x --grad-accum x GPUs x nodes"

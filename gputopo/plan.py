@@ -43,6 +43,12 @@ def value_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
+def weight_bytes(t) -> int:
+    """Bytes of a weight (and of its gradient) in plain PyTorch and FSDP: fp32 under autocast, the compute dtype
+    when the weights themselves are 16-bit (--pure-16bit: the optimizer's states follow their dtype too)."""
+    return t.value_bytes if t.pure16 else 4
+
+
 def zero3_buckets(hidden_size: int) -> tuple[int, int]:
     """(prefetch, reduce) bucket elements at ZeRO-3: 0.9 h^2 and h^2, what the HF Trainer fills for "auto"
     (transformers/integrations/deepspeed.py) and what gputopo writes; the plan counts them in 16-bit."""
@@ -85,11 +91,19 @@ class Training:
     attention: str = "auto"               # auto (what transformers picks), eager, sdpa
     offload_params: bool = True           # ZeRO-3 offload: parameters too, not only optimizer states
     kernels: str = "hf"                   # hf: transformers' modeling code op by op; fused: one kernel per op
+    selective: bool = False               # torchtitan's per-op checkpointing: every other matmul's output kept
+    pure16: bool = False                  # the weights themselves 16-bit (no fp32 master): plain torch and FSDP
     loss: str = "hf"                      # hf: an fp32 copy of the logits; fused: 16-bit, in place; chunked: none whole
 
     @property
     def value_bytes(self) -> int:
         return value_bytes(self.precision)
+
+    def stack(self) -> list[str]:
+        """The options that describe a training stack other than transformers' code as the HF Trainer runs it."""
+        return ([f"--kernels {self.kernels}"] if self.kernels != "hf" else []) + \
+               ([f"--loss {self.loss}"] if self.loss != ("fused" if self.kernels == "fused" else "hf") else []) + \
+               (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else [])
 
     def to_dict(self) -> dict:
         # flash_attention: kept from schema 1's first fields (true when the attention is a fused SDPA kernel)
@@ -109,6 +123,7 @@ class Strategy:
     fits: bool = False
     why_not: list[str] = field(default_factory=list)
     short_bytes: dict = field(default_factory=dict)  # {"gpu"|"cpu"|"nvme": bytes missing}; empty when it fits
+    tight: bool = False                        # fits, but in the last 10 % of GPU memory kept for fragmentation
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -123,7 +138,8 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
     if name in ("single", "ddp"):
         # Plain PyTorch AMP: fp32 weights and gradients (4 B each); autocast's 16-bit weight copies (the guide's
         # extra 2 B) live only from the forward to each layer's backward, so gputopo.memory counts them there.
-        return {"weights": 4 * P, "gradients": 4 * P, "optimizer": K * P}, load_cpu, 0
+        w = weight_bytes(t)
+        return {"weights": w * P, "gradients": w * P, "optimizer": K * w // 4 * P}, load_cpu, 0
     if name == "zero1":
         return {"weights": p16 * P, "gradients": p16 * P + 4 * P // N, "optimizer": (4 + K) * P // N}, load_cpu, 0
     if name == "zero2":
@@ -172,10 +188,10 @@ def fsdp_states(m: ModelSpec, lay: Layout, t: Training) -> dict:
     Unsharded, in the compute dtype: the root unit from forward to backward (the root does not reshard after
     forward), and at most two blocks at once (the one running and the one prefetched: BACKWARD_PRE, the default,
     and limit_all_gathers) with the running block's gradients before their reduce-scatter."""
-    P, N, p16 = m.params, lay.gpus, t.value_bytes
+    P, N, p16, w = m.params, lay.gpus, t.value_bytes, weight_bytes(t)
     block, root = fsdp_units(m)
-    return {"weights": 4 * P // N + p16 * (root + 2 * block), "gradients": 4 * P // N + p16 * (root + block),
-            "optimizer": OPTIMIZER_BYTES[t.optimizer] * P // N}
+    return {"weights": w * P // N + p16 * (root + 2 * block), "gradients": w * P // N + p16 * (root + block),
+            "optimizer": OPTIMIZER_BYTES[t.optimizer] * w // 4 * P // N}
 
 
 def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
@@ -183,14 +199,14 @@ def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
     return (t.value_bytes + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * m.params // nodes
 
 
-def _overhead(name: str, m: ModelSpec) -> int:
+def _overhead(name: str, m: ModelSpec, t: Training) -> int:
     """CUDA context plus communication buffers."""
     h2 = m.hidden_size ** 2
     if name in ("single", "fsdp"):   # FSDP's unsharded buffers are counted with its states
         return CUDA_CONTEXT_BYTES
     if name == "ddp":
         # DDP's reducer keeps a flat copy of the gradients (gradient_as_bucket_view=False, the default).
-        return CUDA_CONTEXT_BYTES + 4 * m.params
+        return CUDA_CONTEXT_BYTES + weight_bytes(t) * m.params
     if name.startswith("zero3"):
         # prefetch bucket 0.9 h^2 and reduce bucket h^2, 16-bit (the sizes the HF Trainer and gputopo write)
         return CUDA_CONTEXT_BYTES + 2 * sum(zero3_buckets(m.hidden_size))
@@ -217,8 +233,8 @@ def comm_split(name: str, m: ModelSpec, lay: Layout, t: Training) -> dict[str, i
     ring = (n - 1) / n
     P, p16 = m.params, t.value_bytes
     if name == "ddp":
-        # One all-reduce (2 passes) of fp32 gradients; accumulation steps use no_sync.
-        return {"all_reduce": int(2 * ring * 4 * P)}
+        # One all-reduce (2 passes) of the gradients (fp32 unless --pure-16bit); accumulation steps use no_sync.
+        return {"all_reduce": int(2 * ring * weight_bytes(t) * P)}
     gather = int(ring * p16 * P)
     if name.startswith("zero1"):
         # Stage 1 keeps whole gradients and reduces them only at the accumulation boundary (DeepSpeed's
@@ -244,23 +260,26 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
     for name in STRATEGIES:
         if name == "single" and lay.gpus > 1:
             continue
-        if name != "single" and lay.gpus == 1 and name in ("ddp", "zero1", "zero2", "zero3"):
+        if name != "single" and lay.gpus == 1 and name in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
             continue  # sharding over one GPU buys nothing
         states, cpu, nvme = _model_states(name, m, lay, t)
         # FSDP gathers 16-bit parameters itself (no autocast copies) and steps a sharded optimizer
         pk = memory.peak(m, t, t.attention, states["gradients"], plain_torch=name in ("single", "ddp"))
         per = {**states, "activations": pk["activations"], "temporaries": pk["temporaries"],
-               "overhead": _overhead(name, m)}
+               "overhead": _overhead(name, m, t)}
         # The gradients are all alive only from the end of backward; the peak phase holds pk["gradients"].
         per["total"] = states["weights"] + states["optimizer"] + per["overhead"] + pk["bytes"]
         comm = comm_bytes(name, m, lay, t)
         # comm_seconds_per_step is gputopo.speed's (report.plan_for fills it): one owner for time.
         st = Strategy(name, per, int(cpu), int(nvme), comm, None, peak=pk,
                       nvidia_smi_bytes=per["total"] + ALLOCATOR_RESERVE_BYTES)
-        if per["total"] > HEADROOM * lay.gpu_mem_bytes:
-            st.short_bytes["gpu"] = int(per["total"] - HEADROOM * lay.gpu_mem_bytes)
+        # Within 90 % it fits; up to 100 % it is tight: runs at 96 % have trained (TinyLlama on an RTX 4090,
+        # benchmarks/gpu_public.json), but fragmentation may tip them over.
+        if per["total"] > lay.gpu_mem_bytes:
+            st.short_bytes["gpu"] = int(per["total"] - lay.gpu_mem_bytes)
             st.why_not.append(f"needs {gib(per['total'])} per GPU of {gib(lay.gpu_mem_bytes)}"
-                              f" ({gib(st.short_bytes['gpu'])} short of the {HEADROOM:.0%} usable)")
+                              f" ({gib(st.short_bytes['gpu'])} short)")
+        st.tight = HEADROOM * lay.gpu_mem_bytes < per["total"] <= lay.gpu_mem_bytes
         # Only offload needs the host during training; the others need it to load (reported, not judged).
         if "offload" in name and lay.cpu_mem_bytes is not None and cpu > HEADROOM * lay.cpu_mem_bytes:
             st.short_bytes["cpu"] = int(cpu - HEADROOM * lay.cpu_mem_bytes)

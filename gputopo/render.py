@@ -159,7 +159,7 @@ def plan(data: dict) -> str:
         b = s["per_gpu_bytes"]
         comm = "-" if not s["comm_bytes_per_step"] else size(s["comm_bytes_per_step"]) + (
             f" {s['comm_seconds_per_step']:.3f}s" if s["comm_seconds_per_step"] is not None else " (link unknown)")
-        fits = "yes" if s["fits"] else "no: " + ", ".join(
+        fits = ("tight" if s.get("tight") else "yes") if s["fits"] else "no: " + ", ".join(
             f"{where[k]} {size(v)} short" for k, v in s.get("short_bytes", {}).items()) if s.get("short_bytes") else (
             "yes" if s["fits"] else "no")
         rows.append([s["name"], fits, size(b["weights"]), size(b["gradients"]),

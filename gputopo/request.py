@@ -53,6 +53,8 @@ class TrainingAsk:
     offload_params: bool | None = None
     kernels: str | None = None
     loss: str | None = None
+    selective_checkpointing: bool = False
+    pure_16bit: bool = False
 
 
 @dataclass(frozen=True)
@@ -341,17 +343,35 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     chosen, note = precision(t.precision, gpu_name)
     if note:
         notes["precision"] = note
+    if t.selective_checkpointing and t.grad_checkpointing:
+        raise BadInput("--selective-checkpointing recomputes part of what --grad-checkpointing recomputes whole:"
+                       " give one")
+    if t.pure_16bit and chosen == "fp32":
+        raise BadInput("--pure-16bit keeps the weights in 16 bits; --precision fp32 has none: give --precision bf16"
+                       " (or fp16)")
     plan_notes: dict = {}  # what only the memory plan reads: said only when a plan is made
     training_ = Training(precision=chosen, optimizer=t.optimizer, batch_size=t.batch_size,
                          seq_len=_seq_len(spec, t.seq_len, plan_notes), grad_checkpointing=t.grad_checkpointing,
                          grad_accum=accumulation(t.batch_size, t.grad_accum, t.global_batch, per_node * hw.nodes),
                          attention=_attention(spec, t.attention, t.flash_attention, plan_notes),
                          offload_params=t.offload_params is not False, kernels=t.kernels or "hf",
+                         selective=t.selective_checkpointing, pure16=t.pure_16bit,
                          loss=_loss(t.kernels, t.loss, plan_notes))
     notes.update(plan_notes if need_layout else {})
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
                                                                      "seq_len_rotary")])
     return Request(spec, layout, training_, per_node, hw.nodes, t.global_batch, notes, remarks, gpus_assumed=assumed)
+
+
+def runs_here(training: Training, option: str) -> None:
+    """--calibrate and --measure run transformers' modeling code on this machine as the HF Trainer runs it: a
+    plan for another stack (fused kernels, a fused loss, selective checkpointing, 16-bit weights) is refused,
+    not compared with what it did not run."""
+    other = training.stack()
+    if other:
+        raise BadInput(f"{option} runs transformers' own modeling code here, as the HF Trainer does; {', '.join(other)}"
+                       f" describe{'s' if len(other) == 1 else ''} another stack: drop {option} or"
+                       f" {'it' if len(other) == 1 else 'them'}")
 
 
 def from_options(options: dict, **how) -> Request:

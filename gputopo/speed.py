@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from . import memory
-from .plan import TORCH_STRATEGIES, comm_split, value_bytes, zero3_buckets
+from .plan import TORCH_STRATEGIES, comm_split, value_bytes, weight_bytes, zero3_buckets
 
 DDP_BUCKET = 25 * 2 ** 20          # torch DDP's bucket_cap_mb default (the first bucket is 1 MB)
 DS_BUCKET = 5 * 10 ** 8            # DeepSpeed's reduce/allgather bucket default (elements)
@@ -44,6 +44,7 @@ class Rates:
                                            # gloo shares the cores with compute, so calibration keeps False
     sms: int | None = None                 # streaming multiprocessors: a matmul runs in waves of tiles over them
     attention_flops: float | None = None   # fused attention's matmuls (FlashAttention in SDPA) on a GPU
+    k_half: float | None = None            # the K at which a tensor-core matmul reaches half its rate (k_factor)
     matmul_seconds: dict | None = None     # calibrated: "MxNxK" -> seconds, the model's own shapes
     elementwise: dict | None = None        # calibrated: elements -> {"stream", "math", "inplace"} bytes/s
     sampled: dict | None = None            # calibrated: {"block_s", "head_s"} of one micro-step, the model's own
@@ -118,6 +119,9 @@ def training_matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[i
         out += [(c, *s) for s in backward_shapes(M, N, K)]
     if t.grad_checkpointing:  # the blocks' forward runs again in backward; the LM head (last) does not
         out += fwd[:-1] if m.vocab_size else fwd
+    elif t.selective:   # torchtitan's per-op policy recomputes every other matmul (SDPA's output is kept)
+        scores = score_shapes(m, t, device)
+        out += [(c / 2, M, N, K) for c, M, N, K in (fwd[:-1] if m.vocab_size else fwd) if (M, N, K) not in scores]
     return out
 
 
@@ -137,6 +141,15 @@ def wave_factor(M: int, N: int, K: int, sms: int | None) -> float:
     return slots * TILE * TILE / (M * N)
 
 
+def k_factor(K: int, rates: Rates) -> float:
+    """The share of its rate a tensor-core matmul reaches with a K-loop of length K: each output tile pays a fixed
+    cost (loading, the epilogue's write) beside a loop that grows with K, so the rate is K / (K + K0). XLA's
+    measured sm_90 (H100) bf16 table (tensorflow/tensorflow third_party/xla/xla/service/gpu/model/
+    matmul_interpolator_data.h @9bebee8e) at m = n = 4096: 505.1 TFLOPS at K=256 (b=4), 621.6 at K=512 (b=4),
+    681.1 at K=1024, 764.1 at K=4096 (n=2048): K0 = 145 and an asymptote of 791 TFLOPS, MAMF's 794.5."""
+    return K / (K + rates.k_half) if rates.k_half else 1.0
+
+
 def matmul_seconds(shapes, rates: Rates, elem: int, attention: frozenset = frozenset()) -> float:
     """Each shape at its calibrated time, else by the roofline: the larger of FLOPs / rate (in waves over the
     SMs) and bytes / bandwidth. Shapes in `attention` run inside a fused attention kernel at its own rate."""
@@ -147,18 +160,23 @@ def matmul_seconds(shapes, rates: Rates, elem: int, attention: frozenset = froze
             if key(M, N, K) in attention and rates.attention_flops:
                 flops = 2 * M * N * K / rates.attention_flops
             else:
-                flops = 2 * M * N * K / rates.matmul_flops * wave_factor(M, N, K, rates.sms)
+                flops = 2 * M * N * K / rates.matmul_flops * wave_factor(M, N, K, rates.sms) / k_factor(K, rates)
             known = max(flops, (M * K + K * N + M * N) * elem / rates.mem_bytes_per_s)
         total += c * known
     return total
+
+
+def score_shapes(m, t, device: str = "cuda") -> list[tuple[int, int, int]]:
+    """The forward matmuls of the attention scores and values: they end the block's list, the LM head is last."""
+    fwd = matmuls(m, t, t.attention, device)
+    return [(M, N, K) for _, M, N, K in (fwd[-3:-1] if m.vocab_size else fwd[-2:])]
 
 
 def attention_shapes(m, t, device: str = "cuda") -> frozenset:
     """The keys of the scores' matmuls (forward and backward) when a fused kernel computes them (SDPA on a GPU)."""
     if device != "cuda" or memory.resolve_attention(m, t.attention) != "sdpa":
         return frozenset()
-    fwd = matmuls(m, t, t.attention, device)[-4:-2] if m.vocab_size else matmuls(m, t, t.attention, device)[-2:]
-    return frozenset(key(*s) for _, M, N, K in fwd for s in [(M, N, K)] + backward_shapes(M, N, K))
+    return frozenset(key(*s) for M, N, K in score_shapes(m, t, device) for s in [(M, N, K)] + backward_shapes(M, N, K))
 
 
 # ---- elementwise work, op by op as transformers runs the model ----------------------------------------------
@@ -299,7 +317,7 @@ def elementwise_ops(m, t, attention: str, device: str) -> tuple[list[tuple], lis
 def elementwise_seconds(m, t, attention: str, rates: Rates, device: str) -> float:
     """Every elementwise op of a micro-step (the blocks' forward twice under checkpointing) at its rate."""
     block, head = elementwise_ops(m, t, attention, device)
-    runs = 2 if t.grad_checkpointing else 1
+    runs = 2 if t.grad_checkpointing or t.selective else 1   # selective recomputes every elementwise op
     total = 0.0
     for ops, times, forwards in ((block, m.layers, runs), (head, 1, 1)):
         for _, n, bpe, fwd, bwd, kind in ops:
@@ -326,7 +344,7 @@ def copy_bytes(name: str, m, t, gpus: int = 1) -> float:
     __add_grad_to_ipg_bucket, reduce_scatter_coalesced interleaving a bucket's tensors, partition_grads)."""
     P = m.params
     if name in TORCH_STRATEGIES:   # FSDP gathers into and reduces from its flat buffers: no copy beyond them
-        return P * (16 if name == "ddp" else 0)
+        return P * (4 * weight_bytes(t) if name == "ddp" else 0)
     bucket = m.hidden_size ** 2 or DS_BUCKET
     bucketed = sum(n for n in gradient_order(m) if n <= bucket)
     return 2 * value_bytes(t.precision) * (bucketed + P + 2 * P / gpus)
@@ -335,7 +353,7 @@ def copy_bytes(name: str, m, t, gpus: int = 1) -> float:
 def cast_bytes(name: str, m, t) -> float:
     """Plain torch under autocast casts every fp32 weight to 16 bits in each forward (read 4, write 2), into a
     fresh tensor; DeepSpeed's 16-bit weights need no cast."""
-    return m.params * 6 if name in ("single", "ddp") and t.precision != "fp32" else 0.0
+    return m.params * 6 if name in ("single", "ddp") and t.precision != "fp32" and not t.pure16 else 0.0
 
 
 def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", name: str = "single",
@@ -520,7 +538,7 @@ def exposed_comm(name: str, m, lay, t, rates: Rates, total: float, compute: floa
         unit = max(n for n, _ in block_tensors(m)) if name.startswith("zero3") else sum(n for n, _ in block_tensors(m))
         edges = 2 * ring * unit * value_bytes(t.precision) / bw      # the first gather, the last reduce-scatter
         return t.grad_accum * max(total / t.grad_accum - micro, edges)
-    backward = micro * (0.75 if t.grad_checkpointing else 2 / 3)
+    backward = micro * (0.75 if t.grad_checkpointing or t.selective else 2 / 3)
     reduces = t.grad_accum if name.startswith("zero2") else 1
     per = part.get("all_reduce", 0.0) / reduces
     grad_bytes = 4 if name == "ddp" else value_bytes(t.precision)
@@ -536,7 +554,8 @@ def optimizer_seconds(name: str, m, lay, t, rates: Rates) -> float:
     share = m.params if name in ("single", "ddp") else m.params / lay.gpus
     if name in TORCH_STRATEGIES and rates.optimizer_params_per_s:
         return share / rates.optimizer_params_per_s
-    per = TORCH_OPTIMIZER_BYTES[t.optimizer] if name in TORCH_STRATEGIES else FUSED_ADAM_BYTES
+    per = (TORCH_OPTIMIZER_BYTES[t.optimizer] * weight_bytes(t) // 4 if name in TORCH_STRATEGIES
+           else FUSED_ADAM_BYTES)
     return share * per / elementwise_rate(rates, int(share), "inplace")
 
 
@@ -651,6 +670,10 @@ MEMORY_EFFICIENCY = 0.8
 # utilization on the H100 GPU" (FlashAttention-3, arXiv 2407.08608), never above the GPU's own matmul rate.
 FLASH_EFFICIENCY = {"Hopper": 0.35, "Blackwell": 0.35}
 FLASH_EFFICIENCY_OTHER = 0.6
+# A tensor-core matmul's K at half rate on an H100 SXM (k_factor); another GPU's in proportion to its 16-bit rate
+# per SM (a tile's fixed cost taken as the same time, its K-loop running at the SM's rate): A100 56, RTX 4090 29.
+K_HALF_H100 = 145
+H100_PER_SM = 989.4 / 132
 # All-reduce bus bandwidth as a share of the weakest link's per-direction bandwidth, from nccl-tests pastes
 # (docs/sources.md#busbw): NVLink ~0.8 (NCCL's own model: 20 of 25 GB/s per link), PCIe P2P 0.6-0.8.
 NVLINK_BUSBW = 0.8
@@ -728,5 +751,9 @@ def gpu_rates(lay, t) -> Rates:
     if t.attention == "sdpa":
         basis["attention"] = (f"fused attention (FlashAttention-2 in SDPA) at {flash:.0%} of the peak"
                               " (FlashAttention-2/-3 papers, docs/sources.md#step-time)")
+    k_half = K_HALF_H100 * peak / fig["sms"] / H100_PER_SM if b16 else None
+    if k_half:
+        basis["matmul"] += (f"; a K-loop of K reaches K / (K + {k_half:.0f}) of it (XLA's measured H100 table,"
+                            " in proportion to the rate per SM)")
     return Rates(matmul_flops=peak * 1e12 * eff, mem_bytes_per_s=fig["mem_gbps"] * 1e9 * MEMORY_EFFICIENCY,
-                 sms=fig["sms"], attention_flops=peak * 1e12 * flash, **links, basis=basis)
+                 sms=fig["sms"], attention_flops=peak * 1e12 * flash, k_half=k_half, **links, basis=basis)

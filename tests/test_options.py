@@ -284,6 +284,11 @@ SHARED = {
     "attention": ([], ["--attention", "eager"], phases("ddp")),   # auto is sdpa for gpt2
     "flash_attention": (["--attention", "eager"], ["--flash-attention"], phases("ddp")),
     "offload_params": ([], ["--no-offload-params"], strategy("zero3_offload_cpu", "weights")),
+    "kernels": ([], ["--kernels", "fused"], phases("ddp")),            # fused norms and GeLU keep less
+    "loss": ([], ["--loss", "chunked"], phases("ddp")),                # no whole logits
+    "selective_checkpointing": ([], ["--selective-checkpointing"], phases("ddp")),
+    "pure_16bit": ([], ["--pure-16bit"], strategy("ddp", "weights")),   # 2 bytes a weight, not 4
+    "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: p["rates"]["cpu_adam"]),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
                   lambda p: [n for n in p["notes"] if "NVMe free" in n or "nvme" in n]),
@@ -741,9 +746,8 @@ def test_nothing_fits_shows_the_whole_table_and_exits_1():
     for s in data["strategies"]:
         assert not s["fits"] and s["short_bytes"]
         b = s["per_gpu_bytes"]
-        if "gpu" in s["short_bytes"]:
-            assert s["short_bytes"]["gpu"] == b["total"] - int(0.9 * 8 * GIB) or \
-                abs(s["short_bytes"]["gpu"] - (b["total"] - 0.9 * 8 * GIB)) < 1
+        if "gpu" in s["short_bytes"]:   # short of the whole GPU (between 90 and 100 % it is "tight", and fits)
+            assert s["short_bytes"]["gpu"] == b["total"] - 8 * GIB
     nvme = next(s for s in data["strategies"] if s["name"] == "zero3_offload_nvme")
     assert nvme["short_bytes"]["nvme"] == nvme["nvme_bytes"] - 10 * GIB
     assert r.stderr.startswith("Error: llama-2-70b (68.98B params) fits no strategy") and r.stderr.count("\n") == 1
@@ -770,7 +774,8 @@ def test_traffic_words_match_the_table():
     data = json.loads(run("plan", "--json", *args).stdout)
     s = {x["name"]: x for x in data["strategies"]}
     chosen = data["recommendation"]["strategy"]
-    assert chosen == "zero1"
+    # ZeRO-3 and FSDP hide their gathers behind compute on NVLink; ZeRO-1's all-gather after the step stays exposed
+    assert chosen in ("zero3", "fsdp")
     ddp, z1, z2, z3 = (s[n]["comm_bytes_per_step"] for n in ("ddp", "zero1", "zero2", "zero3"))
     # 3 passes of bf16 (bucket all-reduce + parameter all-gather; ZeRO-3: 2 gathers + reduce-scatter) vs DDP's 2 of fp32
     assert z1 == z2 == pytest.approx(0.75 * ddp, rel=1e-6) and z3 == pytest.approx(z1, rel=1e-6)
@@ -854,7 +859,12 @@ def test_plan_and_auto_agree(case, tmp_path):
     auto = json.loads(r.stdout)
     assert auto["plan"] == plan  # the same resolved inputs, the same figures
     from gputopo.dsconfig import STRATEGY_TO_CONFIG
-    stage, offload = STRATEGY_TO_CONFIG[plan["recommendation"]["strategy"]]
+    chosen = plan["recommendation"]["strategy"]
+    if chosen not in STRATEGY_TO_CONFIG:   # PyTorch FSDP: --auto writes the fastest DeepSpeed strategy that fits
+        rows = [s for s in plan["strategies"] if s["name"] in STRATEGY_TO_CONFIG and s["fits"]]
+        chosen = min(rows, key=lambda s: (s["tight"], s["time"]["step_s"]))["name"]
+        assert f"the fastest DeepSpeed strategy that fits is {chosen}" in " ".join(auto["warnings"])
+    stage, offload = STRATEGY_TO_CONFIG[chosen]
     zero = auto["config"]["zero_optimization"]
     assert zero["stage"] == stage
     assert (zero.get("offload_optimizer") or {}).get("device", "none") == offload

@@ -30,6 +30,9 @@ def plan(as_json, measure, steps, calibrate, calibrate_seconds, **options):
     if calibrate_seconds is not None and not calibrate:
         raise BadInput("--calibrate-seconds needs --calibrate")
     req = request.from_options(options)
+    for given, flag in ((calibrate, "--calibrate"), (measure, "--measure")):
+        if given:
+            request.runs_here(req.training, flag)
     rates, device = None, "cuda"
     if calibrate:
         from .. import calibrate as calibrating
