@@ -288,8 +288,8 @@ VARIANTS = {
              dict(variant="A100 SXM4 40GB", mem_gb=40, mem_gbps=1555.0)),
     "A800": (dict(variant="A800 40GB PCIe", mem_gb=40, mem_gbps=1555.2),
              dict(variant="A800 PCIe 80GB", form="PCIE", mem_gb=80, mem_gbps=1935.0)),
-    "H100": (dict(variant="H100 PCIe 80GB", form="PCIE", fp32=51.0, tf32=378.0, b16=756.0, mem_gbps=2000.0),),
-    "H800": (dict(variant="H800 PCIe 80GB", form="PCIE", fp32=51.0, tf32=378.0, b16=756.0, mem_gbps=2000.0),),
+    "H100": (dict(variant="H100 PCIe 80GB", form="PCIE", fp32=51.0, tf32=378.0, b16=756.0, mem_gbps=2000.0, sms=114),),
+    "H800": (dict(variant="H800 PCIe 80GB", form="PCIE", fp32=51.0, tf32=378.0, b16=756.0, mem_gbps=2000.0, sms=114),),
     "V100": (dict(variant="V100 PCIe", form="PCIE", fp32=14.0, b16=112.0, nvlink_gbps=None),),
 }
 
@@ -303,30 +303,32 @@ SMS = {"GB200": 148, "B200": 148, "RTX 5090": 170, "GH200": 132, "H200": 132, "H
        "Quadro RTX 6000": 72, "RTX 2080 Ti": 68, "T4": 40, "P100": 56, "P40": 30, "GTX 1080 Ti": 28}
 MAMF = "stas00/ml-engineering compute/accelerator/README.md @744d01e1, Maximum Achievable Matmul FLOPS table"
 TORCH_MM = "zzc0721/torch-performance-test-data database.md @9d828276 (torch.mm, best of 1024-10240 squares)"
-# The share of the dense peak a large matmul reaches, measured: (16-bit, fp32 without TF32, source, what was
-# measured). 16-bit from the MAMF table where it has the GPU (bf16, mean of 100 runs after warm-up, the L2 cache
-# cleared between them), else from torch.mm timings; fp32 from torch.mm. A GPU without a measurement gets
-# gputopo.speed.GEMM_EFFICIENCY, said so in the output.
+# The share of the dense peak a large matmul reaches, measured: {"b16"|"fp32": (share, what was measured, source)}.
+# 16-bit from the MAMF table where it has the GPU (bf16, mean of 100 runs after warm-up, the L2 cache cleared
+# between them), else from torch.mm timings; fp32 (no TF32) from torch.mm. A GPU without a measurement gets
+# gputopo.speed.GEMM_EFFICIENCY, and the output says so.
 GEMM = {
-    "A100": (0.869, 0.984, MAMF + "; " + TORCH_MM, "bf16 271.2 of 312 TFLOPS (MAMF); fp32 19.18 of 19.5 (torch.mm)"),
-    "H100": (0.803, 0.778, MAMF + "; " + TORCH_MM, "bf16 794.5 of 989 TFLOPS (MAMF); fp32 52.11 of 67 (torch.mm)"),
-    "H200": (0.803, 0.766, MAMF + "; " + TORCH_MM, "bf16 as H100 SXM ('H200 is the same', MAMF); fp32 51.34 of 67"),
-    "GH200": (0.838, None, MAMF, "bf16 828.6 of 989 TFLOPS (MAMF)"),
-    "B200": (0.776, None, MAMF, "bf16 1745.0 of 2250 TFLOPS (MAMF)"),
-    "V100": (0.759, 0.896, TORCH_MM, "fp16 94.84 of 125 TFLOPS; fp32 14.06 of 15.7"),
-    "L40S": (0.744, 0.512, TORCH_MM, "bf16 269.15 of 362 TFLOPS; fp32 46.88 of 91.6"),
-    "L4": (0.586, 0.508, TORCH_MM, "bf16 70.89 of 121 TFLOPS; fp32 15.38 of 30.3"),
-    "RTX 4090": (1.013, 0.666, TORCH_MM, "bf16 162.39-173.31 of 165.2 TFLOPS (median 167.4, boost above the"
-                                         " datasheet's clock); fp32 55.01 of 82.6"),
-    "RTX 3090": (1.075, 0.698, TORCH_MM, "bf16 76.34 of 71 TFLOPS (fp32 accumulate; boost above the datasheet's"
-                                         " clock); fp32 24.84 of 35.6"),
-    "RTX A6000": (0.797, 0.618, TORCH_MM, "bf16 123.34 of 154.8 TFLOPS; fp32 23.92 of 38.7"),
+    "A100": {"b16": (0.869, "bf16 271.2 of 312 TFLOPS", MAMF), "fp32": (0.984, "19.18 of 19.5 TFLOPS", TORCH_MM)},
+    "H100": {"b16": (0.803, "bf16 794.5 of 989 TFLOPS", MAMF), "fp32": (0.778, "52.11 of 67 TFLOPS", TORCH_MM)},
+    "H200": {"b16": (0.803, "bf16 as H100 SXM ('H200 is the same')", MAMF), "fp32": (0.766, "51.34 of 67", TORCH_MM)},
+    "GH200": {"b16": (0.838, "bf16 828.6 of 989 TFLOPS", MAMF)},
+    "B200": {"b16": (0.776, "bf16 1745.0 of 2250 TFLOPS", MAMF)},
+    "V100": {"b16": (0.759, "fp16 94.84 of 125 TFLOPS", TORCH_MM), "fp32": (0.896, "14.06 of 15.7", TORCH_MM)},
+    "L40S": {"b16": (0.744, "bf16 269.15 of 362 TFLOPS", TORCH_MM), "fp32": (0.512, "46.88 of 91.6", TORCH_MM)},
+    "L4": {"b16": (0.586, "bf16 70.89 of 121 TFLOPS", TORCH_MM), "fp32": (0.508, "15.38 of 30.3", TORCH_MM)},
+    "RTX 4090": {"b16": (1.013, "bf16 162.39-173.31 of 165.2 TFLOPS (median 167.4; boost above the datasheet's"
+                                " clock)", TORCH_MM), "fp32": (0.666, "55.01 of 82.6", TORCH_MM)},
+    "RTX 3090": {"b16": (1.075, "bf16 76.34 of 71 TFLOPS (fp32 accumulate; boost above the datasheet's clock)",
+                         TORCH_MM), "fp32": (0.698, "24.84 of 35.6", TORCH_MM)},
+    "RTX A6000": {"b16": (0.797, "bf16 123.34 of 154.8 TFLOPS", TORCH_MM), "fp32": (0.618, "23.92 of 38.7", TORCH_MM)},
 }
 # Variants measured apart from their key (matched as VARIANTS is).
-GEMM_VARIANTS = {"A100 PCIe 40GB": (0.811, 0.901, MAMF + "; " + TORCH_MM, "bf16 252.9 of 312 TFLOPS (MAMF, A100 PCIe);"
-                                    " fp32 17.56 of 19.5 (A100-PCIE-40GB)"),
-                 "A100 PCIe 80GB": (0.811, None, MAMF, "bf16 252.9 of 312 TFLOPS (MAMF, A100 PCIe)"),
-                 "H100 PCIe 80GB": (0.656, 0.725, TORCH_MM, "bf16 495.93 of 756 TFLOPS; fp32 36.95 of 51")}
+GEMM_VARIANTS = {
+    "A100 PCIe 40GB": {"b16": (0.811, "bf16 252.9 of 312 TFLOPS (A100 PCIe)", MAMF),
+                       "fp32": (0.901, "17.56 of 19.5 (A100-PCIE-40GB)", TORCH_MM)},
+    "A100 PCIe 80GB": {"b16": (0.811, "bf16 252.9 of 312 TFLOPS (A100 PCIe)", MAMF)},
+    "H100 PCIe 80GB": {"b16": (0.656, "bf16 495.93 of 756 TFLOPS", TORCH_MM), "fp32": (0.725, "36.95 of 51", TORCH_MM)},
+}
 
 
 def sheet(name: str | None, mem_bytes: int | None = None) -> dict | None:
@@ -345,8 +347,8 @@ def sheet(name: str | None, mem_bytes: int | None = None) -> dict | None:
                                                                           abs(gb - v["mem_gb"]) > 0.1 * v["mem_gb"])):
             continue
         figures = {k: x for k, x in v.items() if k not in ("form", "mem_gb")}
-        return {**PEAKS[g.key], **figures, "key": g.key, "arch": g.arch, "sms": SMS.get(g.key),
-                "gemm": GEMM_VARIANTS.get(v["variant"], GEMM.get(g.key))}
+        return {**PEAKS[g.key], "key": g.key, "arch": g.arch, "sms": SMS.get(g.key),
+                "gemm": GEMM_VARIANTS.get(v["variant"], GEMM.get(g.key)), **figures}
     return {**PEAKS[g.key], "key": g.key, "arch": g.arch, "variant": g.key, "sms": SMS.get(g.key),
             "gemm": GEMM.get(g.key)}
 

@@ -509,3 +509,135 @@ def test_a_result_line_cut_short_ends_the_results():
     out = 'noise\nR {"a": 1}\nR {"b": 2}\nR {"c": \n'
     assert calibrate.result_lines(out, "R ") == [{"a": 1}, {"b": 2}]
     assert calibrate.result_lines("", "R ") == []
+
+
+# --- GPU truth (issue 32): each rule the published runs led to ------------------------------------------------
+
+A100x8 = Layout(gpus_per_node=8, gpu_mem_bytes=80 * 2 ** 30, gpu_model="A100-80GB", link_type="NV12", link_gbps=300,
+                cpu_cores=64)
+BF16 = Training(precision="bf16", batch_size=8, seq_len=2048, attention="sdpa")
+LLAMA = models.named("llama-2-7b")
+
+
+def test_matmul_rate_is_the_gpus_measured_share_in_waves_over_its_sms_and_by_its_k_loop():
+    """A100 bf16 at MAMF's 86.9 % of 312 TFLOPS; a matmul of 109 tiles on 108 SMs takes two waves; a weight's
+    gradient (K the tokens) is split along K; a K-loop of 145 on an H100 reaches half its rate (XLA's table)."""
+    r = speed.gpu_rates(A100x8, BF16)
+    assert r.matmul_flops == pytest.approx(0.869 * 312e12) and r.sms == 108
+    assert speed.wave_factor(128, 109 * 128, 128, 108) == pytest.approx(216 / 109)
+    assert speed.wave_factor(768, 3072, 65536, 108) == 1.0
+    h100 = speed.gpu_rates(dataclasses.replace(A100x8, gpu_model="H100"), BF16)
+    assert h100.k_half == pytest.approx(145) and speed.k_factor(145, h100) == pytest.approx(0.5)
+    assert r.k_half == pytest.approx(145 * (312 / 108) / (989.4 / 132))
+    unknown = speed.gpu_rates(dataclasses.replace(A100x8, gpu_model="RTX A5000"), BF16)
+    assert unknown.matmul_flops == pytest.approx(0.8 * 111.1e12) and "assumed" in unknown.basis["matmul"]
+
+
+def test_fused_attention_runs_the_scores_at_flashattentions_rate():
+    """Only the scores' and values' matmuls (not the MLP's) take FlashAttention's rate: 60 % on Ampere, 35 % on
+    Hopper."""
+    keys = speed.attention_shapes(LLAMA, BF16)
+    scores = {speed.key(M, N, K) for M, N, K in speed.score_shapes(LLAMA, BF16)}
+    assert scores <= keys and len(keys) >= 2
+    assert all(speed.key(M, N, K) not in keys for _, M, N, K in speed.matmuls(LLAMA, BF16, "sdpa")[:-3])
+    assert speed.gpu_rates(A100x8, BF16).attention_flops == pytest.approx(0.6 * 312e12)
+    h100 = speed.gpu_rates(dataclasses.replace(A100x8, gpu_model="H100"), BF16)
+    assert h100.attention_flops == pytest.approx(0.35 * 989.4e12)
+
+
+def test_fused_kernels_and_losses_cost_less_than_transformers_own():
+    r = speed.gpu_rates(A100x8, BF16)
+    hf = speed.elementwise_seconds(LLAMA, BF16, "sdpa", r, "cuda")
+    fused = speed.elementwise_seconds(LLAMA, dataclasses.replace(BF16, kernels="fused", loss="fused"), "sdpa", r,
+                                      "cuda")
+    assert fused < hf / 2
+    ops = {name for name, *_ in speed.loss_ops(speed.memory.shape(LLAMA, BF16), "hf")}
+    assert ops == {"logits.float()", "log-softmax", "loss gradient"}
+
+
+def test_collectives_hide_behind_compute_on_gpus_but_not_through_host_memory():
+    """NVLink: DDP hides all but its last bucket, ZeRO-3 and FSDP all but their first gather and last
+    reduce-scatter; ZeRO-1/2's parameter all-gather after the step stays. Through host memory (SYS: SHM) and on
+    calibrated CPU rates nothing hides."""
+    times = {n: speed.step(n, LLAMA, A100x8, BF16, speed.gpu_rates(A100x8, BF16)) for n in
+             ("ddp", "zero1", "zero3", "fsdp")}
+    for n in ("ddp", "zero3", "fsdp"):
+        assert 0 < times[n].exposed_comm_s < 0.2 * times[n].comm_s
+    gather = comm_split("zero1", LLAMA, A100x8, BF16)["all_gather"]
+    assert times["zero1"].exposed_comm_s >= gather / speed.gpu_rates(A100x8, BF16).busbw
+    sys = dataclasses.replace(A100x8, link_type="SYS", link_gbps=31.5)
+    shm = speed.step("ddp", LLAMA, sys, BF16, speed.gpu_rates(sys, BF16))
+    assert shm.exposed_comm_s == shm.comm_s
+    cpu = dataclasses.replace(speed.gpu_rates(A100x8, BF16), overlap=False)
+    assert speed.step("fsdp", LLAMA, A100x8, BF16, cpu).exposed_comm_s == times["fsdp"].comm_s
+
+
+def test_cpu_adam_runs_on_the_hosts_cores_and_says_so():
+    offload = dataclasses.replace(BF16, batch_size=1)
+    one = speed.step("zero2_offload_cpu", LLAMA, A100x8, offload, speed.gpu_rates(A100x8, offload))
+    two_lay = dataclasses.replace(A100x8, cpu_cores=128)
+    two = speed.step("zero2_offload_cpu", LLAMA, two_lay, offload, speed.gpu_rates(two_lay, offload))
+    adam = LLAMA.params / (64 * speed.CPU_ADAM_PER_CORE)
+    assert one.offload_s == pytest.approx(adam, rel=0.01) and two.offload_s == pytest.approx(adam / 2, rel=0.01)
+    assert "64 cores x 28M params/s" in speed.gpu_rates(A100x8, offload).basis["cpu_adam"]
+
+
+def test_fsdp_shards_fp32_states_and_gathers_twice_a_step_whatever_the_checkpointing():
+    from gputopo.plan import fsdp_states, fsdp_units
+    block, root = fsdp_units(LLAMA)
+    s = fsdp_states(LLAMA, A100x8, BF16)
+    P = LLAMA.params
+    assert s["weights"] == 4 * P // 8 + 2 * (root + 2 * block) and s["optimizer"] == 8 * P // 8
+    ckpt = dataclasses.replace(BF16, grad_checkpointing=True)
+    assert comm_split("fsdp", LLAMA, A100x8, ckpt) == comm_split("fsdp", LLAMA, A100x8, BF16)
+    assert comm_split("zero3", LLAMA, A100x8, ckpt)["all_gather"] > comm_split("zero3", LLAMA, A100x8,
+                                                                                 BF16)["all_gather"]
+    one = plan_json("--model", "gpt2", "--gpus", "1", "--gpu-model", "A100-80GB", "--cpu-mem", "64GB")
+    assert "fsdp" not in {x["name"] for x in one["strategies"]}
+
+
+def test_selective_checkpointing_recomputes_half_the_matmuls_and_keeps_less():
+    full = dataclasses.replace(BF16, grad_checkpointing=True)
+    sel = dataclasses.replace(BF16, selective=True)
+    flops = {n: sum(c * M * N * K for c, M, N, K in speed.training_matmuls(LLAMA, t, "sdpa"))
+             for n, t in (("none", BF16), ("sel", sel), ("full", full))}
+    assert flops["none"] < flops["sel"] < flops["full"]
+    peak = {n: speed.memory.peak(LLAMA, t, "sdpa", 0)["bytes"] for n, t in (("none", BF16), ("sel", sel),
+                                                                             ("full", full))}
+    assert peak["full"] < peak["sel"] < peak["none"]
+
+
+def test_pure_16bit_weights_halve_ddps_states_and_its_all_reduce():
+    args = ("--model", "gpt2", "--gpus", "2", "--gpu-model", "A100-80GB", "--link", "NV12", "--cpu-mem", "64GB")
+    mixed, pure = plan_json(*args), plan_json(*args, "--pure-16bit")
+    ddp = {d: next(s for s in x["strategies"] if s["name"] == "ddp") for d, x in (("m", mixed), ("p", pure))}
+    assert ddp["p"]["per_gpu_bytes"]["weights"] * 2 == ddp["m"]["per_gpu_bytes"]["weights"]
+    assert ddp["p"]["comm_bytes_per_step"] * 2 == ddp["m"]["comm_bytes_per_step"]
+
+
+def test_a_tight_fit_is_shown_and_chosen_only_when_nothing_roomier_fits():
+    """Between 90 and 100 % of the GPU a strategy fits tightly (TinyLlama trained at 96 % of a 4090)."""
+    from gputopo import render
+    args = ("--model", "gpt2-large", "--gpus", "1", "--batch-size", "8", "--seq-len", "1024", "--cpu-mem", "64GB",
+            "--nvme-free", "1TB")
+    def planned(mem):
+        r = CliRunner().invoke(cli, ["plan", "--json", *args, "--gpu-mem", mem])
+        assert r.exit_code in (0, 1), r.output   # 1: nothing fits
+        return json.loads(r.stdout)
+    total = next(s for s in planned("80GB")["strategies"] if s["name"] == "single")["per_gpu_bytes"]["total"]
+    mem = f"{int(total / 0.95 / 2 ** 20)}MiB"    # the single GPU's step at 95 % of the memory
+    d = planned(mem)
+    single = next(s for s in d["strategies"] if s["name"] == "single")
+    assert single["fits"] and single["tight"] and not single["short_bytes"]
+    roomy = [s["name"] for s in d["strategies"] if s["fits"] and not s["tight"]]
+    assert d["recommendation"]["strategy"] != "single" if roomy else d["recommendation"]["strategy"] == "single"
+    assert " tight " in render.plan(d).replace("\n", " ") or "tight" in render.plan(d)
+
+
+@pytest.mark.parametrize("stack", [["--kernels", "fused"], ["--loss", "chunked"], ["--selective-checkpointing"],
+                                   ["--pure-16bit"]])
+@pytest.mark.parametrize("run", ["--calibrate", "--measure"])
+def test_calibrate_and_measure_refuse_a_stack_they_do_not_run(stack, run):
+    r = CliRunner().invoke(cli, ["plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "24GB", "--cpu-mem", "8GB",
+                                 *stack, run])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and stack[0] in r.output and run in r.output
