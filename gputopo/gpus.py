@@ -52,6 +52,9 @@ CATALOG = (
     ("GTX 1080 Ti", r"GTX1080TI", "Pascal", {11: None}),
 )
 KNOWN = tuple(k for k, *_ in CATALOG)
+# Sizes a model also comes in that its name need not say (GB): an "NVIDIA H100 96GB" board (torchtitan's H100 runs
+# were on "NVIDIA H100 96GB HBM2e (Grand Teton, 500W power limit)"): --gpu-mem 96GB on an H100 is no MIG slice.
+ALSO_SOLD = {"H100": (96,)}
 # NVLinks per GPU, so a matrix claiming more is flagged. Data-center parts: NVLink generations 1-5 (P100 4,
 # V100 6, A100 12, H100/H200/B200 18; the China-market A800/H800 8): https://www.nvidia.com/en-us/data-center/nvlink/
 # Bridged desktop/workstation boards: TU102 2 links (TITAN RTX, RTX 8000), GA102 4

@@ -174,6 +174,7 @@ def _catalog_mem(gpu_model: catalog.GpuModel | None, notes: dict, why: str) -> i
 def _mem_note(gpu_mem: int, gpu_model: catalog.GpuModel, notes: dict) -> None:
     """--gpu-mem that matches no size --gpu-model is sold in: used as given, with a note (a MIG slice, a typo)."""
     sizes = [gpu_model.memory_bytes] if gpu_model.memory_bytes else [v * 2 ** 30 for v in gpu_model.variants]
+    sizes += [v * 2 ** 30 for v in catalog.ALSO_SOLD.get(gpu_model.key, ())]
     if all(abs(gpu_mem - s) > MEM_AGREES * s for s in sizes):
         sold = " or ".join(f"{v}GB" for v in gpu_model.variants)
         notes["gpu_mem_model"] = (f"--gpu-mem {gib(gpu_mem)} is used, but {gpu_model.key} is sold as {sold}:"

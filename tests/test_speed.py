@@ -641,3 +641,10 @@ def test_calibrate_and_measure_refuse_a_stack_they_do_not_run(stack, run):
     r = CliRunner().invoke(cli, ["plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "24GB", "--cpu-mem", "8GB",
                                  *stack, run])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and stack[0] in r.output and run in r.output
+
+
+def test_a_96gb_h100_is_no_mig_slice():
+    """H100s with 96 GB exist (torchtitan's runs): no note; 40 GB on an H100 still gets one."""
+    notes = lambda mem: " ".join(plan_json("--model", "gpt2", "--gpus", "8", "--gpu-model", "H100", "--gpu-mem", mem,
+                                           "--cpu-mem", "1TB")["notes"])   # noqa: E731
+    assert "MIG" not in notes("96GB") and "MIG" in notes("40GB")
