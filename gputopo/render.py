@@ -172,6 +172,9 @@ def plan(data: dict) -> str:
     out.append("  total/GPU = weights + optimizer + overhead + the step's peak (the gradients alive then, activations"
                " kept for backward, temporaries); nvidia-smi adds the allocator's reserve (about"
                f" {size(first['nvidia_smi_bytes'] - first['per_gpu_bytes']['total'])}).")
+    out.append("  CPU/node = DeepSpeed's own estimate (estimate_zero2/3_model_states_mem_needs) with its 1.5x margin"
+               " (additional_buffer_factor), for CPU offload and for loading fp32 weights on every rank (NVMe: its"
+               " pinned swap buffers): what DeepSpeed allocates has not been measured, so the margin stays.")
     out += ["", step_times(data)]
     if data.get("measured"):
         out += ["", measured(data["measured"])]
