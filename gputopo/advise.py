@@ -76,6 +76,8 @@ def _levers(training) -> str:
         out.append("use --grad-checkpointing")
     if training.optimizer == "adamw":
         out.append("--optimizer adamw-8bit")
+    if training.loss == "hf":
+        out.append("--loss chunked (Liger's fused linear cross-entropy)")
     return ", ".join(out) + ", or give more --cpu-mem/--nvme-free."
 
 
@@ -122,8 +124,12 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
     """What the chosen strategy sends and what it costs, from the same figures as the table."""
     from dataclasses import replace
 
+    from .health import expected_transport
     link = (f"the weakest link, {layout.link_type} ({layout.link_gbps:g} GB/s per direction, {layout.link_basis})"
             if layout.link_gbps else None)
+    if link and expected_transport(layout.link_type, {}) != "P2P":   # NCCL's own rule: host memory there
+        link = (f"host memory (SHM: NCCL takes no P2P over {layout.link_type} by default), a quarter of its PCIe"
+                " link")
     if layout.nodes > 1:
         link = f"the network between nodes ({layout.inter_node_gbps:g} GB/s per direction, as given)"
     t = chosen.comm_seconds_per_step
@@ -169,10 +175,15 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
 TIE = 0.05
 
 
+def fitting(strategies) -> list[str]:
+    """The strategies that fit with the 10 % room for fragmentation; only when none does, those that fit tightly."""
+    return [s.name for s in strategies if s.fits and not s.tight] or [s.name for s in strategies if s.fits]
+
+
 def by_speed(strategies, times: dict, order: tuple) -> list[str] | None:
     """The strategies that fit, fastest predicted first (ties within TIE in `order`); None when a step time is
     unknown for one of them."""
-    fit = [s.name for s in strategies if s.fits and not s.tight] or [s.name for s in strategies if s.fits]
+    fit = fitting(strategies)
     if not fit or any(times.get(n) is None or times[n].step_s is None for n in fit):
         return None
     fastest = min(times[n].step_s for n in fit)
@@ -190,7 +201,8 @@ def speed_words(ranked: list[str], times: dict) -> str:
         nxt = times[ranked[1]]
         gain = nxt.step_s / first.step_s - 1
         out += (f"; {gain:.0%} faster than {ranked[1]} ({nxt.step_s:.3f} s/step)" if gain > TIE else
-                f"; {ranked[1]} is within {TIE:.0%} ({nxt.step_s:.3f} s/step), so the simpler one is chosen")
+                f"; {ranked[1]} is within {TIE:.0%} ({nxt.step_s:.3f} s/step), the prediction's error, so the one"
+                " HF's decision tree reaches first is chosen")
     return out + "."
 
 
@@ -214,8 +226,8 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     if ranked:  # what is faster first, then the rest in the usual order, for "faster choices do not fit"
         order = tuple(n for n in order if n not in ranked and times[n].step_s is not None
                       and times[n].step_s < times[ranked[0]].step_s) + tuple(ranked)
-    roomy = [n for n in order if n in by_name and by_name[n].fits and not by_name[n].tight]
-    chosen = by_name[roomy[0]] if roomy else next((by_name[n] for n in order if n in by_name and by_name[n].fits), None)
+    fit = fitting(strategies)
+    chosen = next((by_name[n] for n in order if n in fit), None)
     if chosen is None:
         return nothing_fits(model, layout, training, strategies)
     reasons = [f"{WHAT[chosen.name]}: {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(layout.gpu_mem_bytes)}"
@@ -227,7 +239,8 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     if ranked:
         reasons.append(speed_words(ranked, times))
     if skipped:
-        head = "Faster predicted, but do not fit: " if ranked else "Faster choices do not fit: "
+        tight = " or fit only tightly" if any(by_name[n].tight for n in skipped) else ""
+        head = f"Faster predicted, but do not fit{tight}: " if ranked else f"Faster choices do not fit{tight}: "
         reasons.append(head + "; ".join(f"{n} {why(by_name[n], layout)}" for n in skipped) + ".")
     if chosen.tight:
         share = chosen.per_gpu_bytes["total"] / layout.gpu_mem_bytes
@@ -241,9 +254,16 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     elif layout.gpus > 1:
         reasons += traffic_words(chosen, by_name, model, layout, training, fast_link, bool(ranked))
     if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
-        reasons.append(f"Loading: every rank first builds the fp32 weights on the host ({gib(chosen.cpu_bytes)} with"
+        init = ("FSDP's sync_module_states with the model built on the meta device on all but rank 0"
+                if chosen.name == "fsdp" else "deepspeed.zero.Init")
+        reasons.append(f"Loading: every rank first builds the weights on the host ({gib(chosen.cpu_bytes)} with"
                        f" DeepSpeed's 1.5x margin, {gib(layout.cpu_mem_bytes)} here): load with low_cpu_mem_usage=True"
-                       " or deepspeed.zero.Init, or from sharded checkpoints.")
+                       f" or {init}, or from sharded checkpoints.")
+    if "offload" in chosen.name and layout.gpus_per_node > 1:
+        reasons.append(f"CPU Adam runs on the node's cores ({layout.cpu_cores} assumed) only if each rank may use"
+                       " them: torchrun sets OMP_NUM_THREADS=1 for several processes per node, so export"
+                       f" OMP_NUM_THREADS={max(1, (layout.cpu_cores or 1) // layout.gpus_per_node)} (cores / ranks)"
+                       " before it, or launch with deepspeed --bind_cores_to_rank.")
     ddp = by_name.get("ddp") or by_name.get("single")
     if ddp is not None and not ddp.fits and chosen.name != ddp.name and training.optimizer == "adamw":
         slim = ddp.per_gpu_bytes["total"] - ddp.per_gpu_bytes["optimizer"] + 2 * model.params

@@ -59,8 +59,9 @@ class Shape:
     cuda: bool = True
     fused: bool = False   # one kernel per norm/activation on 16-bit activations (--kernels fused)
     loss: str = "hf"      # hf, fused or chunked (--loss)
-    res: int = 4          # bytes of the residual stream: fp32 under autocast, the model's 16 bits when the model
-                          # itself is 16-bit (DeepSpeed's engine, FSDP's param_dtype) or the kernels are fused
+    res: int = 4          # bytes of the residual stream: fp32 under autocast (fused kernels too: torch.compile and
+                          # Liger keep it), the model's 16 bits when the model itself is (DeepSpeed, FSDP, 16-bit
+                          # weights)
 
     @property
     def S(self) -> int:
@@ -77,7 +78,7 @@ def shape(m, t, device: str = "cuda", half_model: bool = False) -> Shape:
     return Shape(T=t.batch_size * t.seq_len, s=t.seq_len, b=t.batch_size, h=m.hidden_size,
                  I=m.intermediate_size or 4 * m.hidden_size, a=a, d=d, kv=m.kv_heads or a, V=m.vocab_size or 0,
                  v=v, mixed=mixed, mask=1 if device == "cuda" else v, cuda=device == "cuda",
-                 fused=fused, loss=getattr(t, "loss", "hf"), res=v if mixed and (fused or half_model) else 4)
+                 fused=fused, loss=getattr(t, "loss", "hf"), res=v if mixed and half_model else 4)
 
 
 def norm_bytes(m, x: Shape, consumers: int) -> int:
@@ -85,8 +86,8 @@ def norm_bytes(m, x: Shape, consumers: int) -> int:
     RMSNorm: plus x*rsqrt and rstd), and its output as the projections keep it: once in fp32 (shared), one
     16-bit cast per projection under autocast (autocast caches casts of weights, not of activations)."""
     T, h = x.T, x.h
-    if x.fused:   # a fused norm keeps its 16-bit input and the per-row statistics; its output once, shared
-        return T * h * x.v + 2 * T * 4 + T * h * x.v
+    if x.fused:   # a fused norm keeps its input (the residual's width) and the per-row statistics; its output
+        return T * h * x.res + 2 * T * 4 + T * h * x.v   # once, shared
     own = (T * h * 4 + T * h * 4 + T * 4) if m.norm == "rmsnorm" else T * h * x.res + 2 * T * 4   # HF's RMSNorm
     #                                                                                 upcasts to fp32 itself
     out = T * h * 2 * consumers if x.mixed else T * h * 4
@@ -212,7 +213,7 @@ def head_bytes(m, x: Shape) -> int:
     """Saved after the last block: the final norm, the LM head's input, what the loss keeps and the embedding
     dropout's mask."""
     if x.fused:
-        final = x.T * x.h * x.v + 2 * x.T * 4
+        final = x.T * x.h * x.res + 2 * x.T * 4
     else:
         final = x.T * x.h * 4 + (x.T * x.h * 4 if m.norm == "rmsnorm" else 0)
     lm_in = x.T * x.h * x.v
@@ -238,13 +239,14 @@ def loss_bytes(m, x: Shape) -> tuple[int, int, int]:
     return TV * 4, logits, 2 * TV * 4
 
 
-def selective_bytes(m, x: Shape) -> int:
+def selective_bytes(m, x: Shape, attention: str = "sdpa") -> int:
     """What torchtitan's per-op selective checkpointing keeps of a block besides its input: every other matmul's
     output ("Per-op SAC's policy is to save every other mm") and the attention kernel's output and log-sum-exp
     (SDPA is among the ops always saved); the elementwise ops are recomputed (pytorch/torchtitan,
     torchtitan/distributed/activation_checkpoint.py and its tests)."""
     outputs = (x.a + 2 * x.kv) * x.d + x.h + (2 if m.gated_mlp else 1) * x.I + x.h   # per token, forward order
-    return x.T * outputs * x.v // 2 + x.T * x.a * x.d * x.v + x.a * x.s * x.b * 4
+    sdpa = x.T * x.a * x.d * x.v + x.a * x.s * x.b * 4 if attention == "sdpa" else 0   # eager's are recomputed
+    return x.T * outputs * x.v // 2 + sdpa
 
 
 def param_split(m) -> tuple[int, int]:
@@ -253,23 +255,28 @@ def param_split(m) -> tuple[int, int]:
     return emb, max(0, m.params - emb) // max(1, m.layers)
 
 
-def optimizer_temporaries(m, optimizer: str, device: str) -> int:
-    """The optimizer step's own buffers. torch.optim.AdamW runs foreach on CUDA (the default): one fp32
-    sqrt(v) for the whole group (_multi_tensor_adam); on CPU per tensor: sqrt and its division, for the largest
-    tensor. SGD's momentum and 8-bit Adam update in place."""
-    largest = (m.largest_layer_params or m.params) * 4
-    if optimizer == "adamw":
-        return 4 * m.params if device == "cuda" else 2 * largest
-    if optimizer == "adafactor":
+def optimizer_temporaries(m, t, device: str) -> int:
+    """The optimizer step's own buffers. torch.optim.AdamW runs foreach on CUDA (the default): one sqrt(v) for
+    the whole group (_multi_tensor_adam), in the states' dtype (fp32, 16-bit with --pure-16bit); on CPU per
+    tensor: sqrt and its division, for the largest tensor. SGD's momentum and 8-bit Adam update in place."""
+    w = t.value_bytes if t.pure16 else 4
+    largest = (m.largest_layer_params or m.params) * w
+    if t.optimizer == "adamw":
+        return w * m.params if device == "cuda" else 2 * largest
+    if t.optimizer == "adafactor":
         return 2 * largest
     return 0
 
 
-def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True) -> list[Phase]:
+def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True,
+           optimizer_share: float | None = None) -> list[Phase]:
     """The candidate peaks of one micro-step, in order. `plain_torch` (one GPU, DDP): the model runs in fp32
     under torch.autocast, so 16-bit copies of its weights live from the forward until each layer's backward,
     and torch.optim steps on the GPU. DeepSpeed keeps the model itself in 16 bits and steps its own optimizer
     (fused, in place; its buffers are counted with the strategy's optimizer states)."""
+    # torch's optimizer steps the whole model (plain torch) or this rank's shard (FSDP: optimizer_share 1/N);
+    # DeepSpeed's fused optimizers step in place (their buffers are counted with its states)
+    share = (1.0 if plain_torch else 0.0) if optimizer_share is None else optimizer_share
     x = shape(m, t, device, half_model=not plain_torch or t.pure16)
     attention = resolve_attention(m, attention)
     if attention == "sdpa" and m.attn_dropout and device == "cpu":
@@ -281,7 +288,7 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
     # Checkpointing keeps each block's input (the residual stream's width) and what the blocks share (eager: the
     # 4D causal mask).
     shared = x.b * x.s * x.s * 4 if attention == "eager" else 0
-    own = x.T * x.h * x.res + (selective_bytes(m, x) if t.selective else 0)
+    own = x.T * x.h * x.res + (selective_bytes(m, x, attention) if t.selective else 0)
     kept = L * own + shared if ckpt else L * block
     head = head_bytes(m, x)
     lm = (m.vocab_size or 0) * m.hidden_size
@@ -306,15 +313,16 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True)
         Phase("backward, first block", g(min(P, bottom_grads)),
               (shared if ckpt else 2 * per_block if copies else 0) + saved, temp),
         Phase("backward, embeddings", P, 0, tied_extra),
-        Phase("optimizer step", P, 0, optimizer_temporaries(m, t.optimizer, device) if plain_torch else 0),
+        Phase("optimizer step", P, 0, int(optimizer_temporaries(m, t, device) * share)),
     ]
 
 
-def peak(m, t, attention: str, grad_bytes: int, device: str = "cuda", plain_torch: bool = True) -> dict:
+def peak(m, t, attention: str, grad_bytes: int, device: str = "cuda", plain_torch: bool = True,
+         optimizer_share: float | None = None) -> dict:
     """The worst phase for a strategy whose full gradients take `grad_bytes` on this device, with every
     phase's total (so a change that moves a phase other than the worst one still shows)."""
     best, totals = None, []
-    for ph in phases(m, t, attention, device, plain_torch):
+    for ph in phases(m, t, attention, device, plain_torch, optimizer_share):
         grads = int(grad_bytes * ph.grad_params / m.params) if m.params else 0
         total = grads + ph.activations + ph.temporaries
         totals.append({"phase": ph.name, "bytes": total})

@@ -134,7 +134,7 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
     P, N, L = m.params, lay.gpus, m.largest_layer_params or 0
     K = OPTIMIZER_BYTES[t.optimizer]
     p16 = t.value_bytes                # DeepSpeed's model copy: 16-bit in mixed precision
-    load_cpu = 4 * P * lay.gpus_per_node * BUFFER_FACTOR  # every rank loads fp32 weights on the host first
+    load_cpu = weight_bytes(t) * P * lay.gpus_per_node * BUFFER_FACTOR  # every rank loads its weights on the host
     if name in ("single", "ddp"):
         # Plain PyTorch AMP: fp32 weights and gradients (4 B each); autocast's 16-bit weight copies (the guide's
         # extra 2 B) live only from the forward to each layer's backward, so gputopo.memory counts them there.
@@ -263,8 +263,9 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         if name != "single" and lay.gpus == 1 and name in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
             continue  # sharding over one GPU buys nothing
         states, cpu, nvme = _model_states(name, m, lay, t)
-        # FSDP gathers 16-bit parameters itself (no autocast copies) and steps a sharded optimizer
-        pk = memory.peak(m, t, t.attention, states["gradients"], plain_torch=name in ("single", "ddp"))
+        # FSDP gathers 16-bit parameters itself (no autocast copies) and steps torch's optimizer on its shard
+        pk = memory.peak(m, t, t.attention, states["gradients"], plain_torch=name in ("single", "ddp"),
+                         optimizer_share=1 / lay.gpus if name == "fsdp" else None)
         per = {**states, "activations": pk["activations"], "temporaries": pk["temporaries"],
                "overhead": _overhead(name, m, t)}
         # The gradients are all alive only from the end of backward; the peak phase holds pk["gradients"].
@@ -279,7 +280,7 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
             st.short_bytes["gpu"] = int(per["total"] - lay.gpu_mem_bytes)
             st.why_not.append(f"needs {gib(per['total'])} per GPU of {gib(lay.gpu_mem_bytes)}"
                               f" ({gib(st.short_bytes['gpu'])} short)")
-        st.tight = HEADROOM * lay.gpu_mem_bytes < per["total"] <= lay.gpu_mem_bytes
+        tight = HEADROOM * lay.gpu_mem_bytes < per["total"] <= lay.gpu_mem_bytes
         # Only offload needs the host during training; the others need it to load (reported, not judged).
         if "offload" in name and lay.cpu_mem_bytes is not None and cpu > HEADROOM * lay.cpu_mem_bytes:
             st.short_bytes["cpu"] = int(cpu - HEADROOM * lay.cpu_mem_bytes)
@@ -292,6 +293,7 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
             st.why_not.append(f"needs {gib(nvme)} on NVMe" + (
                 f" of {gib(lay.nvme_free_bytes)} free" if lay.nvme_free_bytes is not None else "; give --nvme-path"))
         st.fits = not st.why_not
+        st.tight = st.fits and tight
         out.append(st)
     return out
 

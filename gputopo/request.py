@@ -350,6 +350,12 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     if t.pure_16bit and chosen == "fp32":
         raise BadInput("--pure-16bit keeps the weights in 16 bits; --precision fp32 has none: give --precision bf16"
                        " (or fp16)")
+    if t.loss and spec is not None and not spec.vocab_size:
+        raise BadInput(f"--loss {t.loss} is the loss over the logits; {spec.name} has no vocabulary to make them:"
+                       " give --vocab-size")
+    if t.pure_16bit:
+        notes["pure_16bit"] = ("--pure-16bit: single, ddp and fsdp keep 16-bit weights and optimizer states;"
+                               " DeepSpeed's rows keep their own fp32 master copy, as DeepSpeed does")
     plan_notes: dict = {}  # what only the memory plan reads: said only when a plan is made
     training_ = Training(precision=chosen, optimizer=t.optimizer, batch_size=t.batch_size,
                          seq_len=_seq_len(spec, t.seq_len, plan_notes), grad_checkpointing=t.grad_checkpointing,

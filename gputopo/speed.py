@@ -119,8 +119,9 @@ def training_matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[i
         out += [(c, *s) for s in backward_shapes(M, N, K)]
     if t.grad_checkpointing:  # the blocks' forward runs again in backward; the LM head (last) does not
         out += fwd[:-1] if m.vocab_size else fwd
-    elif t.selective:   # torchtitan's per-op policy recomputes every other matmul (SDPA's output is kept)
-        scores = score_shapes(m, t, device)
+    elif t.selective:   # torchtitan's per-op policy recomputes every other matmul (SDPA's output is kept; eager
+        #                   attention's batched matmuls are not on its save list, so they run again)
+        scores = score_shapes(m, t, device) if memory.resolve_attention(m, attention) == "sdpa" else []
         out += [(c / 2, M, N, K) for c, M, N, K in (fwd[:-1] if m.vocab_size else fwd) if (M, N, K) not in scores]
     return out
 
@@ -455,7 +456,7 @@ def collectives(name: str, m, lay, t) -> int:
         return 0
     P = m.params
     if name == "ddp":
-        return math.ceil(4 * P / DDP_BUCKET)
+        return math.ceil(weight_bytes(t) * P / DDP_BUCKET)
     if name == "fsdp":   # per micro-step: each block's two gathers and reduce-scatter, the root's gather and reduce
         return t.grad_accum * (3 * m.layers + 2)
     if name.startswith(("zero1", "zero2")):
@@ -535,13 +536,16 @@ def exposed_comm(name: str, m, lay, t, rates: Rates, total: float, compute: floa
     ring = (lay.gpus - 1) / lay.gpus
     micro = compute / t.grad_accum
     if name.startswith("zero3") or name == "fsdp":
-        unit = max(n for n, _ in block_tensors(m)) if name.startswith("zero3") else sum(n for n, _ in block_tensors(m))
-        edges = 2 * ring * unit * value_bytes(t.precision) / bw      # the first gather, the last reduce-scatter
+        # the first gather and the last reduce-scatter are the embeddings' (ZeRO-3: the embedding module; FSDP: the
+        # root unit with the embeddings and head), or a block's where that is larger
+        first = max(embedding_tensors(m), default=0) if name.startswith("zero3") else sum(embedding_tensors(m))
+        block = max(n for n, _ in block_tensors(m)) if name.startswith("zero3") else sum(n for n, _ in block_tensors(m))
+        edges = 2 * ring * max(first, block) * value_bytes(t.precision) / bw
         return t.grad_accum * max(total / t.grad_accum - micro, edges)
     backward = micro * (0.75 if t.grad_checkpointing or t.selective else 2 / 3)
     reduces = t.grad_accum if name.startswith("zero2") else 1
     per = part.get("all_reduce", 0.0) / reduces
-    grad_bytes = 4 if name == "ddp" else value_bytes(t.precision)
+    grad_bytes = weight_bytes(t) if name == "ddp" else value_bytes(t.precision)
     bucket = DDP_BUCKET / 4 if name == "ddp" else (m.hidden_size ** 2 or DS_BUCKET)
     last = min(per, 2 * ring * max(bucket, max(embedding_tensors(m), default=0)) * grad_bytes / bw)
     return reduces * max(per - backward, last) + total - part.get("all_reduce", 0.0)
@@ -668,10 +672,11 @@ MEMORY_EFFICIENCY = 0.8
 # Fused attention (FlashAttention-2 behind PyTorch's SDPA) runs its matmuls below a plain matmul's rate: "50-73%
 # of the theoretical maximum FLOPs/s on A100" (FlashAttention-2, arXiv 2307.08691; the middle taken), "only 35%
 # utilization on the H100 GPU" (FlashAttention-3, arXiv 2407.08608), never above the GPU's own matmul rate.
-FLASH_EFFICIENCY = {"Hopper": 0.35, "Blackwell": 0.35}
+FLASH_EFFICIENCY = {"Hopper": 0.35}
+FLASH_ARCHS = ("Ampere", "Ada", "Hopper", "Blackwell")   # FlashAttention-2 needs Ampere or newer, in 16 bits
 FLASH_EFFICIENCY_OTHER = 0.6
 # A tensor-core matmul's K at half rate on an H100 SXM (k_factor); another GPU's in proportion to its 16-bit rate
-# per SM (a tile's fixed cost taken as the same time, its K-loop running at the SM's rate): A100 56, RTX 4090 29.
+# per SM (a tile's fixed cost taken as the same time, its K-loop running at the SM's rate): A100 56, RTX 4090 25.
 K_HALF_H100 = 145
 H100_PER_SM = 989.4 / 132
 # All-reduce bus bandwidth as a share of the weakest link's per-direction bandwidth, from nccl-tests pastes
@@ -755,8 +760,14 @@ def gpu_rates(lay, t) -> Rates:
                           " benchmarks/gpu_public.py, docs/sources.md#gpu-truth): expect the real step slower"),
              "summary": f"{fig['variant']} datasheet x measured efficiencies (docs/sources.md#step-time)"}
     if t.attention == "sdpa":
-        basis["attention"] = (f"fused attention (FlashAttention-2 in SDPA) at {flash:.0%} of the peak"
-                              " (FlashAttention-2/-3 papers, docs/sources.md#step-time)")
+        kernel = ("FlashAttention-2 in SDPA" if b16 and arch in FLASH_ARCHS else
+                  "SDPA's memory-efficient kernel (FlashAttention-2 needs Ampere or newer, in 16 bits), taken at"
+                  " FlashAttention-2's rate")
+        which = ("the FlashAttention-3 paper's H100 figure" if arch in FLASH_EFFICIENCY else
+                 "the FlashAttention-2 paper's A100 figure" + ("" if arch in ("Ampere", "Ada") else
+                                                               f", no measurement on {arch}"))
+        basis["attention"] = (f"fused attention ({kernel}) at {flash:.0%} of the peak ({which},"
+                              " docs/sources.md#step-time)")
     k_half = K_HALF_H100 * peak / fig["sms"] / H100_PER_SM if b16 else None
     if k_half:
         basis["matmul"] += (f"; a K-loop of K reaches K / (K + {k_half:.0f}) of it (XLA's measured H100 table,"

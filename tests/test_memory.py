@@ -144,9 +144,13 @@ def test_autocast_weight_copies_and_checkpointing():
 
 def test_optimizer_step():
     big = replace(TOY, params=10 ** 9, largest_layer_params=10 ** 8)
-    assert memory.optimizer_temporaries(big, "adamw", "cuda") == 4 * 10 ** 9   # foreach: sqrt(v) for the group
-    assert memory.optimizer_temporaries(big, "adamw", "cpu") == 2 * 4 * 10 ** 8  # per tensor: the largest one
-    assert memory.optimizer_temporaries(big, "sgd", "cuda") == 0
+    adamw, sgd = replace(FP32, optimizer="adamw"), replace(FP32, optimizer="sgd")
+    assert memory.optimizer_temporaries(big, adamw, "cuda") == 4 * 10 ** 9   # foreach: sqrt(v) for the group
+    assert memory.optimizer_temporaries(big, adamw, "cpu") == 2 * 4 * 10 ** 8  # per tensor: the largest one
+    assert memory.optimizer_temporaries(big, sgd, "cuda") == 0
+    # 16-bit weights keep 16-bit states, and so the step's buffer (issue 32's review)
+    pure = replace(adamw, precision="bf16", pure16=True)
+    assert memory.optimizer_temporaries(big, pure, "cuda") == 2 * 10 ** 9
     pk = memory.peak(big, FP32, "eager", 4 * 10 ** 9)
     assert {k: v for k, v in pk.items() if k != "phases"} == {
         "phase": "optimizer step", "bytes": 8 * 10 ** 9, "gradients": 4 * 10 ** 9, "activations": 0,

@@ -648,3 +648,36 @@ def test_a_96gb_h100_is_no_mig_slice():
     notes = lambda mem: " ".join(plan_json("--model", "gpt2", "--gpus", "8", "--gpu-model", "H100", "--gpu-mem", mem,
                                            "--cpu-mem", "1TB")["notes"])   # noqa: E731
     assert "MIG" not in notes("96GB") and "MIG" in notes("40GB")
+
+
+def test_review_of_issue_32_each_finding_holds():
+    """What a fresh review found wrong, each checked from the output a user reads."""
+    base = ("--model", "llama-2-7b", "--gpus", "4", "--gpu-model", "RTX 4090", "--grad-checkpointing",
+            "--batch-size", "1", "--cpu-mem", "256GB", "--cpu-cores", "32", "--nvme-free", "1TB")
+    # FSDP steps torch's AdamW on its shard: the optimizer step holds one shard-sized buffer
+    d = plan_json(*base, "--link", "PIX")
+    fsdp = next(s for s in d["strategies"] if s["name"] == "fsdp")
+    step = next(p for p in fsdp["peak"]["phases"] if p["phase"] == "optimizer step")
+    P = d["model"]["params"]
+    assert step["bytes"] == pytest.approx(fsdp["per_gpu_bytes"]["gradients"] + 4 * P / 4, rel=0.01)
+    # over PHB NCCL goes through host memory: the traffic sentence names it, not the PCIe link's 31.5 GB/s
+    phb = plan_json(*base, "--link", "PHB")
+    words = " ".join(phb["recommendation"]["reasons"])
+    assert "host memory (SHM" in words and "31.5 GB/s" not in words
+    # an offload recommendation says how CPU Adam gets the cores under torchrun
+    if "offload" in phb["recommendation"]["strategy"]:
+        assert "OMP_NUM_THREADS=8" in words
+    # tight only where it fits: a row short of NVMe is not tight
+    nvme = next(s for s in plan_json(*base, "--link", "PHB", "--nvme-free", "1GB")["strategies"]
+                if s["name"] == "zero3_offload_nvme")
+    assert not nvme["fits"] and not nvme["tight"]
+    # --loss needs logits
+    r = CliRunner().invoke(cli, ["plan", "--params", "7B", "--hidden-size", "4096", "--layers", "32", "--gpus", "1",
+                                 "--gpu-mem", "80GB", "--cpu-mem", "64GB", "--loss", "chunked"])
+    assert r.exit_code == 2 and "no vocabulary" in r.output
+    # selective checkpointing recomputes eager attention's batched matmuls (not on torchtitan's save list)
+    eager = dataclasses.replace(BF16, attention="eager", selective=True)
+    sdpa = dataclasses.replace(BF16, selective=True)
+    extra = {a: sum(c * M * N * K for c, M, N, K in speed.training_matmuls(LLAMA, t, t.attention))
+             for a, t in (("eager", eager), ("sdpa", sdpa))}
+    assert extra["eager"] > extra["sdpa"]
