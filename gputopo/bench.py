@@ -8,7 +8,6 @@ import json
 import os
 import random
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import children
 from .errors import BadInput, BenchmarkFailed, TooFewGpus
 from .worker import OFFLINE, PROGRESS, RESULT, WIKITEXT
 
@@ -112,6 +112,8 @@ def check_ask(a: Ask) -> None:
         check_model(a.model)
     if a.node_rank > 0:
         check_endpoint(a.rdzv_endpoint)
+    elif a.rdzv_endpoint:
+        check_own_endpoint(a.rdzv_endpoint)
 
 
 def check_model(name: str) -> None:
@@ -134,6 +136,32 @@ def check_model(name: str) -> None:
         f"a {c['family']} model, not a causal LM the benchmark trains"
     raise BadInput(f"--model {name}: {why}, not a folder with config.json, and not in the local HF cache"
                    " (nothing is downloaded)")
+
+
+def check_own_endpoint(endpoint: str) -> None:
+    """On node 0, which opens the rendezvous: refuse in a second an address that does not resolve or is not this
+    machine's, and a port another process listens on (a second bench on the same --master-port ran 200 s before
+    "connection to the C10d store has failed"). The probe binds as the store will; SO_REUSEADDR lets a port a
+    finished run left in TIME_WAIT pass."""
+    import errno
+    import socket
+    host, _, port = endpoint.rpartition(":")
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise BadInput(f"--master-addr {host}: does not resolve here ({e.strerror or e})") from None
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(addr)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise BadInput(f"--master-port {port}: already in use on {host} (another run's rendezvous?): give"
+                               " another --master-port") from None
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise BadInput(f"--master-addr {host}: not an address of this machine; node 0 (--node-rank 0) opens"
+                               " the rendezvous on it") from None
+            raise BadInput(f"--master-addr {host}:{port}: {e.strerror or e}") from None
 
 
 def check_endpoint(endpoint: str, wait: float = 3.0) -> None:
@@ -315,20 +343,6 @@ def child_env(o: Options, p2p_disable: str | None, log_dir: Path | None = None) 
     return env
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """End a child and everything it started (torchrun and its workers share the child's session)."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 RANK_PREFIX = re.compile(r"^\[rank\d+\]:")  # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE in child_env
 ERROR_LINE = re.compile(r"^(error: |Fatal Python error|[\w.]*(Error|Exception)(: |$))")
 
@@ -366,8 +380,7 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, l
     found: list[dict] = []
     log = open(log_dir / "output.log", "w") if log_dir else None
     progress(label, "starting torchrun", True)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, bufsize=1)
+    proc = children.spawn(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     tracker = Tracker()
 
     def read():
@@ -390,17 +403,17 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, l
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        kill_group(proc)
+        children.end(proc)
         reader.join(5)
         raise BenchmarkFailed(f"{label}: no result after {timeout:g} s (--timeout); stopped it and its workers."
                               + _where(log_dir) + "\nLast lines of the child:\n  "
                               + "\n  ".join(list(tail)[-12:])) from None
     except BaseException:  # Ctrl-C included: leave nothing behind
-        kill_group(proc)
+        children.end(proc)
         raise
     finally:
         if proc.poll() is None:
-            kill_group(proc)
+            children.end(proc)
         reader.join(10)
         if log:
             log.close()
@@ -550,6 +563,11 @@ def run(o: Options, link: dict | None, save, progress) -> dict:
     except BenchmarkFailed as e:
         out["error"] = str(e).splitlines()[0]
         save(out)
+        raise
+    except KeyboardInterrupt:   # Ctrl-C, or SIGTERM/SIGHUP (gputopo.children): the finished arms, marked unfinished
+        if out["runs"] or out["allreduce"]:   # nothing finished: nothing is written
+            out["error"] = "interrupted: the run was stopped before it finished"
+            save(out)
         raise
     out["complete"] = True
     save(out)

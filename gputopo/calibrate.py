@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import children
 from .errors import BenchmarkFailed
 
 RESULT = "GPUTOPO_CALIBRATE "
@@ -68,8 +69,8 @@ def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = Non
     cmd = [sys.executable, "-m", "gputopo.calibrate",
            json.dumps({**req, "barrier": barrier.name, "copies": copies, "port": free_port()})]
     env.setdefault("LOCAL_SIZE", str(copies))   # as gputopo.worker.deepspeed_local_size sets it for training
-    procs = [subprocess.Popen(cmd, env={**env, "LOCAL_RANK": str(i), "RANK": str(i)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(copies)]
+    procs = [children.spawn(cmd, env={**env, "LOCAL_RANK": str(i), "RANK": str(i)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for i in range(copies)]
     results = []
     try:
         for proc in procs:
@@ -81,10 +82,10 @@ def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = Non
             results.append(lines[0])
     except subprocess.TimeoutExpired:
         raise BenchmarkFailed(f"calibration took more than {timeout:.0f} s and was stopped") from None
-    finally:
+    finally:   # Ctrl-C, SIGTERM, SIGHUP (gputopo.children), a failure: no copy outlives the calibration
         for proc in procs:
             if proc.poll() is None:
-                proc.kill()
+                children.end(proc, grace=2)
         barrier.cleanup()
     return average(results)
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import click
 
-from . import __version__
+from . import __version__, children
 from .commands.bench_nvlink import bench_nvlink
 from .commands.deepspeed_config import deepspeed_config
 from .commands.doctor import doctor
 from .commands.inspect import inspect
 from .commands.plan import plan
-from .errors import GputopoError
+from .errors import GputopoError, InternalError, Interrupted
 
 
 def _usage_error(e: click.UsageError) -> click.exceptions.Exit:
@@ -37,24 +37,46 @@ class Group(click.Group):
             raise _usage_error(e) from None
 
     def invoke(self, ctx):
+        debug = lambda: bool(ctx.obj and ctx.obj.get("debug"))   # noqa: E731 (set by the group's callback, inside)
         try:
-            return super().invoke(ctx)
+            with children.stoppable():   # SIGTERM and SIGHUP stop a command as Ctrl-C does (gputopo.children)
+                try:
+                    return super().invoke(ctx)
+                except KeyboardInterrupt as e:
+                    how = children.NAMES.get(children.signal_of(e), "interrupted")
+                    raise Interrupted(f"interrupted ({how}): gputopo {ctx.invoked_subcommand or ''} stopped, with"
+                                      " every process it started; nothing more was written",
+                                      signum=children.signal_of(e)) from None
         except click.UsageError as e:
             raise _usage_error(e) from None
         except GputopoError as e:
-            if ctx.obj and ctx.obj.get("debug"):
+            if debug():
                 raise
-            for line in e.details:
-                click.echo(line, err=True)
-            click.echo(f"Error: {e}", err=True)
-            ctx.exit(e.exit_code)
+            self._say(e, ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:   # a bug: one line and its own status, never a traceback exiting 1
+            if debug():
+                raise
+            self._say(InternalError(f"internal error, {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                                    " (gputopo --debug ... shows the traceback; please report it)"), ctx)
+
+    @staticmethod
+    def _say(e: GputopoError, ctx) -> None:
+        for line in e.details:
+            click.echo(line, err=True)
+        click.echo(f"Error: {e}", err=True)
+        if isinstance(e, Interrupted):
+            STOPPED.append(e.exit_code)   # main() ends the process at once with it
+        ctx.exit(e.exit_code)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
              epilog="Sizes (--gpu-mem, --cpu-mem, --nvme-free, ...) are binary, as GPUs are sold and nvidia-smi and"
                     " `free -g` print them: 80GB = 80 GiB; a number without a unit is refused, and a lowercase b is"
                     " bits (100Gb/s). Refusals are one `Error:` line and exit 2; nothing fits: 1; no GPU/NVML: 3; too"
-                    " few GPUs: 4; a launched benchmark failed: 5 (docs/options.md).")
+                    " few GPUs: 4; a launched benchmark failed: 5; a bug: 70; stopped by a signal: 128 + it"
+                    " (Ctrl-C 130, SIGTERM 143, SIGHUP 129) (docs/options.md).")
 @click.version_option(__version__, prog_name="gputopo")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
@@ -67,5 +89,21 @@ for command in (inspect, plan, deepspeed_config, doctor, bench_nvlink):
     cli.add_command(command)
 
 
+# The status of an interrupted command, for main(): the children are stopped and the folders removed by then, so
+# the process ends at once. The interpreter's own shutdown (a library's atexit hook, an extension half imported
+# when the signal came) was seen to end it by SIGINT instead, 1 run in about 13 (tests/test_signals.py), as the
+# workers' exit flake ends theirs (gputopo.worker.run_child).
+STOPPED: list[int] = []
+
+
 def main():
-    cli(prog_name="gputopo")
+    try:
+        cli(prog_name="gputopo")
+    except SystemExit:
+        if STOPPED:
+            import os
+            import sys
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(STOPPED[0])
+        raise

@@ -32,8 +32,25 @@ class DoesNotFit(GputopoError):
 
 
 class Interrupted(GputopoError):
-    """Ctrl-C: says what was stopped and what was kept; 130, as a shell reports SIGINT."""
+    """Ctrl-C, SIGTERM or SIGHUP: says what was stopped and what was kept; 128 + the signal, as a shell reports
+    it (130 Ctrl-C, 129 SIGHUP, 143 SIGTERM)."""
     exit_code = 130
+
+    def __init__(self, message: str = "", details: tuple[str, ...] = (), signum: int = 2):
+        super().__init__(message, details)
+        self.exit_code = 128 + signum
+
+
+class InternalError(GputopoError):
+    """A bug: an exception gputopo did not expect. Its own status, so a script never reads it as "nothing fits"
+    (1) or a refusal (2); 70 is sysexits' EX_SOFTWARE."""
+    exit_code = 70
+
+
+class WriteFailed(GputopoError):
+    """An output could not be written after the work (a full disk, a file system that refuses files); nothing
+    half-written is left."""
+    exit_code = 1
 
 
 class BenchmarkFailed(GputopoError):

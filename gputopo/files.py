@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import os
 
-from .errors import BadInput
+from .errors import BadInput, WriteFailed
 
 
 def check_output(path: str | None, force: bool = False, what: str = "--output") -> None:
-    """Refuse now, before any work, an output path that could not be written at the end."""
+    """Refuse now, before any work, an output path that could not be written at the end: a temporary file is
+    made and removed in its folder, as write_atomic will (a folder may be writable to the permission bits and
+    still refuse files: /proc, a read-only mount)."""
     if not path:
         return
     folder = os.path.dirname(os.path.abspath(path))
@@ -19,6 +21,14 @@ def check_output(path: str | None, force: bool = False, what: str = "--output") 
         raise BadInput(f"{what} {path}: folder {os.path.dirname(path) or folder} is not writable")
     if os.path.exists(path) and not force:
         raise BadInput(f"{path} exists; pass --force to overwrite it")
+    import tempfile
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".probe")
+    except OSError as e:
+        raise BadInput(f"{what} {path}: files cannot be created in {os.path.dirname(path) or folder}"
+                       f" ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def write_atomic(path: str, data: str | bytes) -> None:
@@ -26,7 +36,10 @@ def write_atomic(path: str, data: str | bytes) -> None:
     a failure leaves the old file or nothing, never half a file."""
     import tempfile  # here: inspect of a paste writes nothing and should not pay for it
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    except OSError as e:
+        raise WriteFailed(f"{path}: not written ({e.strerror})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
@@ -35,11 +48,13 @@ def write_atomic(path: str, data: str | bytes) -> None:
         mode = 0o666 & ~_umask()
         os.chmod(tmp, mode)  # mkstemp makes 0600; a config is as readable as any file the user writes
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise WriteFailed(f"{path}: not written ({e.strerror}); nothing was left there") from None
         raise
 
 

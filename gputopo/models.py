@@ -220,7 +220,13 @@ def parse_count(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kKmMbBtT]?)\s*", str(text))
     if not m or float(m.group(1)) <= 0:
         raise BadInput(f"--params {text}: expected a positive count like 7B, 350M or 1.5e9")
-    return int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}[m.group(2).lower()])
+    n = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}[m.group(2).lower()]
+    if n > MOST_PARAMS:
+        raise BadInput(f"--params {text}: more than any model has (at most {MOST_PARAMS / 1e12:g}T)")
+    return int(n)
+
+
+MOST_PARAMS = 1e14   # 100T: fifty times the largest dense models trained (2T, benchmarks/gpu_public.json)
 
 
 def from_size(params: str, hidden_size: int | None, layers: int | None, vocab_size: int | None = None) -> ModelSpec:

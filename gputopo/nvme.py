@@ -29,6 +29,10 @@ def problem(path: str) -> str | None:
         return "not an existing directory"
     if not os.access(path, os.W_OK | os.X_OK):
         return "not writable"
+    from .system import PSEUDO_FS, fstype_of
+    fstype = fstype_of(path)
+    if fstype in PSEUDO_FS or fstype == "devtmpfs":
+        return f"is on {fstype}, a view of the kernel, not a disk"
     return None
 
 

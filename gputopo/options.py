@@ -45,17 +45,20 @@ class SizeList(Size):
 
 
 class Count(_Owned):
-    """A whole number of things, at least `least` (1 unless told)."""
+    """A whole number of things, at least `least` (1 unless told) and at most `most` (what a run can have: a
+    count beyond it is a typo, and planning with it would print sizes no machine has)."""
     name = "N"
 
-    def __init__(self, least: int = 1):
-        self.least = least
+    def __init__(self, least: int = 1, most: int = 2 ** 31 - 1, what: str = "a run has"):
+        self.least, self.most, self.what = least, most, what
 
     def convert(self, value, param, ctx):
         n = super().convert(str(value) if isinstance(value, int) and not isinstance(value, bool) else value,
                             param, ctx)
         if n < self.least:
             self.fail(f"must be {self.least} or more, not {n}", param, ctx)
+        if n > self.most:
+            self.fail(f"{n} is more than {self.what} (at most {self.most})", param, ctx)
         return n
 
     def parse(self, text):
@@ -63,6 +66,24 @@ class Count(_Owned):
             return int(text.strip())
         except ValueError:
             raise ValueError(f"{text!r}: expected a whole number") from None
+
+
+class Seconds(_Owned):
+    """A finite number of seconds, 0 or more (nan and inf are not durations)."""
+    name = "SECONDS"
+
+    def __init__(self, positive: bool = False):
+        self.positive = positive
+
+    def parse(self, text):
+        import math
+        try:
+            s = float(text)
+        except ValueError:
+            raise ValueError(f"{text!r}: expected seconds, like 30 or 1.5") from None
+        if not math.isfinite(s) or s < 0 or (self.positive and s == 0):
+            raise ValueError(f"{text!r}: expected a finite number of seconds, {'above' if self.positive else 'from'} 0")
+        return s
 
 
 class Bandwidth(_Owned):
@@ -76,6 +97,8 @@ class Bandwidth(_Owned):
         n = float(m.group(1)) / (8 if (m.group(2) or "").startswith("Gb") else 1)
         if n <= 0:
             raise ValueError(f"{text}: a bandwidth must be above 0 GB/s")
+        if n > 1e6:   # 1 PB/s: beyond any link (inf included)
+            raise ValueError(f"{text}: more than any link carries (at most 1000000 GB/s)")
         return n
 
 
@@ -123,6 +146,8 @@ class Text(_Owned):
 
 
 SIZE, SIZES, COUNT, BANDWIDTH, GPU_MODEL, LINK = Size(), SizeList(), Count(), Bandwidth(), GpuModelType(), LinkType()
+GPU_COUNT = Count(most=1024, what="a node holds")
+SECONDS, TIMEOUT = Seconds(), Seconds(positive=True)
 GPU_IDS, PATH, DIR, TEXT = GpuIds(), Text("PATH"), Text("DIR"), Text()
 
 
@@ -215,7 +240,7 @@ host_options = group(
                       " [default: 12.5, i.e. 100Gb/s]."),
 )
 gpu_options = group(
-    click.option("--gpus", type=COUNT, help="GPUs per node [default: those of this machine]."),
+    click.option("--gpus", type=GPU_COUNT, help="GPUs per node [default: those of this machine]."),
     click.option("--gpu-mem", type=SIZE, help="Memory per GPU: 80GB (= 80 GiB, as the card is sold), 16000MiB"
                                               " [default: --gpu-model's, else this machine's]."),
     click.option("--gpu-model", type=GPU_MODEL, help="GPU model (A100-80GB, H100, RTX 4090...): fills --gpu-mem, bf16"

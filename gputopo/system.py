@@ -208,6 +208,18 @@ def disk_of(path: str, all_disks: list[Disk]) -> Disk | None:
     return best
 
 
+def fstype_of(path: str, host: Host | None = None) -> str | None:
+    """The file system type of the mount holding `path`, kernel views (proc, sysfs) included, which disks()
+    leaves out; None when the mount table cannot be read."""
+    p = os.path.realpath(path)
+    best = None
+    for _, mountpoint, fstype, _ in mounts(host or Host()):
+        mp = mountpoint.rstrip("/") or "/"
+        if (p == mp or p.startswith(mp + "/") or mp == "/") and (best is None or len(mp) > len(best[0])):
+            best = (mp, fstype)
+    return best[1] if best else None
+
+
 def pick_offload_dir(host: Host, all_disks: list[Disk], tmp: str, home: str | None = None,
                      cwd: str | None = None) -> tuple[str, Disk, str] | None:
     """Where NVMe offload should go without --nvme-path: (folder, its disk, why), or None if nowhere local.

@@ -14,6 +14,9 @@ SCALE = {"": None, "B": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 4
 UNIT_RULE = "sizes are binary, as GPUs are sold and nvidia-smi prints them: 80GB = 80 GiB"
 
 
+MOST_BYTES = 2 ** 60   # 1 EiB: beyond any GPU, host or disk a plan is for
+
+
 def parse_size(text: str) -> int:
     """'24GiB', '80GB', '80G', '16000MiB', '1.5TB' -> bytes (binary units). Raises ValueError."""
     m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(?:([KMGTP])(?:i?B)?|(B))?\s*", str(text), re.I)
@@ -23,11 +26,15 @@ def parse_size(text: str) -> int:
         raise ValueError(f"{text}: a lowercase b is bits; sizes are bytes: {m.group(1)}{(m.group(2) or '').upper()}B")
     value = float(m.group(1))
     unit = (m.group(2) or m.group(3) or "").upper()
+    if value > MOST_BYTES:   # no machine has this much of anything (also: 1e400 is inf, and int(inf) fails)
+        raise ValueError(f"{text}: more than any machine has (at most {MOST_BYTES // 2 ** 60} EiB)")
     if value <= 0:
         raise ValueError(f"{text}: expected a positive size like 24GB, 80GiB or 16000MiB")
     if not unit:
         raise ValueError(f"{text}: give a unit, e.g. {m.group(1)}GB ({UNIT_RULE})")
     n = int(value * SCALE[unit])
+    if n > MOST_BYTES:
+        raise ValueError(f"{text}: more than any machine has (at most 1 EiB)")
     if n < 1:
         raise ValueError(f"{text}: less than one byte")
     return n

@@ -576,3 +576,24 @@ def test_progress_in_a_log_is_throttled_and_quiet_is_silent(capsys, monkeypatch)
     q("p2p", "step 1/5", True)
     q.done()
     assert capsys.readouterr().err == ""
+
+
+def test_node_0s_rendezvous_is_checked_before_anything_starts(tiny_model, fake_nvml):
+    """Issue 33: an address that does not resolve ran 210 s on one node, and a second bench on a port in use failed
+    after 201 s ("connection to the C10d store has failed"): both are refused at once, naming the option."""
+    import socket
+
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    base = ["--model", str(tiny_model), "--steps", "3"]
+    r = invoke(*base, "--master-addr", "no.such.host")
+    assert r.exit_code == 2 and "--master-addr no.such.host: does not resolve here" in r.output
+    r = invoke(*base, "--master-addr", "192.0.2.1")   # TEST-NET-1: never this machine's
+    assert r.exit_code == 2 and "not an address of this machine" in r.output
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = invoke(*base, "--master-addr", "127.0.0.1", "--master-port", str(port))
+    assert r.exit_code == 2 and f"--master-port {port}: already in use" in r.output

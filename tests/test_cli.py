@@ -154,3 +154,36 @@ def test_binary_files_refused_in_one_line(tmp_path, blob):
     f.write_bytes(blob)
     r = run("inspect", "-f", str(f))
     assert r.exit_code == 2 and r.output.strip() == f"Error: {f}: binary file, not nvidia-smi text"
+
+
+# --- exit codes mean one thing (issue 33): every status docs/options.md documents, made to happen -----------------
+
+def documented_statuses() -> set[int]:
+    import re
+    from pathlib import Path
+    table = (Path(__file__).parent.parent / "docs" / "options.md").read_text().split("## Exit codes")[1]
+    return {int(n) for row in re.findall(r"^\| ([\d, ]+) \|", table, re.M) for n in row.split(",")}
+
+
+def test_every_documented_exit_status_happens(fake_nvml, monkeypatch, tmp_path):
+    """0 to 5 and 70 here (the signals' 129, 130 and 143 in tests/test_signals.py, which stops real commands);
+    a status not in the table, or one the table lists and nothing produces, fails."""
+    import fake_nvml as fm
+
+    from gputopo import report
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    seen = {
+        0: run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "24GB", "--cpu-mem", "8GB").exit_code,
+        1: run("plan", "--model", "llama-2-70b", "--gpus", "1", "--gpu-mem", "8GB", "--cpu-mem", "8GB",
+               "--nvme-free", "1GB").exit_code,
+        2: run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "24").exit_code,
+        3: run("inspect", "--markdown").exit_code,
+        4: run("bench-nvlink", "--gpus", "1").exit_code,
+    }
+    monkeypatch.setattr(report, "plan_for", lambda *a, **k: {}["no such key"])   # a bug, as a user would meet one
+    r = run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "24GB", "--cpu-mem", "8GB")
+    seen[70] = r.exit_code
+    assert r.output.count("\n") == 1 and "internal error, KeyError" in r.output and "Traceback" not in r.output
+    assert all(code == status for status, code in seen.items()), seen
+    signals = {129, 130, 143}   # tests/test_signals.py
+    assert documented_statuses() == set(seen) | {5} | signals   # 5: tests/test_bench.py's failing children

@@ -931,7 +931,8 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
     out = tmp_path / "ds.json"
     out.write_text("old")
     monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
-    with pytest.raises(OSError):
+    from gputopo.errors import WriteFailed
+    with pytest.raises(WriteFailed, match=r"ds.json: not written \(No space left on device\)"):   # one line, issue 33
         files.write_atomic(str(out), "new")
     assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["ds.json"]
     monkeypatch.undo()
@@ -1028,3 +1029,39 @@ def test_auto_with_nvme_free_warns_when_the_folder_here_is_too_small(tmp_path):
     st = os.statvfs(tmp_path)
     if st.f_bavail * st.f_frsize < 1.1 * 2 ** 40:  # the 70B swap (1.1 TiB) does not fit this disk
         assert any(w.startswith(f"{tmp_path} has ") and "else pass --nvme-path" in w for w in auto["warnings"])
+
+
+# --- issue 33: numbers that cannot be true, and outputs checked as they will be written ---------------------------
+
+@pytest.mark.parametrize("args,named", [
+    (["plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "1e400GB"], "--gpu-mem"),
+    (["plan", "--model", "gpt2", "--gpus", "99999999999999999999", "--gpu-mem", "24GB"], "--gpus"),
+    (["plan", "--params", "1e30", "--hidden-size", "64", "--layers", "2", "--gpus", "1", "--gpu-mem", "24GB"],
+     "--params"),
+    (["plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "24GB", "--steps", "99999999999999999999999"], "--steps"),
+    (["plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "24GB", "--calibrate", "--calibrate-seconds", "nan"],
+     "--calibrate-seconds"),
+    (["plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "24GB", "--calibrate", "--calibrate-seconds", "inf"],
+     "--calibrate-seconds"),
+    (["plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--nodes", "2", "--inter-node-gbps", "1e400"],
+     "--inter-node-gbps"),
+    (["inspect", "--fleet", "--timeout", "nan"], "--timeout"),
+    (["bench-nvlink", "--timeout", "inf"], "--timeout"),
+    (["doctor", "--nvme-path", "/proc"], "--nvme-path /proc"),
+    (["deepspeed-config", "--stage", "3", "--offload", "nvme", "--nvme-path", "/proc"], "--nvme-path /proc"),
+])
+def test_numbers_and_places_that_cannot_be_true_are_refused(args, named):
+    """Each by the owner of its rule, in one line, exit 2: no OverflowError, no "67906407639384264.0 TiB", no
+    /proc taken for the root disk."""
+    r = run(*args)
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and r.output.startswith("Error: ") and named in r.output, \
+        r.output
+
+
+@pytest.mark.parametrize("cmd", [["deepspeed-config", "--stage", "2", "-o"], ["inspect", "--example", "dgx-a100",
+                                                                             "--plot"]])
+def test_an_output_the_write_would_refuse_is_refused_before_the_work(cmd):
+    """/proc passes the permission bits and refuses files: probed by making one, as the write will."""
+    name = "/proc/x.png" if "--plot" in cmd else "/proc/x.json"
+    r = run(*cmd, name)
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and f"{name}: files cannot be created in /proc" in r.output

@@ -8,7 +8,7 @@ import time
 import click
 
 from ..errors import BadInput, GputopoError, Interrupted
-from ..options import COUNT, GPU_IDS, PATH, SIZES, TEXT, Count, json_option, typed
+from ..options import COUNT, GPU_IDS, PATH, SIZES, TEXT, TIMEOUT, Count, json_option, typed
 from .common import emit, notes
 
 
@@ -109,14 +109,17 @@ def _run(prepared, output: str | None, verbose: bool, quiet: bool) -> dict:
     progress = Progress(verbose, quiet)
     try:
         return bench.run(prepared.options, prepared.link, save, progress)
-    except KeyboardInterrupt:
-        during = f" during {progress.label}" if progress.label else ""
+    except KeyboardInterrupt as e:   # Ctrl-C, SIGTERM, SIGHUP (gputopo.children)
+        from .. import children
+        signum = children.signal_of(e)
+        during = (f" during {progress.label}" if progress.label else "") + f" ({children.NAMES[signum]})"
         if not finished:
+            logs = f" (logs so far: {log_dir})" if _holds(log_dir) else ""
             raise Interrupted(f"interrupted{during}: the children were stopped; no arm had finished, so nothing was"
-                              f" written{f' to {output}' if output else ''} (logs so far: {log_dir})") from None
+                              f" written{f' to {output}' if output else ''}{logs}", signum=signum) from None
         where = f"in {output}, and " if output else ""
         raise Interrupted(f"interrupted{during}: the children were stopped; finished: {', '.join(finished)}"
-                          f" ({where}each arm's output.log under {log_dir})") from None
+                          f" ({where}each arm's output.log under {log_dir})", signum=signum) from None
     except GputopoError as e:
         if output:
             e.details += (f"Finished arms are kept in {output}: {', '.join(finished)}" if finished else
@@ -124,6 +127,16 @@ def _run(prepared, output: str | None, verbose: bool, quiet: bool) -> dict:
         raise
     finally:
         progress.done()
+        if not _holds(log_dir):   # stopped before any arm logged: no empty folder is left behind
+            os.rmdir(log_dir)
+
+
+def _holds(folder: str) -> bool:
+    """Whether a run's log folder holds anything (it is made before the first arm, and may stay empty)."""
+    try:
+        return any(os.scandir(folder))
+    except OSError:
+        return True
 
 
 def finished_arms(results: dict) -> list[str]:
@@ -148,7 +161,7 @@ def finished_arms(results: dict) -> list[str]:
 @click.option("--dataset", type=TEXT, default="auto", show_default=True,
               help="wikitext-2-raw-v1 (local cache only), a .txt file, synthetic, or auto (wikitext if cached).")
 @click.option("--repeat", type=COUNT, default=1, show_default=True, help="Runs per arm, interleaved.")
-@click.option("--timeout", type=click.FloatRange(0, min_open=True),
+@click.option("--timeout", type=TIMEOUT,
               help="Seconds one torchrun may take [default: 3600].")
 @click.option("--train-only", is_flag=True, help="Skip the all-reduce sweep.")
 @click.option("--allreduce-only", is_flag=True, help="Skip the training arms.")

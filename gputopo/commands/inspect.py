@@ -12,6 +12,7 @@ from ..options import (
     PLAN_INPUTS,
     SIZE,
     TEXT,
+    TIMEOUT,
     given,
     host_options,
     json_option,
@@ -145,7 +146,7 @@ def _list_examples(as_json: bool) -> None:
 @click.option("--slurm-nodes", type=TEXT, metavar="LIST",
               help="With --fleet from a login node: these Slurm nodes (node[01-04]), one srun task each.")
 @click.option("--partition", type=TEXT, metavar="NAME", help="With --slurm-nodes: the partition to run in.")
-@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=30, show_default=True,
+@click.option("--timeout", type=TIMEOUT, default=30, show_default=True,
               help="With --fleet: seconds each node may take to answer.")
 @click.option("--remote-command", type=TEXT, metavar="CMD",
               help="With --fleet: what each node runs [default: this Python's `-m gputopo inspect --json`];"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..options import COUNT, gpu_options, host_options, json_option, model_options, training_options
+from ..options import COUNT, SECONDS, gpu_options, host_options, json_option, model_options, training_options
 from .common import emit, exit_if_nothing_fits
 
 
@@ -19,7 +19,7 @@ from .common import emit, exit_if_nothing_fits
                                                 " few seconds and each ZeRO strategy's DeepSpeed step on it"
                                                 " (--calibrate-seconds), not from GPU datasheets; on a CPU, the CPU"
                                                 " twin.")
-@click.option("--calibrate-seconds", type=click.FloatRange(0), help="With --calibrate: seconds it may run DeepSpeed's"
+@click.option("--calibrate-seconds", type=SECONDS, help="With --calibrate: seconds it may run DeepSpeed's"
                                                                    " strategies on the model, estimated before each"
                                                                    " (0: none) [default: 60].")
 @json_option
