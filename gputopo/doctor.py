@@ -430,9 +430,7 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
                          system.kernel_modules(host), sysfs_gpus)
     checks.append(check_disks(all_disks, system.pick_offload_dir(host, all_disks, tmp)))
     if host.live:   # the JIT build root is this user's, not a recorded machine's
-        torch = system.torch_dir()   # its site-packages is what this environment's builds compile against
-        checks += check_jit_builds(dsops.jit_builds(toolchain.get("torch_cuda")),
-                                   os.path.dirname(torch) if torch else None, host.env)
+        checks += check_jit_builds(dsops.jit_builds(toolchain.get("torch_cuda")), dsops.this_site(), host.env)
     for path in dict.fromkeys(nvme_paths(cfg) + ([nvme_path] if nvme_path else [])):
         checks.append(check_nvme_path(host, all_disks, path, nvme_need))
     ops_report = []

@@ -120,8 +120,16 @@ def status(needs: list[Need], toolchain: dict, ops: dict | None = None, installe
         if (installed or {}).get(n.op):
             out.append(OpStatus(n.op, n.why, "prebuilt", "compiled into the installed DeepSpeed", None))
             continue
-        if cache_dir and os.path.exists(os.path.join(cache_dir, n.op, f"{n.op}.so")):
-            out.append(OpStatus(n.op, n.why, "cached", f"JIT-built before ({os.path.join(cache_dir, n.op)})", None))
+        folder = os.path.join(cache_dir, n.op) if cache_dir else None
+        if folder and os.path.exists(os.path.join(folder, f"{n.op}.so")):
+            other, here = built_for(folder), this_site()
+            if other and here and other != here:   # what doctor's jit_shared says: rebuilt on first use here
+                out.append(OpStatus(n.op, n.why, "buildable", f"JIT-built in {folder} for another environment"
+                                    f" ({other}): this one rebuilds it on its first use",
+                                    "export TORCH_EXTENSIONS_DIR=<this environment>/torch_extensions (see"
+                                    " `gputopo doctor`, jit_shared)"))
+            else:
+                out.append(OpStatus(n.op, n.why, "cached", f"JIT-built before ({folder})", None))
             continue
         import contextlib
         import sys
@@ -213,7 +221,6 @@ def jit_builds(torch_cuda: str | None, *, root: str | None = None, now: float | 
     """The op folders under this Python's JIT build root (_jit_dir; `root` instead, for tests), each with its lock,
     whether a process is building there (busy: the folders processes work in; default: /proc/*/cwd), and the
     environment its build.ninja names (torch's and DeepSpeed's include paths)."""
-    import re
     import time
     root = root or _jit_dir(torch_cuda)
     now = time.time() if now is None else now
@@ -225,14 +232,27 @@ def jit_builds(torch_cuda: str | None, *, root: str | None = None, now: float | 
             continue
         lock = os.path.join(path, "lock")
         age = now - os.path.getmtime(lock) if os.path.exists(lock) else None
-        try:
-            with open(os.path.join(path, "build.ninja"), errors="replace") as f:
-                found = re.search(r"(/\S*?/site-packages)/(?:torch|deepspeed)/", f.read())
-        except OSError:
-            found = None
         out.append(Build(path, op, age, any(b == path or b.startswith(path + os.sep) for b in busy),
-                         found.group(1) if found else None))
+                         built_for(path)))
     return out
+
+
+def built_for(path: str) -> str | None:
+    """The site-packages an op folder's build.ninja compiled against (torch's and DeepSpeed's include paths)."""
+    import re
+    try:
+        with open(os.path.join(path, "build.ninja"), errors="replace") as f:
+            found = re.search(r"(/\S*?/site-packages)/(?:torch|deepspeed)/", f.read())
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
+def this_site() -> str | None:
+    """The site-packages this environment's builds compile against: torch's."""
+    from .system import torch_dir
+    torch = torch_dir()
+    return os.path.dirname(torch) if torch else None
 
 
 def _busy_folders() -> set:

@@ -111,3 +111,23 @@ def engines(tmp_path_factory):
         yield dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     finally:
         subprocess.run(["bash", str(ENGINES / "stop.sh"), str(state)], capture_output=True, timeout=300)
+
+
+# Nothing of gputopo's is left in TMPDIR by a test run (issue 33: the fast suite left 57 empty gputopo-bench-*
+# folders and a gputopo-mermaid-* folder each time): what a run adds there fails the session, named.
+_TMP_BEFORE: set = set()
+
+
+def pytest_sessionstart(session):
+    import tempfile
+    _TMP_BEFORE.update(p.name for p in Path(tempfile.gettempdir()).glob("gputopo-*"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import tempfile
+    if hasattr(session.config, "workerinput"):   # pytest-xdist workers: the controller checks once
+        return
+    left = sorted(p.name for p in Path(tempfile.gettempdir()).glob("gputopo-*") if p.name not in _TMP_BEFORE)
+    if left:
+        print(f"\nleft in {tempfile.gettempdir()} by this run: {', '.join(left[:10])}")
+        session.exitstatus = 1

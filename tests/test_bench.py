@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -506,6 +507,7 @@ def test_each_arm_reports_the_path_nccl_took(tmp_path, fake_nvml, fake_calibrati
     import fake_nvml as fm
     fake_nvml(fm.rtx3090_pair())   # NV4 between the two GPUs: P2P is expected with P2P allowed
     monkeypatch.setattr("gputopo.doctor.preflight", lambda *a, **k: {"counts": {"warn": 0}})  # CPU torch here
+    monkeypatch.setattr(bench, "new_log_dir", lambda: tempfile.mkdtemp(dir=tmp_path))   # its logs stay in tmp_path
     envs = []
 
     def child(label, cmd, env, timeout, progress, log_dir=None):

@@ -556,3 +556,17 @@ def test_doctor_reads_the_jit_folder_it_is_given(tmp_path, monkeypatch):
     data = json.loads(run("doctor", "--json").stdout)
     ids = {c["id"]: c for c in data["checks"]}
     assert ids["jit_lock:fused_adam"]["status"] == "warn" and "jit_shared" in ids
+
+
+def test_check_and_doctor_agree_on_an_op_built_for_another_environment(tmp_path):
+    """Issue 33: `deepspeed-config --check` said "JIT-built before" where `doctor` said built for another
+    virtualenv; one owner (gputopo.dsops.built_for) now reads build.ninja for both."""
+    need = dsops.needed(dsconfig.build(2))
+    op = tmp_path / "fused_adam"
+    op.mkdir()
+    (op / "fused_adam.so").write_bytes(b"")
+    (op / "build.ninja").write_text("cflags = -isystem /other/venv/lib/python3.11/site-packages/torch/include\n")
+    s, = dsops.status(need, TOOLS, ops={"fused_adam": FakeBuilder(True)}, installed={}, cache_dir=str(tmp_path))
+    assert s.state == "buildable" and "for another environment (/other/venv/lib/python3.11/site-packages)" in s.detail
+    shared = doctor.check_jit_builds(dsops.jit_builds(None, root=str(tmp_path), busy=set()), dsops.this_site(), {})
+    assert [c.id for c in shared] == ["jit_shared"] and "/other/venv" in shared[0].found

@@ -10,6 +10,7 @@ keeps a copy) and, given PNG_DIR, writes a screenshot per diagram and theme.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -90,7 +91,9 @@ def cases() -> dict[str, list[str]]:
     out["example:dgx-a100 --best 4"] = ["--example", "dgx-a100", "--best", "4"]
     out["example:pcie8-dual-socket --gpu-ids 0,1"] = ["--example", "pcie8-dual-socket", "--gpu-ids", "0,1"]
     folder = Path(tempfile.gettempdir()) / f"gputopo-mermaid-{os.getpid()}"
-    folder.mkdir(exist_ok=True)
+    if not folder.exists():   # removed when the test run ends: nothing is left in TMPDIR (issue 33)
+        folder.mkdir()
+        atexit.register(shutil.rmtree, folder, True)
     for name, shape in SYNTHETIC.items():
         path = folder / (name.split(":")[1] + ".txt")
         path.write_text(synthetic(*shape))

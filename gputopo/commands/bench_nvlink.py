@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 
@@ -128,13 +129,14 @@ def _run(prepared, output: str | None, verbose: bool, quiet: bool) -> dict:
     finally:
         progress.done()
         if not _holds(log_dir):   # stopped before any arm logged: no empty folder is left behind
-            os.rmdir(log_dir)
+            shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def _holds(folder: str) -> bool:
-    """Whether a run's log folder holds anything (it is made before the first arm, and may stay empty)."""
+    """Whether a run's log folder holds a file at any depth (it is made before the first arm, each arm's folder
+    when the arm starts, and they stay empty when nothing was logged)."""
     try:
-        return any(os.scandir(folder))
+        return any(files for _, _, files in os.walk(folder))
     except OSError:
         return True
 
