@@ -46,8 +46,13 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
         config = hf_config(model)
     except BadInput:   # not a causal LM gputopo can rebuild: the op-by-op model alone
         config = None
-    from .speed import elementwise_ops, key, sample_blocks, training_matmuls
+    from .speed import elementwise_ops, key, sample_blocks, sample_spec, training_matmuls
     shapes = sorted({key(M, N, K) for _, M, N, K in training_matmuls(model, training, training.attention, device)})
+    # each copy holds the larger sample's weights, gradients and Adam's states, and its step's peak (gputopo.memory)
+    sample = sample_spec(model, min(model.layers, sample_blocks(model)))
+    from .memory import peak
+    need = 16 * sample.params + peak(sample, training, training.attention, 4 * sample.params, device)["bytes"] \
+        + RUNTIME_BYTES
     block, head = elementwise_ops(model, training, training.attention, device)
     sizes = sorted({min(int(op[1]), LARGEST) for op in block + head} | {min(model.params, LARGEST)})
     return {"shapes": shapes, "sizes": sizes, "precision": training.precision, "optimizer": training.optimizer,
@@ -55,13 +60,36 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
             "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
             "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep,
             "zero3": zero3, "sharded": sharded, "sample_blocks": sample_blocks(model), "deepspeed": deepspeed,
-            "deepspeed_budget": deepspeed_budget}
+            "deepspeed_budget": deepspeed_budget, "need_bytes": int(need)}
 
 
-def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = None) -> dict:
+RUNTIME_BYTES = 2 ** 30   # torch, transformers and the interpreter in each copy, besides the tensors
+
+
+def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = None, say=None) -> dict:
     """Calibrate in `copies` children at once, as many as the training will run on this machine, so the
     rates are those the processes reach while sharing its cores, caches and memory; averaged over them.
-    Each child gets its LOCAL_RANK: on GPUs each times its own device, as each training process would."""
+    Each child gets its LOCAL_RANK: on GPUs each times its own device, as each training process would.
+    Refused first when the copies would not fit in 90 % of this machine's free memory: a 4 x 1024 gpt2 sample
+    took 6.4-8 GB a copy (the kernel's OOM killer ended them on a busier machine), and is estimated at 9.3 GiB
+    (request's need_bytes, from gputopo.memory). `say` gets a line at the start and the end."""
+    import psutil
+
+    from .errors import BadInput
+    from .units import gib
+    need = copies * req.get("need_bytes", 0)
+    avail = psutil.virtual_memory().available
+    if need > 0.9 * avail:
+        raise BadInput(f"calibration: {copies} copies of the model cut to {req.get('sample_blocks')} blocks at"
+                       f" {req.get('batch_size')} x {req.get('seq_len')} tokens need about {gib(need)}, and this"
+                       f" machine has {gib(avail)} free: lower --batch-size/--seq-len, or plan without --calibrate")
+    if say:
+        say(f"calibrating: {copies} process(es) time the model cut to 1 and {req.get('sample_blocks')} blocks at"
+            f" {req.get('batch_size')} x {req.get('seq_len')} tokens, its matmuls, elementwise kernels and optimizer"
+            + (", an all-reduce sweep" if req.get("sweep") else "")
+            + (f", DeepSpeed's strategies (within {req.get('deepspeed_budget'):g} s)" if req.get("deepspeed") else "")
+            + f"; on a CPU this takes minutes (about {gib(need)} of memory)")
+    started = time.monotonic()
     env = dict(env or os.environ)
     if req.get("threads"):
         env["OMP_NUM_THREADS"] = str(req["threads"])
@@ -78,6 +106,9 @@ def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = Non
             lines = result_lines(out, RESULT)
             if not lines:   # a result printed is whole: an abort after it is the interpreter's exit
                 last = (err.strip().splitlines() or ["no output"])[-1]
+                if proc.returncode == -9:   # SIGKILL: what the kernel's OOM killer sends
+                    last = (f"killed by SIGKILL, most likely the kernel's out-of-memory killer (about"
+                            f" {gib(req.get('need_bytes', 0))} a copy was expected); lower --batch-size/--seq-len")
                 raise BenchmarkFailed(f"calibration failed (exit {proc.returncode}): {last}")
             results.append(lines[0])
     except subprocess.TimeoutExpired:
@@ -87,6 +118,8 @@ def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = Non
             if proc.poll() is None:
                 children.end(proc, grace=2)
         barrier.cleanup()
+    if say:
+        say(f"calibrated in {time.monotonic() - started:.0f} s")
     return average(results)
 
 
@@ -194,7 +227,7 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
 SWEEP = [2 ** k for k in range(16, 25, 2)]   # 64 KiB .. 16 MiB: the sizes of DDP's and ZeRO's buckets
 
 
-def for_plan(req, budget: float | None = None) -> tuple[object, str]:
+def for_plan(req, budget: float | None = None, say=None) -> tuple[object, str]:
     """(Rates, device) for `plan --calibrate`: this machine timed in as many processes as the plan has per
     node (on a CPU at most one per core, the cores shared among them), those processes' all-reduce sweep;
     what this machine cannot show (the network between nodes; on GPUs: P2P disabled, the host link, NVMe)
@@ -221,7 +254,7 @@ def for_plan(req, budget: float | None = None) -> tuple[object, str]:
                       cpu_adam=deepspeed and "if-built", sweep=SWEEP if copies > 1 else None,
                       zero3=deepspeed and copies > 1 and "if-built", sharded=copies > 1,
                       deepspeed=None if unsampled else plan_configs(req.model, t, copies),
-                      deepspeed_budget=budget), copies=copies)
+                      deepspeed_budget=budget), copies=copies, say=say)
     mine, sheet = rates(cal), gpu_rates(lay, t)
     fill = {k: getattr(sheet, k) for k in ("host_link", "cpu_adam", "nvme") if getattr(mine, k) is None}
     if gpus:

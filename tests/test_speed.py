@@ -15,10 +15,12 @@ GPT2 = models.named("gpt2")
 REF = Training(precision="fp32", batch_size=4, seq_len=1024, attention="eager")   # the reference experiment
 
 
-def plan_json(*args) -> dict:
+def plan_json(*args, said: list | None = None) -> dict:
     r = CliRunner().invoke(cli, ["plan", "--json", *args])
     assert r.exit_code in (0, 3), r.output
-    return json.loads(r.output)
+    if said is not None:
+        said += r.stderr.splitlines()
+    return json.loads(r.stdout)
 
 
 def test_forward_flops_are_the_blocks_attention_and_head():
@@ -194,8 +196,12 @@ def test_plan_calibrate_predicts_the_cpu_twin(tmp_path):
     gloo all-reduce swept; every strategy without offload then has a step time from this machine."""
     from conftest import make_model_dir
     model = make_model_dir(tmp_path / "tiny", n_positions=256)
+    said = []
     data = plan_json("--model", str(model), "--gpus", "2", "--gpu-mem", "8GiB", "--batch-size", "2", "--seq-len",
-                     "128", "--precision", "fp32", "--calibrate")
+                     "128", "--precision", "fp32", "--calibrate", said=said)
+    # never silent (issue 33): what it times and how long it took, on stderr
+    assert any(line.startswith("calibrating: 2 process(es) time the model cut to 1 and") for line in said), said
+    assert any(line.startswith("calibrated in ") for line in said), said
     basis = data["rates"]["basis"]
     assert "CPU twin" in basis["summary"] and basis["link"].startswith("measured: all-reduce sweep")
     assert "sampled" in basis["compute"] and data["rates"]["busbw"] > 0
@@ -681,3 +687,27 @@ def test_review_of_issue_32_each_finding_holds():
     extra = {a: sum(c * M * N * K for c, M, N, K in speed.training_matmuls(LLAMA, t, t.attention))
              for a, t in (("eager", eager), ("sdpa", sdpa))}
     assert extra["eager"] > extra["sdpa"]
+
+
+def test_a_calibration_that_cannot_fit_is_refused_and_an_oom_kill_is_named(tmp_path, monkeypatch):
+    """Issue 33: the default gpt2 sample took 6.4-8 GB a copy and the OOM killer ended it ("calibration failed
+    (exit -9): no output"). Now: refused before starting when the copies would not fit, and a SIGKILL said."""
+    import types
+
+    import psutil
+
+    from gputopo import calibrate
+    from gputopo.errors import BadInput, BenchmarkFailed
+    t = Training(precision="bf16", batch_size=4, seq_len=1024, attention="sdpa")
+    req = calibrate.request(GPT2, t, 1, device="cpu")
+    assert 6 * 2 ** 30 < req["need_bytes"] < 12 * 2 ** 30     # measured 6.4-8 GB a copy
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(available=12 * 2 ** 30))
+    with pytest.raises(BadInput, match=r"2 copies of the model cut to 6 blocks at 4 x 1024 tokens need about"):
+        calibrate.run(req, copies=2)
+    child = tmp_path / "python"
+    child.write_text("#!/bin/sh\nkill -KILL $$\n")
+    child.chmod(0o755)
+    monkeypatch.setattr(calibrate.sys, "executable", str(child))
+    small = {"sizes": [1024], "shapes": [], "need_bytes": 2 ** 20}
+    with pytest.raises(BenchmarkFailed, match=r"exit -9\): killed by SIGKILL, most likely the kernel's out-of-memory"):
+        calibrate.run(small, copies=2)

@@ -15,8 +15,8 @@ from .common import emit, exit_if_nothing_fits
 @click.option("--measure", is_flag=True, help="Also train the model (random weights) for two steps on this machine"
                                               " and print predicted vs measured memory.")
 @click.option("--steps", type=COUNT, help="Optimizer steps of the whole run: also print its predicted time.")
-@click.option("--calibrate", is_flag=True, help="Predict step times from this machine, timed for the model for a"
-                                                " few seconds and each ZeRO strategy's DeepSpeed step on it"
+@click.option("--calibrate", is_flag=True, help="Predict step times from this machine, timed for the model (minutes"
+                                                " on a CPU) and each ZeRO strategy's DeepSpeed step on it"
                                                 " (--calibrate-seconds), not from GPU datasheets; on a CPU, the CPU"
                                                 " twin.")
 @click.option("--calibrate-seconds", type=SECONDS, help="With --calibrate: seconds it may run DeepSpeed's"
@@ -36,7 +36,7 @@ def plan(as_json, measure, steps, calibrate, calibrate_seconds, **options):
     rates, device = None, "cuda"
     if calibrate:
         from .. import calibrate as calibrating
-        rates, device = calibrating.for_plan(req, calibrate_seconds)
+        rates, device = calibrating.for_plan(req, calibrate_seconds, say=lambda line: click.echo(line, err=True))
     data = report.plan_for(req, rates=rates, steps=steps, device=device)
     if measure:
         from .. import measure as measuring
