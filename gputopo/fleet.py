@@ -80,7 +80,7 @@ def _nearest_nics(report: dict) -> dict[str, str]:
 
 
 def _gpu_order(name: str) -> tuple:
-    digits = "".join(c for c in name if c.isdigit())
+    digits = "".join(c for c in name if c.isdecimal())
     return (int(digits) if digits else -1, name)
 
 

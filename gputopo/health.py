@@ -19,7 +19,7 @@ OLD_P2P_LEVELS = ["LOC", "PIX", "PXB", "PHB", "SYS"]
 def p2p_level(value: str | None) -> int | None:
     """NCCL_P2P_LEVEL's value (a name or an old number) -> its index in P2P_LEVELS; None if NCCL ignores it."""
     v = (value or "").strip().upper()
-    if v.isdigit():
+    if v.isdecimal():   # not isdigit: "¹" is a digit int() refuses
         return P2P_LEVELS.index(OLD_P2P_LEVELS[min(int(v), len(OLD_P2P_LEVELS) - 1)])
     return P2P_LEVELS.index(v) if v in P2P_LEVELS else None
 

@@ -173,10 +173,6 @@ def p2p_text(data: dict, mode: str) -> str:
 
 # ---------------------------------------------------------------- inspect --nccl-log
 
-# GitHub refuses comments over 65,536 characters: the log lines kept in the report stop well before that.
-NCCL_SOURCE_CHARS = 40_000
-
-
 def nccl_report(data: dict, lines: list[str], pasted: list[tuple[str, str]]) -> str:
     """`inspect --nccl-log --markdown`: the summary, settings, connections, the check against a topology and the
     findings; folded away at the end, the NCCL lines read (`inspect --nccl-log report.md` reads them back) and
@@ -202,7 +198,7 @@ def nccl_report(data: dict, lines: list[str], pasted: list[tuple[str, str]]) -> 
                 _table(["host", "from", "to", "link", "used", "expected"], rows), "", "</details>", ""]
     out += ["#### Findings"] + ([f"- {f}" for f in n["findings"]] or ["- none"])
     out += ["", "<details><summary>The NCCL lines read (<code>gputopo inspect --nccl-log</code> reads this report"
-            " back)</summary>", "", _fence("\n".join(_kept(lines))), ""]
+            " back)</summary>", "", _fence("\n".join(lines)), ""]
     out += [x for name, text in pasted for x in (f"`{name}` as given:", "", _fence("\n".join(parse.clean(text))), "")]
     return "\n".join(out + ["</details>"]) + "\n"
 
@@ -211,17 +207,6 @@ def _table(header: list[str], rows: list[list]) -> str:
     """A markdown table, cells escaped."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows])
-
-
-def _kept(lines: list[str]) -> list[str]:
-    """The log lines, the first NCCL_SOURCE_CHARS characters' worth, and how many were left out."""
-    out, size = [], 0
-    for i, line in enumerate(lines):
-        size += len(line) + 1
-        if size > NCCL_SOURCE_CHARS:
-            return out + [f"... {len(lines) - i} more lines left out (attach the whole log)"]
-        out.append(line)
-    return out
 
 
 def fleet(fleet: dict) -> str:

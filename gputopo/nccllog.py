@@ -1,14 +1,19 @@
 """An NCCL_DEBUG=INFO log -> which transport NCCL chose between GPUs and hosts, and why (issue 20). Stdlib only,
 pure: no torch, no machine access.
 
-`parse(text)` reads a log as people paste it, from NCCL 2.3 on: the old `Ring 00 : 0[0] -> 1[1] via P2P/IPC`
+`parse(source)` reads a log as people paste it, from NCCL 2.3 on: the old `Ring 00 : 0[0] -> 1[1] via P2P/IPC`
 and the new `Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read` forms; several hosts and processes interleaved,
 even within one line (it splits at each `NCCL INFO`); anything before `host:pid:tid [dev] NCCL INFO` (mpirun's
 `[1,0]<stdout>:`, pdsh's `host: `, timestamps, Python logging, Markdown quotes and fences, a TUI's box
-characters, line numbers) or no prefix at all; CRLF, blank lines, the program's own output in between; a
-connection line a terminal wrapped before its transport is joined back, a line cut at the end of a paste is
-read as far as it goes. A text without one NCCL line is refused (BadInput); anything else is read for what it
-holds and never raises.
+characters, line numbers) or no prefix at all; CRLF, blank lines, the program's own output in between. Lines
+a terminal cut at a fixed width or an editor wrapped at spaces are joined back (a connection the way that makes
+it whole, a prefix a long host name split, a variable's line and its value); a line cut at the end of a paste is
+read as far as it goes. Two lines glued without a newline are split at the second's prefix when its host was
+seen before (`...GDRDMAnode2:...` is node2's); when it was not, both halves are left out and counted
+("damaged"), never read as a host of their own. An excerpt `--markdown` kept says how many lines it left out,
+and the summary says its counts are the excerpt's. A file is read as it streams, in memory that holds what the
+log says (distinct connections, the first lines for --markdown), not the log. A text without one NCCL line is
+refused (BadInput); anything else is read for what it holds and never raises.
 
 `summary(log, topology=None)` is the "nccl" object of `gputopo inspect --nccl-log --json` (docs/inspect.md):
   version         "2.18.5" from `NCCL version ...` (PyTorch's error spelling "21.0.3" read as 2.10.3), else null
@@ -16,8 +21,8 @@ holds and never raises.
   ranks_per_host  {host: ranks seen on it, or the GPUs its lines come from where no rank number is printed}
   nranks          the largest rank count an init line states, else null
   transports      {KIND: connection lines seen}, KIND as below
-  gdrdma          true if a network connection used GPUDirect RDMA (`/GDRDMA`); false if there were RDMA
-                  network connections (not sockets) and none did; null if there were none
+  gdrdma          true if a network connection used GPUDirect RDMA (`/GDRDMA`); false if there were network
+                  connections and none did (NET/Socket never does); null if there were none
   channels        "N coll channels" (the largest), else the ring lists' channel count, else null
   nvls            true: NVLS set up (its lines, or "N nvls channels" > 0); false: 0 nvls channels,
                   NCCL_NVLS_ENABLE=0 or no multicast support; null: the log does not say
@@ -31,11 +36,12 @@ holds and never raises.
                   "lines"}; "from"/"to" are "HOST GPU d" (d: NVML's index, as nvidia-smi numbers GPUs, where the
                   log prints it, else the CUDA device), "HOST rank r" when the GPU is unknown, "rank r (GPU d)"
                   when the prefix with the host was stripped
-  warnings        the distinct messages of NCCL WARN lines
+  warnings        the distinct messages of NCCL WARN lines (the first 50)
   findings        sentences a person acts on
   cross_check     with a topology: {"hosts", "gpu_numbers": "nvml"|"cuda"|"mixed"|null, "pairs": [{"host", "from",
                   "to", "transport", "link", "expected"}]}, else null
-  lines           {"nccl": NCCL lines read, "connections", "rings", "trees"}
+  lines           {"nccl": NCCL lines read, "connections", "rings", "trees", "damaged": halves of glued lines
+                  left out, "left_out": lines an excerpt says it left out}
 
 KIND (each connection line NCCL printed counts once; a cut last line counts once its transport's name is
 whole, e.g. `via P2P/I`; NVLS and CollNet count their setup lines):
@@ -53,6 +59,8 @@ Words that name a transport without being a connection ("P2P plugin IBext_v8", "
 """
 from __future__ import annotations
 
+import io
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -68,7 +76,11 @@ RUN_WITH = "run the job with NCCL_DEBUG=INFO and give its output (every rank's s
 MARKER = re.compile(r"\bNCCL (INFO|WARN|TRACE|ABORT)\b ?")
 # What a process prints before its marker: host:pid:tid [cudaDev], and on WARN lines the source file:line.
 PREFIX = re.compile(r"(?:(?P<host>[\w.<>-]+):(?P<pid>\w+):\w+\s+)?(?:\[(?P<dev>\d+)\]\s+)?(?:[\w./-]+:\d+\s+)?$")
-HOST_PID = re.compile(r"[\w.<>-]+:\w+:\w+\s+\[\d+\]")
+# A host's name starts where a run of its characters does (the look-behind): without it a long run of them is
+# searched from each of its characters, time that grows with the square of the line's length.
+HOST_PID = re.compile(r"(?<![\w.<>-])[\w.<>-]+:\w+:\w+\s+\[\d+\]")
+# The common line, prefix from column 0 (one match instead of a search back from the marker).
+STANDARD = re.compile(r"(?P<host>[\w.<>-]+):(?P<pid>\w+):\w+\s+\[(?P<dev>\d+)\]\s+NCCL (INFO|WARN|TRACE|ABORT)\b ?")
 PREFIX_REACH = 300  # a prefix is a few dozen characters: looking further back only costs time on junk
 CONNECTION = re.compile(r"\b(Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[(\w+)\])? -> (\d+)(?:\[(\w+)\])?"
                         r"(?:\s*\[(send|receive)\])?\s+via (.*)")
@@ -96,7 +108,22 @@ IB_DEVICES = re.compile(r"\bNET/IB ?: ?(?:Using \[\d|\[\d+\] \w)")
 IB_ABSENT = re.compile(r"\bNET/IB ?: ?No device found|\bFailed to open libibverbs")
 COLLNET_OFF = re.compile(r"\bCollNet is not supported")
 TESTS_RANK = re.compile(r"^\s*#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)")
-CONNECTION_START = re.compile(r"\b(?:Channel|Ring) \d+(?:/\d+)? : \d+\S* -> ")
+CONNECTION_HEAD = re.compile(r"(?:Channel|Ring|CollNet|Coll)\s+\d")
+OLD_RING_LIST = re.compile(r"Ring \d+ :(?:\s+\d+)+\s*$")
+# What follows "via" as NCCL prints it (a wrapped line is joined back the way that reads as one of these).
+DETAIL = re.compile(r"P2P/(?:IPC|CUMEM|direct pointer|MNNVL|indirect/\d+\[\w+\])(?:/read|/CE)*|SHM/\w+/\w+"
+                    r"|NET/(?:AWS Libfabric|[A-Za-z]\w*)/\d+(?:\(\d+\))?(?:/GDRDMA)?(?:/Shared)?|direct shared memory")
+PIECE = re.compile(r"\s*\S{1,24}\s*")   # the rest of a name a wrap cut (`RDMA`, `/read`)
+ENV_OPEN = re.compile(r"\b(Setting )?NCCL_[A-Z0-9_]+ ([a-z][a-z ]*)$")   # a variable's line, cut before its value
+FULL_PREFIX = re.compile(r"(?<![\w.<>-])[\w.<>-]+:\w+:\w+\s+\[\d+\]\s+NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+
+LONGEST_LINE = 65_536      # the rest of a longer line is dropped: no line of NCCL's is near it
+CHUNK = 1 << 18            # characters read at a time
+WIDTH_SAMPLE = 2_000       # lines read to tell a hard-wrapped text's width
+KEPT_CHARS = 40_000        # the log lines --markdown keeps: GitHub refuses comments over 65,536 characters
+LEFT_OUT = "... {} more lines left out (attach the whole log)"
+LEFT_OUT_LINE = re.compile(r"\s*\.\.\. (\d+) more lines left out \(attach the whole log\)")
+MOST_WARNINGS = 50         # distinct WARN messages kept
 
 
 @dataclass
@@ -124,6 +151,7 @@ class Connection:
     gdr: bool | None = None       # GPUDirect RDMA, on network lines
     host: str | None = None       # the host of the process that printed it
     old_form: bool = False        # `Ring NN :` (NCCL < 2.7): a small number in brackets is (mostly) the CUDA device
+    lines: int = 1                # the connection lines that said the same (channels aside)
 
 
 @dataclass
@@ -131,7 +159,7 @@ class NcclLog:
     """What a log says (see parse)."""
     version: str | None = None
     versions: dict = field(default_factory=dict)      # host -> the version its own line printed
-    hosts: list = field(default_factory=list)
+    hosts: dict = field(default_factory=dict)         # host -> None, in the order first seen
     ranks: dict = field(default_factory=dict)         # rank -> Rank
     processes: dict = field(default_factory=dict)     # host -> {(pid, cuda dev)} of the lines it printed
     connections: list = field(default_factory=list)
@@ -156,101 +184,345 @@ class NcclLog:
     nranks: int | None = None
     nnodes: int | None = None
     lines: int = 0
-    read: list = field(default_factory=list)          # the text's lines that said something, as given
+    read: list = field(default_factory=list)          # the first lines that said something, as given (_keep)
+    read_chars: int = 0
+    read_left: int = 0                                # lines that said something, not kept in `read`
+    left_out: int = 0                                 # lines an excerpt of the log says it left out
+    damaged: int = 0                                  # halves of glued lines whose host could not be told
+    distinct: dict = field(default_factory=dict)      # connection key -> its Connection in `connections`
 
 
 # ---------------------------------------------------------------- reading the text
 
-def parse(text: str) -> NcclLog:
-    """Read an NCCL_DEBUG=INFO log (see the module docstring); BadInput if it holds no NCCL line."""
+def parse(source) -> NcclLog:
+    """Read an NCCL_DEBUG=INFO log (see the module docstring): `source` is its text or a text stream (a file, read
+    as it streams: memory holds what the log says, not the log). BadInput if it holds no NCCL line."""
     log = NcclLog()
-    for line in _lines(text):
-        said = False
-        for prefix, level, message in _records(line):
-            said = _read(log, prefix, level, message) or said
+    printed: dict = {}   # a prefix as printed -> (where, level): a process prints many lines, read once
+    for line in _lines(source):
+        m = STANDARD.match(line)
+        end = m.end() if m is not None else 0
+        if end and line.find("NCCL ", end) < 0:   # most lines: one process's, its prefix from column 0
+            known = printed.get(m[0])
+            if known is None:
+                if len(printed) > 2_000:   # a log of ever new processes: memory stays bounded
+                    printed.clear()
+                known = printed[m[0]] = ((m["host"], m["pid"], int(m["dev"])), m[4])
+                _process(log, known[0])
+            log.lines += 1
+            text = line[end:].strip()
+            if known[1] == "WARN":
+                _warn(log, text)
+            _message(log, known[0], text)
+            said = True
+        else:
+            said = False
+            for where, level, message in _records(log, line):
+                said = _read(log, where, level, message) or said
         if said:
-            log.read.append(line)
+            if log.read_left:
+                log.read_left += 1
+            else:
+                _keep(log, line)
     if not log.lines:
         raise BadInput(f"no NCCL_DEBUG=INFO lines: {RUN_WITH}")
     _finish(log)
     return log
 
 
-def _lines(text: str) -> list[str]:
-    """Logical lines: escapes and NULs dropped, CRLF read, wrapped connection lines joined back."""
-    text = ANSI.sub("", text.replace("\x00", "").lstrip("\ufeff"))
-    out: list[str] = []
-    for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        line = raw.rstrip()
-        if out and _continues(out[-1], line):
-            out[-1] += line
-        else:
-            out.append(line)
+def _keep(log: NcclLog, line: str) -> None:
+    """The first KEPT_CHARS characters of the lines that said something, for --markdown; the rest counted."""
+    if log.read_left or log.read_chars + len(line) + 1 > KEPT_CHARS:
+        log.read_left += 1
+    else:
+        log.read.append(line)
+        log.read_chars += len(line) + 1
+
+
+def excerpt(log: NcclLog) -> list[str]:
+    """The lines kept, and a last line saying how many more the log held (`parse` reads it back as such)."""
+    left = log.read_left + log.left_out
+    return log.read + ([LEFT_OUT.format(left)] if left else [])
+
+
+def _raw(source):
+    """Lists of physical lines without their ends (\\n, \\r\\n or \\r), escapes and NULs, read CHUNK characters at
+    a time; a line longer than LONGEST_LINE is kept that long (a file without a newline is read in bounded memory
+    too)."""
+    stream = io.StringIO(source, newline=None) if isinstance(source, str) else source
+    carry, skipping, first = "", False, True
+    for chunk in iter(lambda: stream.read(CHUNK), ""):
+        if first:
+            chunk, first = chunk.lstrip("\ufeff"), False
+        end = chunk.rfind("\n")
+        if end < 0:   # no line ends here: the line goes on (kept up to LONGEST_LINE)
+            if not skipping:
+                carry += chunk
+                if len(carry) > LONGEST_LINE:
+                    yield [_clean(carry[:LONGEST_LINE])]
+                    carry, skipping = "", True
+            continue
+        text, carry = carry + chunk[:end], chunk[end + 1:]
+        if skipping:   # the rest of a line already given in part, up to its end
+            cut, skipping = text.find("\n"), False
+            if cut < 0:
+                continue
+            text = text[cut + 1:]
+        lines = _clean(text).split("\n")
+        yield lines if max(map(len, lines)) <= LONGEST_LINE else [line[:LONGEST_LINE] for line in lines]
+    if carry and not skipping:
+        yield [_clean(carry[:LONGEST_LINE])]
+
+
+def _clean(text: str) -> str:
+    """Without ANSI escapes and NULs."""
+    if "\x1b" in text:
+        text = ANSI.sub("", text)
+    return text.replace("\x00", "") if "\x00" in text else text
+
+
+def _lines(source):
+    """Logical lines: a line a terminal or editor wrapped is joined back (see _joined)."""
+    raw = _raw(source)
+    first = next(raw, [])
+    width = _fold_width(first[:WIDTH_SAMPLE])
+    pending, last = None, 0
+    for lines in itertools.chain([first], raw):
+        for line in lines:
+            if pending is not None:
+                # A line with NCCL's marker is one of its own, unless the line before is a prefix a wrap cut.
+                if "NCCL " not in line:
+                    joined = _joined(pending, last, line, width)
+                elif "NCCL INFO" not in pending and "NCCL WARN" not in pending:
+                    joined = _prefix_joined(pending, line)
+                else:
+                    joined = None
+                if joined is not None:
+                    pending, last = joined, len(line)
+                    continue
+                yield pending.rstrip()
+            pending, last = line, len(line)
+    if pending is not None:
+        yield pending.rstrip()
+
+
+def _starts_line(line: str) -> bool:
+    """A physical line that is a log line of its own (or a blank or a comment), not the rest of the one before."""
+    return (not line.strip() or "NCCL " in line or line.lstrip().startswith("#") or HOST_PID.search(line) is not None
+            or LEFT_OUT_LINE.match(line) is not None)
+
+
+def _fold_width(head: list[str]) -> int | None:
+    """The width a terminal or `fold` cut every long line at, if the text was hard-wrapped: most lines of NCCL's
+    followed by a piece of their own have one length. A line of exactly that length that goes on is then joined
+    whatever it holds, a variable's value as well as a connection."""
+    pairs = [len(a) for a, b in zip(head, head[1:])
+             if len(a) >= 40 and ("NCCL " in a or HOST_PID.search(a)) and not _starts_line(b)]
+    if not pairs:
+        return None
+    width, n = Counter(pairs).most_common(1)[0]
+    return width if n >= 3 and n * 5 >= len(pairs) * 4 else None
+
+
+def _joined(previous: str, last: int, line: str, width: int | None) -> str | None:
+    """`previous` with `line` joined to it, if `line` is a piece a wrap cut from it (`last`: the length of its last
+    physical line); else None. A piece starts no log line of its own; it is joined to a prefix cut short (a long
+    host name); to a connection line that is not whole, or is whole but a short piece of a name follows
+    (`.../GD` + `RDMA`), in the way that reads best (a terminal cuts as it is, an editor wraps at a space it
+    drops); to a variable's line cut before its value; and to anything cut at the text's fold width."""
+    if ":" in previous and "NCCL INFO" not in previous and "NCCL WARN" not in previous:
+        joined = _prefix_joined(previous, line)
+        if joined is not None:
+            return joined
+    fold = width is not None and last == width
+    if not fold and not _may_go_on(previous) or _starts_line(line):
+        return None
+    message = _message_of(previous).strip()
+    if not message and MARKER.search(previous):   # wrapped right after `NCCL INFO`: the message follows
+        return previous.rstrip() + " " + line.lstrip()
+    if _connection_like(message):
+        if not fold and _whole(message) and not PIECE.fullmatch(line):
+            return None   # a whole connection line, then the program's own output
+        return _best(previous, line, fold)
+    spaced = _env_open(message)
+    if spaced is not None:
+        return previous.rstrip() + " " + line.lstrip() if spaced else previous + line
+    return previous + line if fold else None
+
+
+CUT_IN_A_WORD = frozenset("ChanelRigoN")   # the last letter of a cut inside `Channel`, `Ring` or `CollNet`
+
+
+def _may_go_on(previous: str) -> bool:
+    """A cheap first test of what _joined reads closely: a connection or a variable's line, a line that ends with
+    NCCL's marker, or one cut inside `Channel`, `Ring` or `CollNet` (most lines fail it: a long log is quick)."""
+    tail = previous.rstrip()
+    return ("Channel" in previous or "Ring" in previous or "Coll" in previous or "NCCL_" in previous
+            or tail.endswith(("NCCL INFO", "NCCL WARN")) or tail[-1:] in CUT_IN_A_WORD)
+
+
+def _env_open(message: str) -> bool | None:
+    """A variable's line cut before its value (`NCCL_X set by environment to`, `... set by envir`): True if the
+    cut fell between words (the value follows a space), False inside one; None for any other message."""
+    m = ENV_OPEN.search(message)
+    if m is None:
+        return None
+    rest = m.group(2)
+    for phrase in (("environment variable to", "to") if m.group(1) else ("set by environment to", "set to")):
+        if phrase.startswith(rest):
+            return len(rest) == len(phrase) or phrase[len(rest)] == " "
+    return None
+
+
+def _best(previous: str, line: str, fold: bool) -> str:
+    """`previous` and `line` joined as they are or with a space, whichever makes the connection read as NCCL prints
+    one (a whole transport, a detail of the form NCCL prints); on a tie, as they are after a fold, else spaced."""
+    direct, spaced = previous + line, previous.rstrip() + " " + line.lstrip()
+    score = lambda text: _whole(_message_of(text)) + bool(_detail_known(text))   # noqa: E731
+    a, b = score(direct), score(spaced)
+    return direct if a > b or (a == b and (fold or direct == spaced)) else spaced
+
+
+def _detail_known(text: str) -> bool:
+    """The line's connection has a detail of a form NCCL prints."""
+    m = CONNECTION.search(_message_of(text))
+    return m is not None and DETAIL.fullmatch(m.group(8).strip()) is not None
+
+
+def _prefix_joined(previous: str, line: str) -> str | None:
+    """`previous` and `line` joined when a wrap cut a prefix (a long host name): `host:pid:tid [0] NCCL IN` + `FO
+    Channel ...`, or `... [0]` + `NCCL INFO ...`; None otherwise."""
+    if ":" not in previous or MARKER.search(previous) or HOST_PID.search(line[:line.find("NCCL ")]):
+        return None
+    cut = len(previous.rstrip())
+    for joined in (previous + line, previous.rstrip() + " " + line.lstrip()):
+        m = FULL_PREFIX.search(joined)
+        if m and m.start() < cut < m.end():
+            return joined
+    return None
+
+
+def _message_of(line: str) -> str:
+    """The last process's message on a line (all of it where there is no NCCL marker)."""
+    marks = list(MARKER.finditer(line)) if "NCCL " in line else []
+    return line[marks[-1].end():] if marks else line
+
+
+def _whole(message: str) -> bool:
+    """The message is a connection whose transport's name is whole."""
+    m = CONNECTION.search(message)
+    return m is not None and transport_kind(m.group(8).strip()) is not None
+
+
+def _connection_like(message: str) -> bool:
+    """A connection line, whole or cut (down to a cut inside `Channel`), not a ring list or graph."""
+    if not message or (not CONNECTION_HEAD.match(message)
+                       and not any(word.startswith(message) for word in ("Channel", "Ring", "CollNet"))):
+        return False
+    return not (COLLNET_CONNECTION.search(message) or RING_LIST.search(message) or RING_GRAPH.search(message)
+                or OLD_RING_LIST.match(message))
+
+
+# Glued lines: a log line written right after another without a newline. What may stand before a host name
+# (pdsh's `host: `, mpirun's `<stdout>:`, a TUI's box): another character means the host name holds the end of
+# the line before it.
+BEFORE_HOST = set(" \t:>])|│\"'`")
+DAMAGED = ("damaged",)
+
+
+def _records(log: NcclLog, line: str) -> list:
+    """(where, level, message) of each process's output on the line: `where` is (host, pid, cuda dev), DAMAGED for
+    the two halves of lines glued together where the host's name cannot be told from the end of the line before
+    it. A line is split at each `NCCL INFO`, the prefix of the next process cut from the end of the text before
+    it."""
+    m = STANDARD.match(line)
+    if m and "NCCL " not in line[m.end():]:   # the common case: one process's line, its prefix from column 0
+        return [((m["host"], m["pid"], int(m["dev"])), m[4], line[m.end():])]
+    marks = list(MARKER.finditer(line)) if "NCCL " in line else []
+    if not marks:
+        return [((None, None, None), None, line)]
+    _, where = _owner(log, line[:marks[0].start()])
+    out = []
+    for i, mark in enumerate(marks):
+        if where is not DAMAGED and where[0]:
+            _add_host(log, where[0])   # known before the next prefix on the line is judged
+        body = line[mark.end():marks[i + 1].start() if i + 1 < len(marks) else len(line)]
+        following = None
+        if i + 1 < len(marks):
+            body, following = _owner(log, body)
+            if following is DAMAGED:
+                where = DAMAGED
+        out.append((where, mark.group(1), body))
+        where = following
     return out
 
 
-def _continues(previous: str, line: str) -> bool:
-    """A terminal or editor wrapped `previous`, a connection line, before its transport's name was whole, onto
-    `line`, which starts no log line of its own. (Other wrapped lines stay apart: joining a complete line to the
-    next, a table row of nccl-tests say, would only spoil it.)"""
-    if not line.strip() or MARKER.search(line) or HOST_PID.search(line) or line.lstrip().startswith("#"):
-        return False
-    return _unfinished(previous)
+def _owner(log: NcclLog, text: str) -> tuple[str, tuple]:
+    """`text` without the `host:pid:tid [dev]` prefix at its end, and (host, pid, dev) (None where absent), or
+    DAMAGED. A host name that runs on from the text before it is split at the end of a host already seen
+    (`...GDRDMAnode2` is node2's); without one it is DAMAGED."""
+    p = PREFIX.search(text[-PREFIX_REACH:])
+    host, pid, dev = p.group("host"), p.group("pid"), p.group("dev")
+    before = text[:len(text) - len(p.group(0))]
+    where = (host, pid, int(dev) if dev else None)
+    if host and host not in log.hosts and before.strip():
+        known = max((h for h in log.hosts if host.endswith(h) and len(host) > len(h)), key=len, default=None)
+        if known:
+            return before + host[:-len(known)], (known, pid, where[2])
+        if before[-1] not in BEFORE_HOST:
+            return before, DAMAGED
+    return before, where
 
 
-def _unfinished(line: str) -> bool:
-    """A connection line cut or wrapped before its transport's name is whole."""
-    if not CONNECTION_START.search(line):
-        return False
-    m = CONNECTION.search(line)
-    return m is None or transport_kind(m.group(8).strip()) is None
-
-
-def _records(line: str):
-    """(prefix match or None, level or None, message) of each process's output on the line: a line is split at
-    each `NCCL INFO`, the prefix of the next process cut from the end of the text before it."""
-    marks = list(MARKER.finditer(line))
-    if not marks:
-        yield None, None, line
-        return
-    prefix = _prefix(line[:marks[0].start()])
-    for i, m in enumerate(marks):
-        body = line[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(line)]
-        following = _prefix(body) if i + 1 < len(marks) else None
-        if following is not None:
-            body = body[:len(body) - len(following.group(0))]
-        yield prefix, m.group(1), body
-        prefix = following
-
-
-def _prefix(text: str):
-    """The host:pid:tid [dev] at the end of `text` (groups None when absent)."""
-    return PREFIX.search(text[-PREFIX_REACH:])
-
-
-def _read(log: NcclLog, prefix, level: str | None, message: str) -> bool:
+def _read(log: NcclLog, where: tuple, level: str | None, message: str) -> bool:
     """One process's message into `log`; True if the line said something NCCL or job related."""
-    host = pid = dev = None
-    if prefix is not None:
-        host, pid, dev = prefix.group("host"), prefix.group("pid"), prefix.group("dev")
-        dev = int(dev) if dev else None
+    if where is DAMAGED:
+        log.lines += 1
+        log.damaged += 1
+        return True
+    text = message.strip()
     if level:
         log.lines += 1
-        if host:
-            _add_host(log, host)
-            log.processes.setdefault(host, set()).add((pid, dev))
-        if level == "WARN" and message.strip() and message.strip() not in log.warnings:
-            log.warnings.append(message.strip())
-    known = _message(log, (host, pid, dev), message.strip())
-    if known and not level:
+        _process(log, where)
+        if level == "WARN":
+            _warn(log, text)
+        _message(log, where, text)
+        return True
+    if _message(log, where, text):
         log.lines += 1
-    return bool(level) or known or (not level and _job_line(log, message))
+        return True
+    return _job_line(log, message)
+
+
+def _process(log: NcclLog, where: tuple) -> None:
+    """The host of a line, and the GPU (or the process, where the prefix names no GPU) it comes from."""
+    host, pid, dev = where
+    if host:
+        _add_host(log, host)
+        log.processes.setdefault(host, set()).add(dev if dev is not None else f"pid {pid}")
+
+
+def _warn(log: NcclLog, text: str) -> None:
+    """A WARN line's message, once, the first MOST_WARNINGS of them."""
+    if text and text not in log.warnings and len(log.warnings) < MOST_WARNINGS:
+        log.warnings.append(text)
 
 
 def _message(log: NcclLog, where: tuple, message: str) -> bool:
-    """Dispatch a message to the first handler whose pattern it holds."""
-    for pattern, handle in HANDLERS:
-        m = pattern.search(message)
+    """Dispatch a message to the first handler whose pattern it holds; only handlers whose words it holds are
+    tried (one search for the words first: a long log is mostly lines few handlers want)."""
+    found = WORDS.findall(message)
+    if not found:
+        return False
+    key = found[0] if len(found) == 1 else tuple(found)
+    order = ORDERS.get(key)
+    if order is None:
+        if len(ORDERS) > 10_000:
+            ORDERS.clear()
+        order = ORDERS[key] = [(HANDLERS[i][1].search, HANDLERS[i][2])
+                               for i in sorted({i for w in ([key] if len(found) == 1 else found) for i in BY_WORD[w]})]
+    for search, handle in order:
+        m = search(message)
         if m:
             handle(log, where, m)
             return True
@@ -258,14 +530,21 @@ def _message(log: NcclLog, where: tuple, message: str) -> bool:
 
 
 def _job_line(log: NcclLog, line: str) -> bool:
-    """Not NCCL's: nccl-tests' device list, or a command line setting NCCL_* variables."""
-    m = TESTS_RANK.search(line)
-    if m:
-        r = _rank(log, int(m.group(1)))
-        _fill(r, host=m.group(3), pid=m.group(2), cuda_dev=int(m.group(4)))
-        _add_host(log, m.group(3))
-        return True
-    if not COMMAND_LINE.search(line):
+    """Not NCCL's: nccl-tests' device list, a command line setting NCCL_* variables, or the line an excerpt of
+    the log (`--markdown`'s) ends with, saying how many lines it left out."""
+    if "Rank" in line:
+        m = TESTS_RANK.search(line)
+        if m:
+            r = _rank(log, int(m.group(1)))
+            _fill(r, host=m.group(3), pid=m.group(2), cuda_dev=int(m.group(4)))
+            _add_host(log, m.group(3))
+            return True
+    if "more lines left out" in line:
+        m = LEFT_OUT_LINE.match(line)
+        if m:   # counted here, so not kept: an excerpt of this says how many lines in all were left out
+            log.left_out += int(m.group(1))
+            return False
+    if "NCCL_" not in line or not COMMAND_LINE.search(line):
         return False
     found = False
     for m in COMMAND_ENV.finditer(line):
@@ -297,12 +576,15 @@ def _connection(log: NcclLog, where: tuple, m) -> None:
     """A `Channel`/`Ring` connection line; the ranks at both ends learn their host and GPU from it."""
     word, channel, a, a_dev, b, b_dev, side, detail = m.groups()
     detail = detail.strip().rstrip("│|").strip()
+    key = (detail, a, a_dev, b, b_dev, side, where[0], word)
+    if _again(log, key):
+        return
     kind = transport_kind(detail)
     if kind is None:
         return
     gdr = ("/GDRDMA" in detail) if kind.startswith("NET/") else None
-    c = Connection(kind, detail, int(a), int(b), a_dev, b_dev, int(channel), side, gdr, where[0], word == "Ring")
-    log.connections.append(c)
+    c = _add(log, key, Connection(kind, detail, int(a), int(b), a_dev, b_dev, int(channel), side, gdr, where[0],
+                                  word == "Ring"))
     printer, own, peer, peer_dev = (c.dst, b_dev, c.src, a_dev) if side == "receive" else (c.src, a_dev, c.dst, b_dev)
     r = _rank(log, printer)
     _fill(r, host=where[0], pid=where[1], cuda_dev=where[2])
@@ -313,12 +595,31 @@ def _connection(log: NcclLog, where: tuple, m) -> None:
         _device(p, peer_dev, c.old_form)
 
 
+def _again(log: NcclLog, key: tuple) -> bool:
+    """A connection line seen before (another channel, or another run of the same job) counts one line more and
+    says nothing new: memory holds the distinct connections, however long the log."""
+    seen = log.distinct.get(key)
+    if seen is not None:
+        seen.lines += 1
+    return seen is not None
+
+
+def _add(log: NcclLog, key: tuple, c: Connection) -> Connection:
+    """A connection not seen before."""
+    log.distinct[key] = c
+    log.connections.append(c)
+    return c
+
+
 def _collnet(log: NcclLog, where: tuple, m) -> None:
     """A CollNet connection: one rank to the network's collective engine."""
     channel, r, side, detail = m.groups()
     detail = detail.strip()
-    log.connections.append(Connection("COLLNET", detail, int(r), None, channel=int(channel), side=side,
-                                      gdr="/GDRDMA" in detail, host=where[0]))
+    key = ("COLLNET", detail, r, side, where[0])
+    if _again(log, key):
+        return
+    _add(log, key, Connection("COLLNET", detail, int(r), None, channel=int(channel), side=side,
+                              gdr="/GDRDMA" in detail, host=where[0]))
     _fill(_rank(log, int(r)), host=where[0], pid=where[1], cuda_dev=where[2])
 
 
@@ -397,7 +698,9 @@ def _nvls_support(log: NcclLog, where: tuple, m) -> None:
 
 def _nvls_setup(log: NcclLog, where: tuple, m) -> None:
     """An NVLS setup line counts as one NVLS connection (NCCL prints none per peer)."""
-    log.connections.append(Connection("NVLS", m.group(0), host=where[0]))
+    key = ("NVLS", m.group(0), where[0])
+    if not _again(log, key):
+        _add(log, key, Connection("NVLS", m.group(0), host=where[0]))
 
 
 def _p2p_failed(log: NcclLog, where: tuple, m) -> None:
@@ -417,17 +720,29 @@ def _ib_absent(log: NcclLog, where: tuple, m) -> None:
                                       else "libibverbs could not be loaded")
 
 
-HANDLERS = [(CONNECTION, _connection), (COLLNET_CONNECTION, _collnet), (VERSION, _version), (ENV, _env),
-            (PLUGIN_ENV, _env), (INIT, _init), (COMM, _comm), (CHANNELS, _channels), (RING_LIST, _ring_list),
-            (RING_GRAPH, _count("ring_lines")), (TREE, _count("tree_lines")), (NVLS_SUPPORT, _nvls_support),
-            (NVLS_SETUP, _nvls_setup), (P2P_FAILED, _p2p_failed), (NETWORK, _network),
-            (IB_DEVICES, _flag("ib_devices")), (IB_ABSENT, _ib_absent), (COLLNET_OFF, _flag("collnet_refused"))]
+# (words every match holds, pattern, handler): the first whose pattern a message holds reads it.
+HANDLERS = [(("via ",), CONNECTION, _connection), (("COLLNET/",), COLLNET_CONNECTION, _collnet),
+            (("NCCL version",), VERSION, _version), ((" set ",), ENV, _env), (("Setting NCCL_",), PLUGIN_ENV, _env),
+            (("cudaDev",), INIT, _init), (("nRanks",), COMM, _comm), (("coll channels",), CHANNELS, _channels),
+            (("Channel",), RING_LIST, _ring_list), (("Ring",), RING_GRAPH, _count("ring_lines")),
+            (("Tree",), TREE, _count("tree_lines")), (("NVLS multicast",), NVLS_SUPPORT, _nvls_support),
+            (("Connected NVLS", "NVLS comm"), NVLS_SETUP, _nvls_setup),
+            (("Could not enable P2P",), P2P_FAILED, _p2p_failed),
+            (("Using ",), NETWORK, _network), (("NET/IB",), IB_DEVICES, _flag("ib_devices")),
+            (("NET/IB", "libibverbs"), IB_ABSENT, _ib_absent),
+            (("CollNet is not",), COLLNET_OFF, _flag("collnet_refused"))]
+BY_WORD: dict = {}   # word -> the handlers that need it
+for _i, (_words, _, _) in enumerate(HANDLERS):
+    for _w in _words:
+        BY_WORD.setdefault(_w, []).append(_i)
+ORDERS: dict = {}    # the words a message holds -> the handlers to try, in order
+# Longest first, so that no word hides another it contains (they overlap nowhere else).
+WORDS = re.compile("|".join(re.escape(w) for w in sorted(BY_WORD, key=len, reverse=True)))
 
 
 def _add_host(log: NcclLog, host: str) -> None:
     """Hosts in the order they first appear."""
-    if host not in log.hosts:
-        log.hosts.append(host)
+    log.hosts.setdefault(host)
 
 
 def _rank(log: NcclLog, n: int) -> Rank:
@@ -444,7 +759,7 @@ def _fill(r: Rank, **known) -> None:
 
 def _is_index(token: str) -> bool:
     """A device number in brackets (a bus id such as 1a000 or 7000 is longer)."""
-    return token.isdigit() and int(token) < 256
+    return token.isdecimal() and int(token) < 256
 
 
 def _device(r: Rank, token: str | None, old_form: bool) -> None:
@@ -478,15 +793,18 @@ def _finish(log: NcclLog) -> None:
 
 def transports(log: NcclLog) -> dict:
     """{KIND: connection lines}, the six KINDs first, then other networks by name."""
-    counts = Counter(c.kind for c in log.connections)
+    counts: Counter = Counter()
+    for c in log.connections:
+        counts[c.kind] += c.lines
     return {k: counts[k] for k in sorted(counts, key=lambda k: (k not in KINDS, KINDS.index(k) if k in KINDS
                                                                  else 0, k))}
 
 
 def gdrdma(log: NcclLog) -> bool | None:
-    """GPUDirect RDMA on the RDMA network connections (sockets have none to use); None without such connections."""
-    rdma = [c.gdr for c in log.connections if c.gdr is not None and "Socket" not in c.kind]
-    return any(rdma) if rdma else None
+    """GPUDirect RDMA on any network connection (sockets never use it: a Socket-only log is False); None without
+    network connections."""
+    network = [c.gdr for c in log.connections if c.gdr is not None]
+    return any(network) if network else None
 
 
 def summary(log: NcclLog, topology: Topology | None = None) -> dict:
@@ -498,8 +816,9 @@ def summary(log: NcclLog, topology: Topology | None = None) -> dict:
             "settings": settings(log.env), "pairs": pairs(log), "warnings": list(log.warnings),
             "findings": (check.pop("findings") if check else []) + findings(log, checked=check is not None),
             "cross_check": check,
-            "lines": {"nccl": log.lines, "connections": len(log.connections), "rings": log.ring_lines,
-                      "trees": log.tree_lines}}
+            "lines": {"nccl": log.lines, "connections": sum(c.lines for c in log.connections),
+                      "rings": log.ring_lines, "trees": log.tree_lines, "damaged": log.damaged,
+                      "left_out": log.left_out}}
 
 
 def ranks_per_host(log: NcclLog) -> dict:
@@ -565,10 +884,10 @@ def pairs(log: NcclLog) -> list[dict]:
             ends.append(_label(host, gpu_number(log, host, r, token, c.old_form, index)[0], r))
         key = (*ends, c.kind, c.detail, c.side)
         if key in out:
-            out[key]["lines"] += 1
+            out[key]["lines"] += c.lines
         else:
             out[key] = {"from": ends[0], "to": ends[1], "transport": c.kind, "detail": c.detail, "side": c.side,
-                        "gdr": c.gdr, "lines": 1}
+                        "gdr": c.gdr, "lines": c.lines}
     return list(out.values())
 
 
@@ -606,7 +925,20 @@ def findings(log: NcclLog, checked: bool = False) -> list[str]:
     out = ([] if checked else _shm_findings(log)) + _p2p_failure_findings(log) + _same_host_network(log)
     out += _socket_findings(log) + _gdr_findings(log) + _nvls_findings(log) + _host_findings(log)
     out += [f"NCCL warned: {w}" for w in log.warnings[:3]]
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(_reading_findings(log) + out))
+
+
+def _reading_findings(log: NcclLog) -> list[str]:
+    """What the counts rest on: glued lines left out, an excerpt rather than the log."""
+    out = []
+    if log.damaged:
+        out.append(f"{log.damaged} log lines were glued to the one before or after without a newline, and where the"
+                   " host's name ran on from the line before it could not be told: they were left out of everything"
+                   " here (several processes writing one file without line buffering does this)")
+    if log.left_out:
+        out.append(f"This is an excerpt: {log.left_out} more lines of the log were left out of it, so the counts and"
+                   " pairs above are the excerpt's; give the whole log for all of them")
+    return out
 
 
 def _where(log: NcclLog, host: str | None) -> str:
@@ -705,6 +1037,11 @@ def _socket_findings(log: NcclLog) -> list[str]:
     return [f"{lead}: {why}; InfiniBand or RoCE with GPUDirect RDMA carries several times more"]
 
 
+def _count_lines(connections: list) -> int:
+    """The connection lines behind distinct connections."""
+    return sum(c.lines for c in connections)
+
+
 def _gdr_findings(log: NcclLog) -> list[str]:
     """Network connections without GPUDirect RDMA: all of them, one direction, some hosts or some GPUs."""
     rdma = [c for c in log.connections if c.gdr is not None and "Socket" not in c.kind]
@@ -714,7 +1051,7 @@ def _gdr_findings(log: NcclLog) -> list[str]:
     level = log.env.get("NCCL_NET_GDR_LEVEL")
     if len(without) == len(rdma):
         nets = "/".join(sorted({c.kind for c in without}))
-        return [f"No GPUDirect RDMA on the {len(without)} {nets} connection lines: data is staged through host"
+        return [f"No GPUDirect RDMA on the {_count_lines(without)} {nets} connection lines: data is staged through host"
                 " memory; " + (f"NCCL_NET_GDR_LEVEL={level} was set" if level else
                                "load the nvidia-peermem kernel module (nv_peer_mem before driver 470), and check that"
                                " GPUs and NICs share a PCIe switch (`nvidia-smi topo -m`: PIX or PXB)")]
@@ -722,13 +1059,14 @@ def _gdr_findings(log: NcclLog) -> list[str]:
     sides, others = {c.side for c in with_}, {c.side for c in without}
     if len(sides) == len(others) == 1 and sides != others:
         side, other = sides.pop(), others.pop()
-        return [f"GPUDirect RDMA on {side} only: {len(without)} {other} connection lines stage through host memory"
+        return [f"GPUDirect RDMA on {side} only: {_count_lines(without)} {other} connection lines stage through host"
+                " memory"
                 + (" (NCCL_NET_GDR_READ=1 lets the NIC read GPU memory when sending)" if other == "send" else "")]
     hosts, bare = {c.host for c in with_}, {c.host for c in without}
     if None not in hosts | bare and not hosts & bare:
         return [f"GPUDirect RDMA on {_listed(sorted(hosts))} but not on {_listed(sorted(bare))}: load nvidia-peermem"
                 " there, or compare NCCL_NET_GDR_LEVEL"]
-    return [f"GPUDirect RDMA on {len(with_)} of {len(rdma)} network connection lines; the others"
+    return [f"GPUDirect RDMA on {_count_lines(with_)} of {_count_lines(rdma)} network connection lines; the others"
             f" ({_listed(sorted({c.detail for c in without}))}) probably come from GPUs further from their NIC than"
             f" NCCL_NET_GDR_LEVEL allows ({level or 'PXB by default'}): `--from-file` with `nvidia-smi topo -m`"
             " checks"]

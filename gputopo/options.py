@@ -126,7 +126,7 @@ class GpuIds(_Owned):
 
     def parse(self, text):
         parts = [p.strip() for p in text.split(",")]
-        bad = [p for p in parts if not p.isdigit()]
+        bad = [p for p in parts if not p.isdecimal()]
         if bad:
             raise ValueError(f"{text}: GPU indices like 0,1,3 (--gpus is a count); not {bad[0]!r}")
         return tuple(dict.fromkeys(int(p) for p in parts))

@@ -136,16 +136,17 @@ def inspect_report(inputs, *, gpu_ids=None, best=None, options: dict | None = No
     return data
 
 
-def nccl(text: str, name: str, inputs=None) -> tuple[dict, list[str]]:
-    """`inspect --nccl-log`: the log's summary (gputopo.nccllog), checked against the topology of `inputs`
-    (gputopo.sources.Inputs) when given; and the log lines it read, for --markdown's source block."""
+def nccl(source, name: str, inputs=None) -> tuple[dict, list[str]]:
+    """`inspect --nccl-log`: the log's summary (gputopo.nccllog; `source` its text or a text stream), checked
+    against the topology of `inputs` (gputopo.sources.Inputs) when given; and the first log lines it read, for
+    --markdown's source block (nccllog.excerpt)."""
     from . import nccllog
     from .errors import BadInput
     try:
-        log = nccllog.parse(text)
+        log = nccllog.parse(source)
     except BadInput as e:
         raise BadInput(f"{name}: {e}") from None
     topo = inputs.topology if inputs else None
     data = {"schema_version": SCHEMA_VERSION, "inputs": [name] + (list(inputs.sources) if inputs else []),
             "nccl": nccllog.summary(log, topo)}
-    return data, log.read
+    return data, nccllog.excerpt(log)

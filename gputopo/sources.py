@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
+import io
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 
@@ -31,21 +35,71 @@ def examples() -> dict:
     return {k: v for k, v in index.items() if not k.startswith("_")}
 
 
-def read_text(path: str, expect: str = "nvidia-smi text") -> str:
-    """A pasted text from a file or '-' (stdin); bad files get one clear line saying what was expected."""
-    name = "stdin" if path == "-" else path
+# Tabs, line ends and ESC (nvidia-smi's underline escape) are text; other control characters are not.
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x19\x1c-\x1f\x7f-\x9f]")
+# A paste or a saved report is kilobytes; more is not one (and /dev/zero on stdin would never end).
+MOST_TEXT = 64 * 2**20
+SNIFF = 1 << 16   # bytes looked at to tell text from binary data and its encoding
+
+
+def _open(path: str):
+    """(name, binary stream) of a file or '-' (stdin); one line for what cannot be read: a missing file, a folder,
+    a device (/dev/zero, /dev/urandom: a terminal is fine), a closed stdin."""
     if path == "-":
-        data = sys.stdin.buffer.read()
-    else:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise BadInput(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise BadInput(f"{path}: is a directory, not a text file") from None
-        except OSError as e:
-            raise BadInput(f"{path}: cannot read ({e.strerror})") from None
+        if sys.stdin is None or sys.stdin.closed:
+            raise BadInput("stdin is closed: give a file, or pipe the text in")
+        buffer = sys.stdin.buffer
+        return "stdin", buffer if hasattr(buffer, "peek") else io.BufferedReader(buffer, SNIFF)   # a test runner's
+    try:
+        f = open(path, "rb", buffering=SNIFF)
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path}: is a directory, not a text file") from None
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read ({e.strerror})") from None
+    mode = os.fstat(f.fileno()).st_mode
+    if (stat.S_ISCHR(mode) and not f.isatty()) or stat.S_ISBLK(mode):
+        f.close()
+        raise BadInput(f"{path}: a device, not a file")
+    return path, f
+
+
+def _head(f) -> bytes:
+    """The first SNIFF bytes of `f` (a buffered stream: what _open gives), left to be read."""
+    return f.peek(SNIFF)[:SNIFF]
+
+
+def _sniff(name: str, head: bytes, expect: str) -> str:
+    """The encoding of a text that starts with `head` (a character cut at its end is no error); one line if it is
+    empty or binary."""
+    if not head:
+        raise BadInput(f"{name}: empty; paste the output of `nvidia-smi topo -m`" if expect == "nvidia-smi text"
+                       else f"{name}: empty, not {expect}")
+    encoding = "utf-16" if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8-sig"
+    try:
+        text = codecs.getincrementaldecoder(encoding)().decode(head)
+    except UnicodeDecodeError:
+        encoding, text = ("latin-1", head.decode("latin-1")) if encoding != "utf-16" else (encoding, "\x00")
+    if CONTROL.search(text):
+        raise BadInput(f"{name}: binary file, not {expect}")
+    return encoding
+
+
+def read_text(path: str, expect: str = "nvidia-smi text") -> str:
+    """A pasted text from a file or '-' (stdin), at most MOST_TEXT bytes; bad files get one clear line saying what
+    was expected."""
+    name, f = _open(path)
+    try:
+        _sniff(name, _head(f), expect)   # binary junk is refused before it is read
+        data = f.read(MOST_TEXT + 1)
+    except OSError as e:
+        raise BadInput(f"{name}: cannot read ({e.strerror})") from None
+    finally:
+        if path != "-":
+            f.close()
+    if len(data) > MOST_TEXT:
+        raise BadInput(f"{name}: larger than {MOST_TEXT // 2**20} MiB, not {expect}")
     text = decode(data)
     if text is None:
         raise BadInput(f"{name}: binary file, not {expect}")
@@ -53,6 +107,22 @@ def read_text(path: str, expect: str = "nvidia-smi text") -> str:
         raise BadInput(f"{name}: empty; paste the output of `nvidia-smi topo -m`" if expect == "nvidia-smi text"
                        else f"{name}: empty, not {expect}")
     return text
+
+
+@contextlib.contextmanager
+def streamed_text(path: str, expect: str):
+    """(name, text stream) of a file or '-' of any size, read as it is used (`inspect --nccl-log`): refused in one
+    line as read_text refuses, from its first SNIFF bytes; undecodable bytes further on read as U+FFFD."""
+    name, f = _open(path)
+    try:
+        stream = io.TextIOWrapper(f, encoding=_sniff(name, _head(f), expect), errors="replace", newline=None)
+        try:
+            yield name, stream
+        finally:
+            stream.detach()
+    finally:
+        if path != "-":
+            f.close()
 
 
 def decode(data: bytes) -> str | None:
@@ -68,8 +138,7 @@ def decode(data: bytes) -> str | None:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError:
             text = data.decode("latin-1")
-    # Tabs, line ends and ESC (nvidia-smi's underline escape) are text; other control characters are not.
-    return None if re.search(r"[\x00-\x08\x0b\x0e-\x19\x1c-\x1f\x7f-\x9f]", text) else text
+    return None if CONTROL.search(text) else text
 
 
 def example(name: str, gpu_model: str | None) -> Inputs:

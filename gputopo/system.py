@@ -79,7 +79,7 @@ class Host:
                 return None
         for line in (self.read("cmd/df -B1.txt") or "").splitlines()[1:]:
             parts = line.split()
-            if len(parts) >= 6 and parts[-1] == mountpoint and parts[1].isdigit():
+            if len(parts) >= 6 and parts[-1] == mountpoint and parts[1].isdecimal():
                 return int(parts[1]), int(parts[3])
         return None
 

@@ -187,3 +187,37 @@ def test_every_documented_exit_status_happens(fake_nvml, monkeypatch, tmp_path):
     assert all(code == status for status, code in seen.items()), seen
     signals = {129, 130, 143}   # tests/test_signals.py
     assert documented_statuses() == set(seen) | {5} | signals   # 5: tests/test_bench.py's failing children
+
+
+def single_options():
+    """(command, option) for every option that takes one value or is a flag, in every command."""
+    import click
+    return [(name, p) for name, cmd in sorted(cli.commands.items()) for p in cmd.params
+            if isinstance(p, click.Option) and not p.multiple and not p.count and p.name != "help"]
+
+
+@pytest.mark.parametrize("command,option", single_options(), ids=lambda x: getattr(x, "name", x))
+def test_an_option_given_twice_with_two_values_is_refused(command, option):
+    """Click kept the last value of `--nccl-log a --nccl-log b` silently; the first was meant as much (issue 33).
+    The same value twice changes nothing and passes this check. (Parsed only: nothing runs.)"""
+    import click
+    name = max(option.opts, key=len)
+    if option.is_flag:
+        if not option.secondary_opts:
+            return   # a flag twice is the flag once
+        args, same, shown = [name, option.secondary_opts[0]], [name, name], f"{name}, {option.secondary_opts[0]}"
+    else:
+        args, same, shown = [name, "1", f"{name}=2"], [name, "1", name, "1"], "1, 2"
+    cmd = cli.commands[command]
+    with pytest.raises(click.UsageError) as refused:
+        cmd.make_context(command, args)
+    assert refused.value.format_message() == f"{name} given twice ({shown}): give it once"
+    try:
+        cmd.make_context(command, same)
+    except click.UsageError as e:
+        assert "given twice" not in e.format_message()
+
+
+def test_an_option_given_twice_is_one_line_and_exit_2():
+    r = CliRunner().invoke(cli, ["inspect", "--nccl-log", "a.log", "--nccl-log", "b.log"])
+    assert r.exit_code == 2 and r.output == "Error: --nccl-log given twice (a.log, b.log): give it once\n"

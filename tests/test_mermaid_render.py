@@ -10,7 +10,6 @@ keeps a copy) and, given PNG_DIR, writes a screenshot per diagram and theme.
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
@@ -36,10 +35,12 @@ MAX_ROW = 4           # most GPUs side by side in one row of the Mermaid text
 
 
 def _report(args: list[str]) -> dict:
+    """`inspect --json` of `args`; a synthetic paste (SYNTHETIC) goes in on stdin: no file is left behind."""
     from click.testing import CliRunner
 
     from gputopo.cli import cli
-    r = CliRunner().invoke(cli, ["inspect", "--json", *args])
+    paste = synthetic(*SYNTHETIC[args[1]]) if args[0] == "--synthetic" else None
+    r = CliRunner().invoke(cli, ["inspect", "--json", *(["-f", "-"] if paste else args)], input=paste)
     assert r.exit_code == 0, r.output
     return json.loads(r.output)
 
@@ -90,14 +91,8 @@ def cases() -> dict[str, list[str]]:
             out[p.stem] = ["-f", str(p)]
     out["example:dgx-a100 --best 4"] = ["--example", "dgx-a100", "--best", "4"]
     out["example:pcie8-dual-socket --gpu-ids 0,1"] = ["--example", "pcie8-dual-socket", "--gpu-ids", "0,1"]
-    folder = Path(tempfile.gettempdir()) / f"gputopo-mermaid-{os.getpid()}"
-    if not folder.exists():   # removed when the test run ends: nothing is left in TMPDIR (issue 33)
-        folder.mkdir()
-        atexit.register(shutil.rmtree, folder, True)
-    for name, shape in SYNTHETIC.items():
-        path = folder / (name.split(":")[1] + ".txt")
-        path.write_text(synthetic(*shape))
-        out[name] = ["-f", str(path)]
+    for name in SYNTHETIC:
+        out[name] = ["--synthetic", name]
     return out
 
 

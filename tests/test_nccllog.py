@@ -1,8 +1,16 @@
 """`gputopo inspect --nccl-log` (issue 20): real NCCL_DEBUG=INFO pastes, one test each, with what a person reads
 in them written down here as data (counted by eye and grep, never by running the parser); the CLI around it; the
 check against a `topo -m`; and junk, cut and shuffled text, which must never raise anything but BadInput."""
+import contextlib
+import io
+import itertools
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
+import tracemalloc
 
 import pytest
 from click.testing import CliRunner
@@ -107,9 +115,9 @@ EXPECTED = {
         None, ["lambda-scalar02", "lambda-scalar03"], {"P2P": 9}, None),
     "ncclUNK-2node-16gpu-deepspeed-mixed-shm-p2p-ipc-ibext-gdrdma-and-nogdr.log": F(
         None, ["PHLRR3088"], {"P2P": 4, "SHM": 4, "NET/IB": 4}, True),
-    "ncclUNK-2node-16gpu-net-socket-multi-nic-p2p-ipc-read.log": F(None, ["user"], {"P2P": 9, "NET/Socket": 3}, None),
+    "ncclUNK-2node-16gpu-net-socket-multi-nic-p2p-ipc-read.log": F(None, ["user"], {"P2P": 9, "NET/Socket": 3}, False),
     "ncclUNK-2node-16gpu-net-socket-p2p-ipc-read-redacted-hostname-part1.log": F(
-        None, ["<cluster_name>"], {"P2P": 14, "NET/Socket": 2}, None),
+        None, ["<cluster_name>"], {"P2P": 14, "NET/Socket": 2}, False),
     "ncclUNK-2node-16gpu-net-socket-p2p-ipc-read-redacted-hostname-part2-init.log": F(
         None, ["<cluster_name>"], {}, None, nvls=False, nvls_available=False, nranks=16),
     "ncclUNK-2node-1gpu-each-h200-efa-min-nchannels-env-ringlist.log": F(
@@ -178,8 +186,8 @@ EXPECTED = {
         None, ["gpu1", "gpu0"], {"P2P": 12, "NET/IB": 3}, True),
     "ncclUNK-fmt2.4-2node-16xV100pcie-ring-p2p-direct-pointer-ib-part0-nccltests-header.log": F(
         None, ["gpu1", "gpu0"], {}, None, ranks_per_host={"gpu1": 8, "gpu0": 8}),
-    "ncclUNK-fmt2.4-64node-1gpu-net-socket-interleaved-part1.log": F(None, H16, {"NET/Socket": 11}, None, nranks=64),
-    "ncclUNK-fmt2.4-64node-1gpu-net-socket-interleaved-part2.log": F(None, H15, {"NET/Socket": 10}, None, nranks=64),
+    "ncclUNK-fmt2.4-64node-1gpu-net-socket-interleaved-part1.log": F(None, H16, {"NET/Socket": 11}, False, nranks=64),
+    "ncclUNK-fmt2.4-64node-1gpu-net-socket-interleaved-part2.log": F(None, H15, {"NET/Socket": 10}, False, nranks=64),
     "ncclUNK-fmt2.5to2.6-2node-16gpu-ring-p2p-ipc-ib-gdrdma-stripped-prefix-numbered.log": F(
         None, [], {"P2P": 9, "NET/IB": 2}, True),
     "ncclUNK-fmt2.7-2gpu-pcie-topo-graph-search-old-trees-pipe-format.log": F(None, ["ubuntu"], {}, None),
@@ -292,7 +300,8 @@ def test_socket_explained_by_ib_disable_and_versions_that_differ():
                   "a:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0",
                   "b:2:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0")
     s = nccllog.summary(nccllog.parse(text))
-    assert s["version"] == "2.18.3" and s["gdrdma"] is None and s["transports"] == {"NET/Socket": 2}
+    assert s["version"] == "2.18.3" and s["transports"] == {"NET/Socket": 2}
+    assert s["gdrdma"] is False  # sockets never use GPUDirect RDMA: "no", not "unknown"
     assert any("NET/Socket (TCP): NCCL_IB_DISABLE=1 was set" in f for f in s["findings"])
     assert any(f.startswith("Hosts run different NCCL versions (2.18.3 on a; 2.19.3 on b)") for f in s["findings"])
     assert s["pairs"][0]["from"] == "a GPU 0" and s["pairs"][0]["to"] == "b GPU 0"
@@ -495,3 +504,140 @@ def test_cut_and_shuffled_fixtures(i, start, length, rnd):
     rnd.shuffle(lines)
     parse_or_refuse("\n".join(lines))
     parse_or_refuse(re.sub(r"NCCL INFO", "", text))
+
+
+# --- pastes a terminal, an editor or a careless program spoiled, and logs of any size (issue 33) ---------------
+
+def folded(text: str, width: int = 80) -> str:
+    """As `fold -w 80` or a terminal's copy cuts it: every `width` characters."""
+    return "\n".join(line[i:i + width] for line in text.split("\n") for i in range(0, max(len(line), 1), width))
+
+
+def word_wrapped(text: str, width: int = 80) -> str:
+    """As an editor or a mail client wraps it: at spaces, which it drops."""
+    return "\n".join(piece for line in text.split("\n")
+                     for piece in (textwrap.wrap(line, width, break_on_hyphens=False) or [""]))
+
+
+CONNECTED = [name for name in sorted(EXPECTED) if EXPECTED[name]["transports"]]
+
+
+@pytest.mark.parametrize("name", CONNECTED)
+def test_a_log_wrapped_at_80_columns_reads_as_the_log(name):
+    """A hard wrap lost half of a log's NET/IB lines: every connection of every real paste is read back, the way
+    that makes it whole (a terminal cuts mid-word, an editor at a space it drops)."""
+    text = (LOGS / name).read_text(encoding="utf-8")
+    first = nccllog.summary(nccllog.parse(text))
+    for wrapped, keys in ((folded(text), ("transports", "hosts", "gdrdma", "pairs")),
+                          (word_wrapped(text), ("transports", "hosts", "gdrdma"))):
+        again = nccllog.summary(nccllog.parse(wrapped))
+        assert {k: again[k] for k in keys} == {k: first[k] for k in keys}
+
+
+def test_glued_lines_invent_no_host_and_no_finding():
+    """Two lines written without a newline between them: `...GDRDMAn2:2:2 [0] NCCL INFO`. A host seen before is
+    split off; an unknown one leaves both halves out, said so, never a host `GDRDMAn2` with its own finding."""
+    name = "nccl2.11.4-2node-8xA100-ib-gdrdma-p2p-ipc-read-part2-channels.log"
+    lines = (LOGS / name).read_text(encoding="utf-8").splitlines()
+    first = summary_of(name)
+    at = next(i for i, line in enumerate(lines) if "GDRDMA" in line)
+    once = nccllog.summary(nccllog.parse("\n".join(lines[:at] + [lines[at] + lines[at + 1]] + lines[at + 2:])))
+    keys = ("hosts", "transports", "gdrdma", "pairs", "findings")
+    assert {k: once[k] for k in keys} == {k: first[k] for k in keys} and once["lines"]["damaged"] == 0
+    pairs = nccllog.summary(nccllog.parse("\n".join("".join(lines[i:i + 2]) for i in range(0, len(lines), 2))))
+    assert pairs["hosts"] == first["hosts"] and pairs["gdrdma"] is True
+    assert pairs["lines"]["damaged"] == 2 and pairs["findings"][0].startswith("2 log lines were glued")
+    assert not any("nvidia-peermem" in f or "GPUDirect RDMA on" in f for f in pairs["findings"])
+    unknown = nccllog.summary(nccllog.parse(log_of(
+        "n1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA"
+        "n2:2:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [receive] via NET/IB/0/GDRDMA",
+        "n2:2:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 8[0] [receive] via NET/IB/0/GDRDMA",
+        "n1:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA")))
+    assert unknown["hosts"] == ["n1", "n2"] and unknown["gdrdma"] is True and unknown["lines"]["damaged"] == 2
+    assert unknown["transports"] == {"NET/IB": 2} and len(unknown["findings"]) == 1
+
+
+def test_an_excerpt_read_back_says_it_is_one():
+    """--markdown keeps the first 40,000 characters of the log; read back, the summary says its counts are the
+    excerpt's and how many lines were left out."""
+    text = (LOGS / "ncclUNK-2node-8gpu-deepspeed-ibext-nogdr-p2p-ipc-read.log").read_text(encoding="utf-8") * 200
+    md = run("inspect", "--nccl-log", "-", "--markdown", input=text).stdout
+    assert "more lines left out (attach the whole log)" in md
+    again = json.loads(run("inspect", "--nccl-log", "-", "--json", input=md).stdout)["nccl"]
+    whole = nccllog.summary(nccllog.parse(text))
+    assert again["lines"]["left_out"] > 0 and again["lines"]["nccl"] + again["lines"]["left_out"] >= whole[
+        "lines"]["nccl"]
+    assert again["findings"][0].startswith(f"This is an excerpt: {again['lines']['left_out']} more lines")
+    md_again = run("inspect", "--nccl-log", "-", "--markdown", input=md).stdout   # an excerpt of an excerpt
+    assert f"... {again['lines']['left_out']} more lines left out" in md_again
+
+
+class Generated(io.TextIOBase):
+    """A log of `size` characters made as it is read: parse must not keep it."""
+
+    def __init__(self, size: int):
+        self.left = size
+        self.lines = (f"node{n % 64}:{1000 + n}:{2000 + n} [{n % 8}] NCCL INFO Channel {n % 32:02d}/0 :"
+                      f" {n % 512}[{n % 8}] -> {(n + 1) % 512}[{(n + 1) % 8}] via P2P/CUMEM/read\n"
+                      for n in itertools.count())
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        out, size = [], 0
+        while self.left > 0 and size < n:
+            line = next(self.lines)
+            out.append(line)
+            size += len(line)
+            self.left -= len(line)
+        return "".join(out)
+
+
+def peak_bytes(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_log_of_any_size_in_bounded_memory():
+    """A 200 MB log took 863 MB: it is streamed now, memory holding what the log says (distinct connections, the
+    lines --markdown keeps), not the log: four times the log, not more memory."""
+    small = peak_bytes(lambda: nccllog.parse(Generated(1_500_000)))
+    large = peak_bytes(lambda: nccllog.parse(Generated(6_000_000)))
+    assert large < small * 1.3 and large < 8 * 2**20, (small, large)
+    log = nccllog.parse(Generated(6_000_000))
+    assert len(log.connections) <= 512 * 32 and sum(len(x) + 1 for x in log.read) <= nccllog.KEPT_CHARS
+    assert log.read_left + len(log.read) == log.lines
+
+
+def test_a_line_without_end_is_read_in_part():
+    """A file of one endless line (or binary junk with no newline) costs no more memory than LONGEST_LINE."""
+    text = "x" * (3 * nccllog.LONGEST_LINE) + "\nh:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+    raw = [line for lines in nccllog._raw(io.StringIO(text)) for line in lines]
+    assert [len(x) for x in raw[:1]] == [nccllog.LONGEST_LINE] and raw[1].endswith("via P2P/IPC")
+    assert nccllog.transports(nccllog.parse(io.StringIO(text))) == {"P2P": 1}
+
+
+def gputopo_process(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "gputopo", *args], capture_output=True, text=True, timeout=60, **kw)
+
+
+@pytest.mark.parametrize("path,stdin,message", [
+    ("/dev/zero", "", "/dev/zero: a device, not a file"),
+    ("/dev/urandom", "", "/dev/urandom: a device, not a file"),
+    ("-", "/dev/zero", "stdin: binary file, not "),
+    ("-", "/dev/urandom", "stdin: binary file, not "),
+    ("-", None, "stdin is closed: give a file, or pipe the text in"),
+])
+def test_devices_and_a_closed_stdin_are_one_line(path, stdin, message):
+    """Tracebacks before, for an NCCL log and a topology alike; /dev/zero on stdin was read until memory ran out."""
+    for option in ("--nccl-log", "-f"):
+        with open(stdin, "rb") if stdin else contextlib.nullcontext() as f:
+            how = {"stdin": f} if f else {"preexec_fn": lambda: os.close(0)} if stdin is None else {}
+            r = gputopo_process("inspect", option, path, **how)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith(f"Error: {message}"), r.stderr

@@ -318,9 +318,26 @@ def shared_effect(cmd, base, plan_of):
         b = _base_without_nvme_free(base) if name == "nvme_path" else base
         if name.startswith(("params", "hidden", "layers", "vocab")):
             b = [x for i, x in enumerate(b) if not (x == "--model" or (i and b[i - 1] == "--model"))]
-        x, y = plan_of(js(run(cmd, *b, *before))), plan_of(js(run(cmd, *b, *after)))
+        x, y = plan_of(js(run(cmd, *overridden(b, before)))), plan_of(js(run(cmd, *overridden(b, after))))
         assert read(x) != read(y), (cmd, name, read(x))
     return check
+
+
+def overridden(base: list, extra: list) -> list:
+    """`base` then `extra`, each option kept where it is given last (given twice with two values it would be
+    refused)."""
+    args, out, seen = list(base) + list(extra), [], set()
+    i = len(args) - 1
+    while i >= 0:   # from the end: an option's value follows it
+        x, value = args[i], []
+        if not x.startswith("--") and i and args[i - 1].startswith("--"):
+            x, value, i = args[i - 1], [x], i - 1
+        if x not in seen:
+            out[:0] = [x] + value
+            if x.startswith("--"):
+                seen.add(x)
+        i -= 1
+    return out
 
 
 def plan_check(name):
@@ -614,7 +631,7 @@ def bench_calls(monkeypatch, fake_nvml, fake_calibration):
 def _bench(calls, *args):
     calls.clear()
     steps = [] if "--allreduce-only" in args else ["--steps", "3"]  # the sweep refuses training options
-    r = run("bench-nvlink", *steps, *args)
+    r = run("bench-nvlink", *overridden(steps, [str(a) for a in args]))
     return r, list(calls)
 
 

@@ -10,7 +10,7 @@ import click
 
 from ..errors import BadInput, GputopoError, Interrupted
 from ..options import COUNT, GPU_IDS, PATH, SIZES, TEXT, TIMEOUT, Count, json_option, typed
-from .common import emit, notes
+from .common import Command, emit, notes
 
 
 class Progress:
@@ -81,7 +81,7 @@ def _old_spellings(o: dict) -> tuple[dict, list[str]]:
         if addr or port:
             raise BadInput("--rdzv-endpoint is the old spelling of --master-addr/--master-port: give one")
         host, sep, number = endpoint.rpartition(":")
-        if not sep or not host or not number.isdigit() or not 0 < int(number) < 65536:
+        if not sep or not host or not number.isdecimal() or not 0 < int(number) < 65536:
             raise BadInput(f"--rdzv-endpoint {endpoint}: HOST:PORT, e.g. 10.0.0.1:29500")
         addr, port = host, int(number)
         said.append("--rdzv-endpoint HOST:PORT is spelled --master-addr HOST --master-port PORT now")
@@ -148,7 +148,7 @@ def finished_arms(results: dict) -> list[str]:
     return [r["label"] for r in results["runs"]] + sweeps
 
 
-@click.command("bench-nvlink")
+@click.command("bench-nvlink", cls=Command)
 @click.option("--model", type=TEXT, default="gpt2", show_default=True,
               help="Causal LM: catalog name, HF cache name or a folder.")
 @click.option("--gpus", type=COUNT, help="Processes per node, one per GPU [default: all visible GPUs; 2 on CPU].")

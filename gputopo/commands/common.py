@@ -4,6 +4,34 @@ from __future__ import annotations
 import click
 
 
+class Command(click.Command):
+    """A command that refuses an option given twice with different values (`--nccl-log a --nccl-log b`): click
+    keeps the last without a word, and the first was meant as much. The same value twice is harmless."""
+
+    def parse_args(self, ctx, args):
+        names = {name: p for p in self.params if isinstance(p, click.Option) and not p.multiple and not p.count
+                 for name in p.opts + p.secondary_opts}
+        given: dict = {}
+        i = 0
+        while i < len(args) and args[i] != "--":
+            name, eq, value = args[i].partition("=") if args[i].startswith("--") else (args[i][:2], "", args[i][2:])
+            p = names.get(name)
+            i += 1
+            if p is None:
+                continue
+            if p.is_flag:
+                value = name
+            elif not eq and not value and i < len(args):
+                value, i = args[i], i + 1
+            given.setdefault(p, []).append(value)
+        for p, values in given.items():
+            if len(set(values)) > 1:
+                shown = ", ".join(dict.fromkeys(values))
+                times = "twice" if len(values) == 2 else f"{len(values)} times"
+                raise click.UsageError(f"{max(p.opts, key=len)} given {times} ({shown}): give it once", ctx)
+        return super().parse_args(ctx, args)
+
+
 def emit(data: dict, text_fn, as_json: bool) -> None:
     """The documented JSON object, or the text rendered from the same dict, on stdout."""
     from .. import render

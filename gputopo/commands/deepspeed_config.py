@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..options import PATH, TEXT, gpu_options, host_options, json_option, model_options, training_options, typed
-from .common import notes
+from .common import Command, notes
 
 
 def _show(result, output: str | None) -> None:
@@ -32,7 +32,7 @@ def _show(result, output: str | None) -> None:
         click.echo(f"#   {line}", file=out)
 
 
-@click.command("deepspeed-config")
+@click.command("deepspeed-config", cls=Command)
 @click.option("--stage", type=int, metavar="0-3", help="ZeRO stage 0-3 (or --auto).")
 @click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True,
               help="Where ZeRO keeps optimizer states (and at stage 3 parameters) off the GPU.")

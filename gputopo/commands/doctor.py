@@ -4,10 +4,10 @@ from __future__ import annotations
 import click
 
 from ..options import DIR, PATH, json_option
-from .common import emit
+from .common import Command, emit
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--config", "config_path", type=PATH, metavar="DS.json",
               help="Also check what this DeepSpeed config needs: its compiled ops, NVMe folder, locked memory.")
 @click.option("--nvme-path", type=DIR, metavar="DIR",

@@ -19,7 +19,7 @@ from ..options import (
     model_options,
     training_options,
 )
-from .common import emit, exit_if_nothing_fits
+from .common import Command, emit, exit_if_nothing_fits
 
 
 def _needs_a_topology(ctx) -> str | None:
@@ -107,9 +107,9 @@ def _nccl(ctx, path: str, from_file, example, markdown: bool, as_json: bool) -> 
         raise BadInput("--example list lists the examples; with --nccl-log give one: --example NAME")
     if path == "-" and "-" in from_file:
         raise BadInput("--nccl-log - and --from-file - both read stdin: give one of them a file")
-    text = sources.read_text(path, expect="an NCCL_DEBUG=INFO log")
     inputs = sources.topology(from_file, example) if from_file or example else None
-    data, lines = report.nccl(text, "stdin" if path == "-" else path, inputs)
+    with sources.streamed_text(path, expect="an NCCL_DEBUG=INFO log") as (name, stream):
+        data, lines = report.nccl(stream, name, inputs)
     if markdown:
         from .. import markdown as md
         click.echo(md.nccl_report(data, lines, inputs.pasted if inputs else []), nl=False)
@@ -124,7 +124,7 @@ def _list_examples(as_json: bool) -> None:
                                       ["example", "machine"]), as_json)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--from-file", "-f", multiple=True, type=PATH, metavar="PATH",
               help="Saved `nvidia-smi topo -m`, `topo -p2p`, `nvlink -s` or `-L` text ('-' for stdin); repeatable.")
 @click.option("--example", type=TEXT, metavar="NAME", help="Show a bundled real machine; `--example list` lists them.")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import click
 
 from ..options import COUNT, SECONDS, gpu_options, host_options, json_option, model_options, training_options
-from .common import emit, exit_if_nothing_fits
+from .common import Command, emit, exit_if_nothing_fits
 
 
-@click.command()
+@click.command(cls=Command)
 @model_options
 @training_options
 @gpu_options
