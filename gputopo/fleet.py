@@ -16,6 +16,15 @@ SCHEMA_VERSION = 1
 # Facets whose difference does not slow or break a job by itself (a GPU's NUMA node: its CPU affinity, a
 # few percent on data loading): reported, exit status unchanged; so is a fact one side does not report.
 MINOR_SUFFIXES = (" NUMA",)
+# Variables that change what is logged, cached or dumped, not the path data takes or the result: shown, not
+# judged (NCCL: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html; CUDA's JIT cache:
+# https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars). CUDA_LAUNCH_BLOCKING, the
+# NCCL_IB_*, NCCL_SOCKET_* and NCCL_P2P_* ones and every other stay judged.
+SAY_ONLY = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_FORMAT",
+                      "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_WARN_ENABLE_DEBUG_INFO", "NCCL_TOPO_DUMP_FILE",
+                      "NCCL_GRAPH_DUMP_FILE", "NCCL_SET_THREAD_NAME", "CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE",
+                      "CUDA_CACHE_DISABLE", "CUDA_LOG_FILE"})
+UNREPORTED = "model not reported"   # a pasted topo -m without `nvidia-smi -L` lines or --gpu-model
 
 
 def facets(report: dict) -> dict[str, str]:
@@ -23,7 +32,7 @@ def facets(report: dict) -> dict[str, str]:
     out (a pasted topo -m has no driver), so it is compared only where known."""
     out: dict[str, str] = {}
     gpus = report.get("gpus") or []
-    models = Counter(g.get("model") or "unknown model" for g in gpus)
+    models = Counter(g.get("model") or UNREPORTED for g in gpus)
     reason = (report.get("gpu_status") or {}).get("reason")
     out["GPUs"] = (", ".join(f"{n} x {m}" for m, n in sorted(models.items())) if gpus
                    else "none visible" + (f" ({reason})" if reason else ""))
@@ -136,20 +145,49 @@ def _norm_by(groups: list, tie: bool, sick: dict) -> str:
 
 
 def slowing(o: dict) -> bool:
-    """A difference that slows or breaks a multi-node job: both sides known, and not a NUMA placement."""
-    return not o["what"].endswith(MINOR_SUFFIXES) and None not in (o["norm"], o["value"])
+    """A difference that slows or breaks a multi-node job: both sides known, not a NUMA placement, not a variable
+    that only logs or caches (SAY_ONLY)."""
+    return (not o["what"].endswith(MINOR_SUFFIXES) and o["what"].removeprefix("env ") not in SAY_ONLY
+            and None not in (o["norm"], o["value"]))
 
 
 def _differences(node: str, mine: dict, norm: dict) -> list[dict]:
     """Each fact where `node` differs from the norm (None where one side does not have it). Where the GPUs
-    themselves differ (another count or model, none visible), their per-GPU facts would only repeat that."""
+    themselves differ (another count or model, none visible), their per-GPU facts would only repeat that; where
+    only one side names the model (a paste), the count is compared and the model is "not reported"."""
     out = []
-    gpus_differ = mine.get("GPUs") != norm.get("GPUs")
+    (n_norm, m_norm), (n_mine, m_mine) = _gpus(norm.get("GPUs")), _gpus(mine.get("GPUs"))
+    gpus_differ = n_norm != n_mine or None not in (m_norm, m_mine) and not _same_model(m_norm, m_mine)
     for what in list(norm) + [k for k in mine if k not in norm]:
         a, b = norm.get(what), mine.get(what)
-        if a != b and not (gpus_differ and re.match(r"GPU\d", what)):
+        if what == "GPUs" and not gpus_differ:
+            if None in (m_norm, m_mine) and m_norm != m_mine:
+                out.append({"node": node, "what": "GPU model", "norm": m_norm, "value": m_mine})
+        elif a != b and not (gpus_differ and re.match(r"GPU\d", what)):
             out.append({"node": node, "what": what, "norm": a, "value": b})
     return out
+
+
+def _gpus(text: str | None) -> tuple:
+    """(count, models) of a "GPUs" facet ("4 x NVIDIA H100 80GB HBM3", "2 x A, 2 x B"); models None where a
+    paste did not name them; (None, text) for "none visible"."""
+    parts = [p.split(" x ", 1) for p in (text or "").split(", ")]
+    if not text or not all(len(p) == 2 and p[0].isdecimal() for p in parts):
+        return None, text
+    models = ", ".join(m for _, m in parts)
+    return sum(int(n) for n, _ in parts), None if UNREPORTED in models else models
+
+
+def _same_model(a: str, b: str) -> bool:
+    """One GPU model however spelt: NVML's "NVIDIA H100 80GB HBM3" and a paste's --gpu-model "H100" (the catalog's
+    entry; a size only one of them gives is no difference)."""
+    if a == b:
+        return True
+    from .gpus import lookup
+    x, y = lookup(a), lookup(b)
+    if x is None or y is None or x.key != y.key:
+        return False
+    return None in (x.memory_bytes, y.memory_bytes) or x.memory_bytes == y.memory_bytes
 
 
 def sentence(o: dict) -> str:
@@ -160,7 +198,71 @@ def sentence(o: dict) -> str:
         return f"{o['node']}: {o['what']} not in its report (the others: {o['norm']})"
     if "-GPU" in o["what"]:   # a GPU pair's link
         return f"{o['node']}: {o['what']} {o['value']} where the others have {o['norm']}"
-    return f"{o['node']}: {o['what']} {o['value']}, the others {o['norm']}"
+    only = " (logging or caching only: shown, not judged)" if o["what"].removeprefix("env ") in SAY_ONLY else ""
+    return f"{o['node']}: {o['what']} {o['value']}, the others {o['norm']}{only}"
+
+
+def said(fleet: dict) -> list[str]:
+    """The differences as a person reads them at any size: nodes that differ in the same facts share one line per
+    fact (`node[101-150]: driver 535.129.03, the others 550.54.15`), and the facts a node's report does not carry
+    share one line."""
+    by_node: dict = {}
+    for o in fleet["odd"]:
+        by_node.setdefault(o["node"], []).append(o)
+    alike: dict = {}
+    for node, found in by_node.items():
+        alike.setdefault(tuple((o["what"], o["norm"], o["value"]) for o in found), []).append(node)
+    out = []
+    for found, nodes in alike.items():
+        label = named(nodes)
+        facts = [dict(zip(("what", "norm", "value"), f), node=label) for f in found]
+        out += [sentence(o) for o in facts if o["value"] is not None]
+        missing = [o["what"] for o in facts if o["value"] is None]
+        if missing:
+            out.append(f"{label}: not in {'its report' if len(nodes) == 1 else 'their reports'}: "
+                       f"{', '.join(missing)} (the others report them)")
+    return out
+
+
+def grouped(items: list[tuple[str, str]]) -> list[str]:
+    """(node, text) pairs as lines, the nodes that say the same text on one: `node[03-40]: warn: ...`."""
+    by_text: dict = {}
+    for node, text in items:
+        by_text.setdefault(text, []).append(node)
+    return [f"{named(nodes)}: {text}" for text, nodes in by_text.items()]
+
+
+def named(nodes: list[str]) -> str:
+    """Nodes for a reader: a few by name in their order, more as a host list."""
+    return ", ".join(nodes) if len(nodes) <= 4 else hostlist(nodes)
+
+
+def hostlist(names: list[str]) -> str:
+    """Names as Slurm writes a host list (node[001-004,007],gpu7), each run of numbers under its prefix (numbers
+    written with leading zeros keep their width); scontrol takes it as it is."""
+    groups: dict = {}
+    for name in names:
+        m = re.fullmatch(r"(.*?)(\d+)(\D*)", name)
+        groups.setdefault((m.group(1), m.group(3)) if m else (name,), []).append(m.group(2) if m else None)
+    out = []
+    for key, digits in groups.items():
+        if len(key) == 1:
+            out.append(key[0])
+            continue
+        padded = any(d.startswith("0") and len(d) > 1 for d in digits)
+        by_width: dict = {}
+        for d in digits:
+            by_width.setdefault(len(d) if padded else 0, set()).add(int(d))
+        for width, numbers in by_width.items():
+            runs: list = []
+            for n in sorted(numbers):
+                if runs and n == runs[-1][1] + 1:
+                    runs[-1][1] = n
+                else:
+                    runs.append([n, n])
+            spans = [f"{a:0{width}d}" + (f"-{b:0{width}d}" if b > a else "") for a, b in runs]
+            out.append(f"{key[0]}{spans[0]}{key[1]}" if len(numbers) == 1 else f"{key[0]}[{','.join(spans)}]{key[1]}")
+    return ",".join(out)
 
 
 def recommendation(fleet: dict) -> list[str]:
@@ -175,17 +277,20 @@ def recommendation(fleet: dict) -> list[str]:
         n = len(fleet["nodes"])
         return [f"all {n} node(s) alike in everything compared" + ("" if n > 1 else " (one node: nothing to compare)")]
     if odd_nodes and fleet["norm_by"] == "first node (no majority)":
-        lines.append(f"the nodes differ ({', '.join(fleet['nodes'])}) and none is the majority: compare them by hand"
+        lines.append(f"the nodes differ ({named(fleet['nodes'])}) and none is the majority: compare them by hand"
                      " before a multi-node job (it runs at its slowest node's pace)")
     elif odd_nodes:
         lines.append("a multi-node job runs at its slowest node's pace, and breaks where software differs: fix or"
-                     f" leave out {', '.join(odd_nodes)}")
+                     f" leave out {named(odd_nodes)}")
+        reasons: dict = {}   # nodes that are odd in the same way drain in one line
         for node in odd_nodes:
             mine = [f"{o['what']} {o['value']}" for o in fleet["odd"] if o["node"] == node and slowing(o)]
-            what = "; ".join(mine[:2]) + (f" and {len(mine) - 2} more" if len(mine) > 2 else "")
-            lines.append(f"scontrol update nodename={node} state=drain reason={shlex.quote('gputopo: ' + what)}")
+            reasons.setdefault("; ".join(mine[:2]) + (f" and {len(mine) - 2} more" if len(mine) > 2 else ""),
+                               []).append(node)
+        lines += [f"scontrol update nodename={hostlist(nodes)} state=drain reason={shlex.quote('gputopo: ' + what)}"
+                  for what, nodes in reasons.items()]
     if fleet["unreachable"]:
-        lines.append("no report from " + ", ".join(u["node"] for u in fleet["unreachable"])
+        lines.append("no report from " + named([u["node"] for u in fleet["unreachable"]])
                      + ": a job that includes them cannot start (or hangs at the rendezvous)")
     if not lines:
         lines.append("the differences are in what some reports do not say, or in NUMA placement: nothing that"

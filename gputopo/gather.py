@@ -34,10 +34,11 @@ def remote_command(remote: str | None, timeout: float) -> str:
 
 def hostfile(path: str) -> list[str]:
     """Hosts from DeepSpeed's hostfile format (`name slots=N`) or one name per line; # comments."""
+    from .sources import read_text
     try:
-        text = Path(path).read_text(errors="replace")
-    except OSError as e:
-        raise BadInput(f"--hosts {path}: {e.strerror or e}") from None
+        text = read_text(path, expect="a hostfile (one host per line)")
+    except BadInput as e:
+        raise BadInput(f"--hosts {e}") from None
     hosts = [line.split("#", 1)[0].split()[0] for line in text.splitlines() if line.split("#", 1)[0].strip()]
     if not hosts:
         raise BadInput(f"--hosts {path}: no host in it (one per line, or DeepSpeed's `name slots=N`)")
@@ -202,22 +203,90 @@ def answer(lines: list[str], status, err: str, timeout: float) -> tuple[dict | N
             data, _ = json.JSONDecoder().raw_decode(text[start:])
         except ValueError:
             data = None
-        if looks_like_report(data):
+        found = problem(data)
+        if found is None:
             return data, None
+        if isinstance(data, dict) and "gpus" in data:   # a report, but one this gputopo cannot read
+            return None, f"its report: {found}"
     if status is None or status in (124, 137):
         return None, f"no answer within {timeout:g} s"
     last = (err.strip().splitlines() or text.strip().splitlines() or ["nothing"])[-1].strip()
     return None, (f"exit status {status}: " if status else "") + last[:200]
 
 
-def looks_like_report(data) -> bool:
-    """An inspect --json report, as far as the fleet reads it: GPUs and links of the right shape."""
-    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
-        return False
-    links, env = data.get("links") or [], data.get("env")
-    return (all(isinstance(g, dict) and isinstance(g.get("name"), str) for g in data["gpus"])
-            and isinstance(links, list) and all(isinstance(x, dict) and {"a", "b", "type"} <= set(x) for x in links)
-            and (env is None or isinstance(env, dict)))
+# The parts of an `inspect --json` report the fleet reads, and their types: a value of a listed type, or of one of
+# a tuple's; [spec]: a list of such; {str: spec}: an object of such values; {"key": spec}: an object whose keys
+# are checked where present, those ending in "!" required.
+OPTIONAL_TEXT, OPTIONAL_INT = (str, None), (int, None)
+REPORT = {"schema_version!": int, "gpus!": [{"name!": str, "model": OPTIONAL_TEXT, "pcie_width": OPTIONAL_INT,
+                                             "pcie_width_max": OPTIONAL_INT, "pcie_gen_max": OPTIONAL_INT,
+                                             "numa_affinity": (str, int, None)}],
+          "links": ([{"a!": str, "b!": str, "type!": OPTIONAL_TEXT}], None), "nics": ([dict], None),
+          "versions": ({str: OPTIONAL_TEXT}, None), "driver": OPTIONAL_TEXT, "env": ({str: OPTIONAL_TEXT}, None),
+          "findings": ([{"level!": str, "message!": str}], None), "gpu_status": ({"reason": OPTIONAL_TEXT}, None),
+          "source": OPTIONAL_TEXT}
+REPORT_VERSION = 1
+NAMES = {str: "a text", int: "a whole number", dict: "an object", list: "a list", None: "null", float: "a number",
+         bool: "true or false"}
+
+
+def problem(data) -> str | None:
+    """What makes `data` other than an `inspect --json` report the fleet can read, in a few words naming where;
+    None for a report."""
+    found = _shape(data, REPORT, "the report")
+    if found is None and data["schema_version"] != REPORT_VERSION:
+        return f"schema_version {data['schema_version']}: this gputopo reads {REPORT_VERSION}"
+    return found
+
+
+def _shape(value, spec, where: str) -> str | None:
+    """The first place `value` does not match `spec` (see REPORT)."""
+    if isinstance(spec, tuple):
+        found = [_shape(value, s, where) for s in spec]
+        return None if None in found else found[0]
+    if spec is None:
+        return None if value is None else f"{where} is {_kind(value)}, not null"
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{where} is {_kind(value)}, not a list"
+        return next((f for i, item in enumerate(value) for f in [_shape(item, spec[0], f"{where}[{i}]")] if f), None)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{where} is {_kind(value)}, not an object"
+        if list(spec) == [str]:
+            return next((f for k, v in value.items() for f in [_shape(v, spec[str], f"{where}[{k!r}]")] if f), None)
+        for key, s in spec.items():
+            name = key.rstrip("!")
+            if name not in value:
+                if key.endswith("!"):
+                    return f"{where} has no {name!r}"
+                continue
+            found = _shape(value[name], s, f"{name}" if where == "the report" else f"{where}.{name}")
+            if found:
+                return found
+        return None
+    if isinstance(value, bool) and spec is not bool or not isinstance(value, spec):
+        return f"{where} is {_kind(value)}, not {NAMES.get(spec, spec.__name__)}"
+    return None
+
+
+def _kind(value) -> str:
+    """What a JSON value is, in words."""
+    return NAMES.get(None if value is None else type(value), type(value).__name__)
+
+
+def read_report(text: str, name: str) -> dict:
+    """A report from its JSON text; BadInput naming what is wrong (NaN and Infinity are not JSON)."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not a JSON number")
+    try:
+        data = json.loads(text, parse_constant=refuse)
+    except ValueError as e:
+        raise BadInput(f"{name}: not valid JSON ({e})") from None
+    found = problem(data)
+    if found:
+        raise BadInput(f"{name}: not a `gputopo inspect --json` report this gputopo reads: {found}")
+    return data
 
 
 def over_slurm(nodes: list[str], cmd: str, timeout: float, *, inside: bool,
@@ -290,29 +359,32 @@ def _last(text: str) -> str:
     return (text.strip().splitlines() or [""])[-1].strip()
 
 
-def from_files(paths: list[str]) -> dict:
+def from_files(paths: list[str], gpu_model: str | None = None) -> dict:
     """Reports collected before, one node per file, named by the file name without its extension: inspect
-    --json output, or a pasted `nvidia-smi topo -m`."""
-    from . import report, sources
-    out = {}
+    --json output, or a pasted `nvidia-smi topo -m` (its GPUs' model from `nvidia-smi -L` lines in the file, else
+    `gpu_model`). Read as `inspect -f` reads them: '-' is stdin, a BOM or UTF-16 (PowerShell) is text."""
+    from . import parse, report, sources
+    out, pastes = {}, 0
     for path in paths:
-        name = Path(path).name   # node17.json, node17.topo.txt -> node17; 10.0.0.5.json -> 10.0.0.5
+        name = "stdin" if path == "-" else Path(path).name   # node17.json, node17.topo.txt -> node17
         node = re.sub(r"(\.(topo|inspect|report))?\.(json|txt|md|log)$", "", name, flags=re.I) or name
         if node in out:
             raise BadInput(f"--from-file: two files name node {node!r}: one file per node, named after it")
         try:
-            text = Path(path).read_text(errors="replace")
-        except OSError as e:
-            raise BadInput(f"--from-file {path}: {e.strerror or e}") from None
+            text = sources.read_text(path, expect="an `inspect --json` report or `nvidia-smi topo -m` text")
+        except BadInput as e:
+            raise BadInput(f"--from-file {e}") from None
         if text.lstrip().startswith("{"):
-            try:
-                data = json.loads(text)
-            except ValueError as e:
-                raise BadInput(f"--from-file {path}: not valid JSON ({e})") from None
-            if not looks_like_report(data):
-                raise BadInput(f"--from-file {path}: JSON but not a `gputopo inspect --json` report")
-            out[node] = data
-        else:
-            inputs = sources.topology((path,), None, None)
-            out[node] = report.inspect(inputs.topology, status=inputs.status, sources=inputs.sources)
+            out[node] = read_report(text, f"--from-file {path}")
+            continue
+        pasted = sources.unwrap(text)
+        try:
+            topo = parse.texts(pasted, gpu_model)
+        except BadInput as e:
+            raise BadInput(f"--from-file {path}: {e}") from None
+        out[node] = report.inspect(topo, sources=[path])
+        pastes += 1
+    if gpu_model and not pastes:
+        raise BadInput("--gpu-model names the GPUs of a pasted node; every --from-file here is an `inspect --json`"
+                       " report, which names its own")
     return out

@@ -211,7 +211,7 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 def fleet(fleet: dict) -> str:
     """The fleet report for an issue or a ticket: the groups' table, then what differs, health, no report."""
-    from .fleet import sentence
+    from .fleet import grouped, said
     from .render import fleet_rows
     header, body = fleet_rows(fleet)
     esc = lambda c: str(c).replace("|", "\\|")   # noqa: E731
@@ -220,9 +220,9 @@ def fleet(fleet: dict) -> str:
     if body:
         out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in body] + [""]
-    for title, items in (("What differs from the norm", [sentence(o) for o in fleet["odd"]]),
-                         ("Health", [f"{h['node']}: {h['level']}: {h['message']}" for h in fleet["health"]]),
-                         ("No report", [f"{u['node']}: {u['reason']}" for u in fleet["unreachable"]]),
+    for title, items in (("What differs from the norm", said(fleet)),
+                         ("Health", grouped([(h["node"], f"{h['level']}: {h['message']}") for h in fleet["health"]])),
+                         ("No report", grouped([(u["node"], u["reason"]) for u in fleet["unreachable"]])),
                          ("Recommendation", fleet["recommendation"])):
         if items:
             out += [f"**{title}**", ""] + [f"- `{i}`" if i.startswith("scontrol ") else f"- {esc(i)}"

@@ -407,15 +407,17 @@ def _one(text: str, topo: Topology | None, p2p: dict) -> tuple[Topology | None, 
             listed.extend(more)
         return topo, listed
     k = kind(text)
+    # `nvidia-smi -L` lines saved in the same file as the matrix (before or after it) name the GPUs' models
+    listed = gpu_list(text) if k != "nvlink" and any(GPU_LINE.match(line) for line in clean(text)) else []
     if k == "topo":
         if topo is not None:
             raise BadInput("a second `nvidia-smi topo -m` text; give one per machine")
-        return topo_matrix(text), []
+        return topo_matrix(text), listed
     if k == "p2p":
         mode, statuses = p2p_matrix(text)
         for pair, status in statuses.items():
             p2p.setdefault(pair, {})[mode or "unknown"] = status  # the paste did not say which -p2p mode
-        return topo, []
+        return topo, listed
     return topo, gpu_list(text)
 
 

@@ -400,18 +400,18 @@ FLEET_HEADLINE = ("GPUs", "driver", "cuda", "nccl", "torch", "NICs")   # the col
 
 def fleet_rows(fleet: dict) -> tuple[list[str], list[list[str]]]:
     """The groups as a table (header, rows): which nodes, their headline facts, and how many facts differ."""
-    norm = fleet["groups"][0]["facets"] if fleet["groups"] else {}
+    from .fleet import named
     out = []
     for i, g in enumerate(fleet["groups"]):
-        differs = sum(1 for k in set(norm) | set(g["facets"]) if norm.get(k) != g["facets"].get(k))
-        out.append(["norm" if g["norm"] else str(i + 1), ", ".join(g["nodes"]),
+        differs = sum(1 for o in fleet["odd"] if o["node"] == g["nodes"][0])   # the facts listed for it
+        out.append(["norm" if g["norm"] else str(i + 1), named(g["nodes"]),
                     *[g["facets"].get(k, "-") for k in FLEET_HEADLINE], "-" if g["norm"] else str(differs)])
     return ["group", "nodes", *FLEET_HEADLINE, "differs"], out
 
 
 def fleet(fleet: dict) -> str:
     """Human text for `gputopo inspect --fleet`."""
-    from .fleet import sentence
+    from .fleet import grouped, said
     answered = len(fleet["nodes"]) - len(fleet["unreachable"])
     out = [f"Fleet: {answered} of {len(fleet['nodes'])} node(s) answered"
            + (f"; the norm is the {fleet['norm_by']}" if fleet["norm_by"] != "majority" else "")]
@@ -419,10 +419,12 @@ def fleet(fleet: dict) -> str:
         header, body = fleet_rows(fleet)
         out += ["", table(body, header)]
     if fleet["odd"]:
-        out += ["", "What differs from the norm:"] + [f"  {sentence(o)}" for o in fleet["odd"]]
+        out += ["", "What differs from the norm:"] + [f"  {line}" for line in said(fleet)]
     if fleet["health"]:
-        out += ["", "Health:"] + [f"  {h['node']}: {h['level']}: {h['message']}" for h in fleet["health"]]
+        out += ["", "Health:"] + [f"  {line}" for line in grouped([(h["node"], f"{h['level']}: {h['message']}")
+                                                                     for h in fleet["health"]])]
     if fleet["unreachable"]:
-        out += ["", "No report:"] + [f"  {u['node']}: {u['reason']}" for u in fleet["unreachable"]]
+        out += ["", "No report:"] + [f"  {line}" for line in grouped([(u["node"], u["reason"])
+                                                                        for u in fleet["unreachable"]])]
     out += ["", "Recommendation:"] + [f"  {line}" for line in fleet["recommendation"]]
     return "\n".join(out)

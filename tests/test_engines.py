@@ -272,7 +272,11 @@ def test_fleet_over_hosts(tmp_path, env, engines, fake_nvml, engine):
     same_as_from_files(f, folder)
 
 
-def test_fleet_ctrl_c_ends_every_remote_command(tmp_path, env, engines):
+@pytest.mark.parametrize("signum", [2, 1, 15])
+def test_fleet_ctrl_c_ends_every_remote_command(signum, tmp_path, env, engines):
+    """Ctrl-C, an SSH drop (SIGHUP) and a scheduler's kill (SIGTERM) end every node's command alike, in one line,
+    exit 128 + the signal (issue 33: the fleet's own Ctrl-C handler said 130 to all three)."""
+    from gputopo import children
     folder = tmp_path / "answers"
     folder.mkdir()
     sleepers = [hang(folder, h) for h in ("node1", "node2")]
@@ -284,11 +288,12 @@ def test_fleet_ctrl_c_ends_every_remote_command(tmp_path, env, engines):
     while not all(survivors(s) for s in sleepers) and time.monotonic() < end:
         time.sleep(0.2)
     assert all(survivors(s) for s in sleepers), "the nodes never started their command"
-    p.send_signal(2)   # Ctrl-C
+    p.send_signal(signum)
     _, err = p.communicate(timeout=20)
     time.sleep(1)
-    assert p.returncode == 130 and not any(survivors(s) for s in sleepers)
-    assert err.strip().splitlines()[-1] == "interrupted: every node's command was ended; nothing reported"
+    assert p.returncode == 128 + signum and not any(survivors(s) for s in sleepers)
+    assert err.strip().splitlines() == [f"Error: interrupted ({children.NAMES[signum]}): gputopo inspect stopped, with"
+                                        " every process it started; nothing more was written"]
 
 
 def test_fleet_inside_a_slurm_allocation(tmp_path, env, engines, fake_nvml):

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES
 
-from gputopo import fleet
+from gputopo import fleet, render
 from gputopo.cli import cli
 
 
@@ -181,10 +181,12 @@ def test_node_names_keep_their_dots_and_bad_reports_are_refused(fake_nvml, tmp_p
     node_reports(fake_nvml, tmp_path, {"10.0.0.5": "norm", "10.0.0.6": "norm"})
     r = run("inspect", "--fleet", "-f", tmp_path / "10.0.0.5.json", "-f", tmp_path / "10.0.0.6.json", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["fleet"]["nodes"] == ["10.0.0.5", "10.0.0.6"]
-    for bad in ({"gpus": 5}, {"gpus": [], "links": [{"a": "GPU0"}]}, {"gpus": [{"name": 1}]}):
+    for bad, why in (({"gpus": 5}, "the report has no 'schema_version'"),
+                     ({"schema_version": 1, "gpus": [], "links": [{"a": "GPU0"}]}, "links[0] has no 'b'"),
+                     ({"schema_version": 1, "gpus": [{"name": 1}]}, "gpus[0].name is a whole number, not a text")):
         (tmp_path / "x.json").write_text(json.dumps(bad))
         r = run("inspect", "--fleet", "-f", tmp_path / "x.json")
-        assert r.exit_code == 2 and r.output.strip().endswith("JSON but not a `gputopo inspect --json` report")
+        assert r.exit_code == 2 and r.output.strip().endswith(f"report this gputopo reads: {why}"), r.output
 
 
 def test_remote_command_is_a_whole_shell_line():
@@ -219,3 +221,134 @@ def test_many_hosts_run_a_bounded_number_at_once(monkeypatch):
     out = gather.run({f"h{i}": ["sh", "-c", f"sleep 0.2; echo {i}"] for i in range(10)}, 30)
     assert {k: v[1].strip() for k, v in out.items()} == {f"h{i}": str(i) for i in range(10)}
     assert peak[0] == 3
+
+
+# --- issue 33: nobody is told to drain a healthy node, and every odd report is one line -------------------------
+
+NV18_4 = """        GPU0    GPU1    GPU2    GPU3    CPU Affinity    NUMA Affinity   GPU NUMA ID
+GPU0     X      NV18    NV18    NV18    0-23    0               N/A
+GPU1    NV18     X      NV18    NV18    0-23    0               N/A
+GPU2    NV18    NV18     X      NV18    24-47   1               N/A
+GPU3    NV18    NV18    NV18     X      24-47   1               N/A
+
+Legend:
+
+  X    = Self
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""
+LISTED = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i}abc)\n" for i in range(4))
+FLEET = FIXTURES / "fleet"
+
+
+def fleet_of(tmp_path, paste: str, *more, name="node03.txt"):
+    (tmp_path / name).write_text(paste)
+    return run("inspect", "--fleet", "-f", FLEET / "node01.json", "-f", FLEET / "node02.json", "-f",
+               tmp_path / name, *more)
+
+
+def test_a_paste_among_reports_is_not_drained(fake_nvml, tmp_path):
+    """The same 4x H100 NV18 machine as a `topo -m` paste was "4 x unknown model" and got a drain line. Its
+    model is "not reported"; `nvidia-smi -L` lines in the file, or --gpu-model, name it."""
+    r = fleet_of(tmp_path, NV18_4)
+    assert r.exit_code == 0 and "scontrol" not in r.output, r.output
+    assert "node03: not in its report: GPU model, driver, cuda, torch," in r.output
+    for paste, more in ((NV18_4 + "\n$ nvidia-smi -L\n" + LISTED, []), (LISTED + "\n" + NV18_4, []),
+                        (NV18_4, ["--gpu-model", "H100"])):
+        r = fleet_of(tmp_path, paste, *more, "--json")
+        odd = json.loads(r.stdout)["fleet"]["odd"]
+        assert r.exit_code == 0 and not [o for o in odd if o["what"] in ("GPUs", "GPU model")], odd
+    r = fleet_of(tmp_path, NV18_4, "--gpu-model", "A100-80GB")
+    assert r.exit_code == 1 and "node03: GPUs 4 x A100-80GB, the others 4 x NVIDIA H100 80GB HBM3" in r.output
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--fleet", "-f", FLEET / "node01.json", "--gpu-model", "H100"], "--gpu-model names the GPUs of a pasted node;"),
+    (["--fleet", "--hosts", "h.txt", "--gpu-model", "H100"], "--gpu-model names the GPUs of a pasted node (--from"),
+])
+def test_gpu_model_is_for_pasted_nodes(args, msg, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h.txt").write_text("node1\n")
+    r = run("inspect", *args)
+    assert r.exit_code == 2 and r.output.startswith(f"Error: {msg}") and r.output.count("\n") == 1, r.output
+
+
+def test_logging_variables_are_shown_not_judged(fake_nvml, tmp_path):
+    """NCCL_DEBUG=INFO or a CUDA_CACHE_PATH changes what is logged or cached, not the job: said, exit 0."""
+    reports = node_reports(fake_nvml, tmp_path, {"a": "norm", "b": "norm"})
+    chatty = copy.deepcopy(reports["a"])
+    chatty["env"] = {**chatty["env"], "NCCL_DEBUG": "INFO", "CUDA_CACHE_PATH": "/scratch/cache"}
+    f = fleet.compare({**reports, "c": chatty})
+    assert not f["slows"] and not any(line.startswith("scontrol") for line in f["recommendation"])
+    assert "c: env NCCL_DEBUG INFO, the others unset (logging or caching only: shown, not judged)" in fleet.said(f)
+    chatty["env"]["NCCL_IB_HCA"] = "mlx5_4"   # this one changes the path NCCL takes
+    assert fleet.compare({**reports, "c": chatty})["slows"]
+
+
+def test_two_hundred_nodes_read_in_short_lines(fake_nvml, tmp_path):
+    """At 200 nodes the table's lines were 1865 characters and `differs` counted 18 facts against 4 lines: node
+    lists are Slurm host lists, nodes odd alike share a line and a drain command, `differs` counts the facts."""
+    reports = node_reports(fake_nvml, tmp_path, {"x": "norm", "old": "driver", "slow": "x8"})
+    nodes = {f"gpu{i:03d}": reports["old" if 100 <= i < 150 else "slow" if i == 170 else "x"] for i in range(200)}
+    f = fleet.compare(nodes)
+    text = render.fleet(f)
+    assert max(map(len, text.splitlines())) < 200, max(text.splitlines(), key=len)
+    assert "gpu[000-099,150-169,171-199]" in text
+    assert "gpu[100-149]: driver 535.129.03, the others 550.54.15" in text
+    drains = [line for line in f["recommendation"] if line.startswith("scontrol")]
+    assert drains[0].startswith("scontrol update nodename=gpu[100-149] state=drain") and len(drains) == 2
+    header, rows = render.fleet_rows(f)
+    listed = {row[1]: sum(1 for o in f["odd"] if o["node"] == fleet_nodes(row[1])[0]) for row in rows[1:]}
+    assert all(row[-1] == str(listed[row[1]]) for row in rows[1:]) and listed["gpu[100-149]"] == 2
+
+
+def fleet_nodes(hostlist: str) -> list[str]:
+    """The first name a host list like gpu[100-149] stands for."""
+    prefix, _, rest = hostlist.partition("[")
+    return [prefix + rest.split("-")[0].split(",")[0]] if rest else [hostlist]
+
+
+def test_hostlist_compresses_as_slurm_writes_it():
+    assert fleet.hostlist(["node01", "node02", "node03", "node07", "gpu7", "login"]) == "node[01-03,07],gpu7,login"
+    assert fleet.hostlist(["n1", "n2", "n10"]) == "n[1-2,10]" and fleet.hostlist(["a"]) == "a"
+    assert fleet.named(["node04", "node01"]) == "node04, node01"   # a few keep their order, for a reader
+
+
+BAD = {"schema_version 2": (lambda d: d.update(schema_version=2), "schema_version 2: this gputopo reads 1"),
+       "schema_version '1'": (lambda d: d.update(schema_version="1"), "schema_version is a text, not a whole"),
+       "no schema_version": (lambda d: d.pop("schema_version"), "the report has no 'schema_version'"),
+       "a null link": (lambda d: d["links"].append(None), "links[6] is null, not an object"),
+       "versions a string": (lambda d: d.update(versions="550"), "versions is a text, not an object"),
+       "a width in words": (lambda d: d["gpus"][0].update(pcie_width="x16"), "gpus[0].pcie_width is a text"),
+       "a null finding": (lambda d: d.update(findings=[None]), "findings[0] is null, not an object")}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_report_that_is_not_one_is_one_line_exit_2(case, tmp_path):
+    """Accepted silently, or a traceback ending in exit 1 (which --fleet uses for "a node differs")."""
+    data = json.loads((FLEET / "node01.json").read_text())
+    BAD[case][0](data)
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    r = run("inspect", "--fleet", "-f", FLEET / "node02.json", "-f", tmp_path / "bad.json")
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert f"report this gputopo reads: {BAD[case][1]}" in r.output
+    (tmp_path / "nan.json").write_text(json.dumps(data).replace('"driver": "550.54.15"', '"driver": NaN'))
+    r = run("inspect", "--fleet", "-f", tmp_path / "nan.json")
+    assert r.exit_code == 2 and "not valid JSON (NaN is not a JSON number)" in r.output
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_reports_saved_by_windows_and_stdin_are_read(encoding, tmp_path):
+    """A BOM or UTF-16 (PowerShell's `>`) was "not nvidia-smi output"; `-f -` was "No such file"."""
+    (tmp_path / "node01.json").write_bytes((FLEET / "node01.json").read_text().encode(encoding))
+    r = run("inspect", "--fleet", "-f", tmp_path / "node01.json", "-f", FLEET / "node02.json", "--json")
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["inspect", "--fleet", "-f", "-", "-f", str(FLEET / "node02.json"), "--json"],
+                           input=(FLEET / "node01.json").read_text())
+    assert r.exit_code == 0 and json.loads(r.stdout)["fleet"]["nodes"] == ["stdin", "node02"], r.output
+
+
+def test_a_binary_hostfile_is_one_line(tmp_path):
+    (tmp_path / "hosts").write_bytes(bytes(range(256)) * 4)
+    r = run("inspect", "--fleet", "--hosts", tmp_path / "hosts")
+    assert r.exit_code == 2 and r.output == (f"Error: --hosts {tmp_path / 'hosts'}: binary file, not a hostfile (one"
+                                             " host per line)\n")

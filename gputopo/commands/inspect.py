@@ -52,10 +52,11 @@ def _check(ctx, options: dict, markdown: bool, plot: str | None, force: bool, as
 
 NCCL_WITH = ("nccl_log", "from_file", "example", "markdown", "as_json")
 FLEET_ONLY = ["hosts", "slurm_nodes", "partition", "timeout", "remote_command"]
-FLEET_WITH = ("fleet", "from_file", "markdown", "as_json", *FLEET_ONLY)
+FLEET_WITH = ("fleet", "from_file", "gpu_model", "markdown", "as_json", *FLEET_ONLY)
 
 
-def _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote, markdown: bool, as_json: bool) -> None:
+def _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote, gpu_model, markdown: bool,
+           as_json: bool) -> None:
     """inspect --fleet: every node's report, gathered or read, compared; exit 1 when a node slows or breaks a
     multi-node job (gputopo.fleet says which)."""
     import os
@@ -76,15 +77,15 @@ def _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote, markd
     if partition and not slurm_nodes:
         raise BadInput("--partition is for --slurm-nodes (inside an allocation srun runs in its partition)")
     live = not from_file
+    if gpu_model and live:
+        raise BadInput("--gpu-model names the GPUs of a pasted node (--from-file with `nvidia-smi topo -m`); nodes"
+                       " asked live report their own")
     if not live and given(ctx, ["timeout", "remote_command"]):
         raise BadInput(f"{given(ctx, ['timeout', 'remote_command'])[0]} is for nodes asked live, not --from-file")
     inside = bool(os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_NODELIST"))
     cmd = gather.remote_command(remote, timeout)
-    try:
-        reports, unreachable = _gather(from_file, hosts, slurm_nodes, partition, timeout, cmd, inside)
-    except KeyboardInterrupt:
-        click.echo("interrupted: every node's command was ended; nothing reported", err=True)
-        ctx.exit(130)
+    reports, unreachable = _gather(from_file, hosts, slurm_nodes, partition, timeout, cmd, inside,
+                                   str(gpu_model) if gpu_model else None)
     data = {"schema_version": 1, "fleet": fleet.compare(reports, unreachable)}
     if markdown:
         click.echo(md.fleet(data["fleet"]), nl=False)
@@ -167,7 +168,8 @@ def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log
     if nccl_log:
         return _nccl(ctx, nccl_log, from_file, example, markdown, as_json)
     if fleet or given(ctx, FLEET_ONLY):
-        return _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote_command, markdown, as_json)
+        return _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote_command, gpu_model, markdown,
+                      as_json)
     _check(ctx, {**options, "best": best, "gpu_ids": gpu_ids}, markdown, plot, force, as_json, example)
     if example == "list":
         return _list_examples(as_json)
@@ -187,14 +189,14 @@ def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log
     exit_if_nothing_fits(data["plan"])
 
 
-def _gather(from_file, hosts, slurm_nodes, partition, timeout, cmd, inside) -> tuple[dict, dict]:
+def _gather(from_file, hosts, slurm_nodes, partition, timeout, cmd, inside, gpu_model) -> tuple[dict, dict]:
     """(reports, unreachable) from the one place --fleet was given (or the Slurm allocation it runs in)."""
     import os
     import shutil
 
     from .. import gather
     if from_file:
-        reports, unreachable = gather.from_files(list(from_file)), {}
+        reports, unreachable = gather.from_files(list(from_file), gpu_model), {}
     elif hosts:
         reports, unreachable = gather.over_hosts(gather.hostfile(hosts), cmd, timeout, pdsh=bool(shutil.which("pdsh")))
     elif slurm_nodes or inside:
