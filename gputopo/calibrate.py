@@ -30,7 +30,8 @@ LARGEST = 2 ** 24       # elementwise rates level off beyond a few caches' worth
 
 def request(model, training, threads: int | None = None, device: str = "cpu", cpu_adam: bool = False,
             half_weights: bool = False, sweep: list[int] | None = None, zero3: bool = False,
-            sharded: bool = False, deepspeed: dict | None = None, deepspeed_budget: float | None = None) -> dict:
+            sharded: bool = False, deepspeed: dict | None = None, deepspeed_budget: float | None = None,
+            budget: float | None = None) -> dict:
     """What the child times: every distinct matmul shape of the step in the compute dtype, elementwise
     kernels at the sizes of the step's elementwise ops (a CPU's caches make small ones faster), and, when
     transformers can build the model, its first block and its head at the step's shape. half_weights:
@@ -39,7 +40,9 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
     "if-built": only when no op has to be built first). sharded: also what a pass of ZeRO's reduce-scatter
     and all-gather costs against an all-reduce's, among the copies. deepspeed: {strategy: DeepSpeed config}, each
     run on the model cut to 1 and to sample_blocks blocks among the copies (speed.sampled_extra); with
-    deepspeed_budget (seconds), only those whose estimated time fits and whose ops are built already."""
+    deepspeed_budget (seconds), only those whose estimated time fits and whose ops are built already. budget:
+    seconds for the whole calibration (plan --calibrate-seconds): what does not fit in them is skipped, named.
+    need_bytes: each copy's memory for the larger sample at each size it may be cut to (run picks one)."""
     from .errors import BadInput
     from .models import hf_config
     try:
@@ -49,70 +52,81 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
     from .speed import elementwise_ops, key, sample_blocks, sample_spec, training_matmuls
     shapes = sorted({key(M, N, K) for _, M, N, K in training_matmuls(model, training, training.attention, device)})
     # each copy holds the larger sample's weights, gradients and Adam's states, and its step's peak (gputopo.memory)
-    sample = sample_spec(model, min(model.layers, sample_blocks(model)))
     from .memory import peak
-    need = 16 * sample.params + peak(sample, training, training.attention, 4 * sample.params, device)["bytes"] \
-        + RUNTIME_BYTES
+
+    def need(blocks: int) -> int:
+        sample = sample_spec(model, blocks)
+        return int(16 * sample.params + peak(sample, training, training.attention, 4 * sample.params,
+                                             device)["bytes"] + RUNTIME_BYTES)
+    most = min(model.layers, sample_blocks(model))
     block, head = elementwise_ops(model, training, training.attention, device)
     sizes = sorted({min(int(op[1]), LARGEST) for op in block + head} | {min(model.params, LARGEST)})
     return {"shapes": shapes, "sizes": sizes, "precision": training.precision, "optimizer": training.optimizer,
             "threads": threads, "cpu_adam": cpu_adam, "config": config, "batch_size": training.batch_size,
             "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
             "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep,
-            "zero3": zero3, "sharded": sharded, "sample_blocks": sample_blocks(model), "deepspeed": deepspeed,
-            "deepspeed_budget": deepspeed_budget, "need_bytes": int(need)}
+            "zero3": zero3, "sharded": sharded, "sample_blocks": most, "deepspeed": deepspeed,
+            "deepspeed_budget": deepspeed_budget, "budget": budget,
+            "need_bytes": {str(n): need(n) for n in range(min(2, most), most + 1)}}
 
 
 RUNTIME_BYTES = 2 ** 30   # torch, transformers and the interpreter in each copy, besides the tensors
 
 
-def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = None, say=None) -> dict:
+GRACE = 60.0             # seconds past --calibrate-seconds before the copies are stopped: interpreter starts, the
+                         # step under way when the budget ran out
+PROGRESS = "GPUTOPO_CALIBRATE_PROGRESS "   # a line the first copy prints on stderr as each part starts
+
+
+def run(req: dict, copies: int = 1, timeout: float | None = None, env: dict | None = None, say=None) -> dict:
     """Calibrate in `copies` children at once, as many as the training will run on this machine, so the
     rates are those the processes reach while sharing its cores, caches and memory; averaged over them.
     Each child gets its LOCAL_RANK: on GPUs each times its own device, as each training process would.
-    Refused first when the copies would not fit in 90 % of this machine's free memory: a 4 x 1024 gpt2 sample
-    took 6.4-8 GB a copy (the kernel's OOM killer ended them on a busier machine), and is estimated at 9.3 GiB
-    (request's need_bytes, from gputopo.memory). `say` gets a line at the start and the end."""
-    import psutil
-
-    from .errors import BadInput
+    The sample is cut to as many blocks as fit, all copies, in 90 % of this machine's free memory (a 4 x 1024
+    gpt2 sample took 6.4-8 GB a copy and the kernel's OOM killer ended them on a busier machine; estimated at
+    9.3 GiB by gputopo.memory), and refused when not even two blocks do. With req["budget"] the copies work to
+    its deadline (what does not fit is skipped and named) and are stopped GRACE seconds past it. `say` gets a line
+    at the start, one as each part starts and one at the end."""
     from .units import gib
-    need = copies * req.get("need_bytes", 0)
-    avail = psutil.virtual_memory().available
-    if need > 0.9 * avail:
-        raise BadInput(f"calibration: {copies} copies of the model cut to {req.get('sample_blocks')} blocks at"
-                       f" {req.get('batch_size')} x {req.get('seq_len')} tokens need about {gib(need)}, and this"
-                       f" machine has {gib(avail)} free: lower --batch-size/--seq-len, or plan without --calibrate")
+    req, cut = sized(req, copies)
+    budget = req.get("budget")
+    timeout = timeout or (budget + GRACE if budget else 600.0)
     if say:
-        say(f"calibrating: {copies} process(es) time the model cut to 1 and {req.get('sample_blocks')} blocks at"
-            f" {req.get('batch_size')} x {req.get('seq_len')} tokens, its matmuls, elementwise kernels and optimizer"
-            + (", an all-reduce sweep" if req.get("sweep") else "")
-            + (f", DeepSpeed's strategies (within {req.get('deepspeed_budget'):g} s)" if req.get("deepspeed") else "")
-            + f"; on a CPU this takes minutes (about {gib(need)} of memory)")
+        say(f"calibrating: {copies} process(es) time the model cut to 1 and {req.get('sample_blocks')} blocks"
+            f"{cut} at {req.get('batch_size')} x {req.get('seq_len')} tokens, its matmuls, elementwise kernels and"
+            " optimizer" + (", an all-reduce sweep" if req.get("sweep") else "")
+            + (", DeepSpeed's strategies" if req.get("deepspeed") else "")
+            + (f"; within {budget:g} s (--calibrate-seconds)" if budget else "")
+            + f", about {gib(copies * req.get('need_bytes', 0))} of memory")
     started = time.monotonic()
     env = dict(env or os.environ)
     if req.get("threads"):
         env["OMP_NUM_THREADS"] = str(req["threads"])
     barrier = tempfile.TemporaryDirectory(prefix="gputopo-calibrate-")
     cmd = [sys.executable, "-m", "gputopo.calibrate",
-           json.dumps({**req, "barrier": barrier.name, "copies": copies, "port": free_port()})]
+           json.dumps({**req, "barrier": barrier.name, "copies": copies, "port": free_port(),
+                       "deadline": time.time() + budget if budget else None})]
     env.setdefault("LOCAL_SIZE", str(copies))   # as gputopo.worker.deepspeed_local_size sets it for training
     procs = [children.spawn(cmd, env={**env, "LOCAL_RANK": str(i), "RANK": str(i)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True) for i in range(copies)]
+    heard = [_listen(p, say if i == 0 else None) for i, p in enumerate(procs)]
     results = []
     try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            lines = result_lines(out, RESULT)
+        for proc, (out, err, readers) in zip(procs, heard):
+            proc.wait(timeout=max(0.1, started + timeout - time.monotonic()))
+            for r in readers:
+                r.join()
+            lines = result_lines("".join(out), RESULT)
             if not lines:   # a result printed is whole: an abort after it is the interpreter's exit
-                last = (err.strip().splitlines() or ["no output"])[-1]
+                last = ("".join(err).strip().splitlines() or ["no output"])[-1]
                 if proc.returncode == -9:   # SIGKILL: what the kernel's OOM killer sends
                     last = (f"killed by SIGKILL, most likely the kernel's out-of-memory killer (about"
                             f" {gib(req.get('need_bytes', 0))} a copy was expected); lower --batch-size/--seq-len")
                 raise BenchmarkFailed(f"calibration failed (exit {proc.returncode}): {last}")
             results.append(lines[0])
     except subprocess.TimeoutExpired:
-        raise BenchmarkFailed(f"calibration took more than {timeout:.0f} s and was stopped") from None
+        raise BenchmarkFailed(f"calibration ran {timeout:.0f} s" + (f", past --calibrate-seconds {budget:g}" if budget
+                                                                   else "") + ", and was stopped") from None
     finally:   # Ctrl-C, SIGTERM, SIGHUP (gputopo.children), a failure: no copy outlives the calibration
         for proc in procs:
             if proc.poll() is None:
@@ -121,6 +135,51 @@ def run(req: dict, copies: int = 1, timeout: float = 600, env: dict | None = Non
     if say:
         say(f"calibrated in {time.monotonic() - started:.0f} s")
     return average(results)
+
+
+def sized(req: dict, copies: int) -> tuple[dict, str]:
+    """(req, a note): the larger sample cut to as many blocks as fit, all copies, in 90 % of this machine's free
+    memory (request's need_bytes per size); BadInput when not even the smallest does."""
+    import psutil
+
+    from .errors import BadInput
+    from .units import gib
+    needs = req.get("need_bytes") or {}
+    if not needs:
+        return req, ""
+    avail = psutil.virtual_memory().available
+    fits = [int(n) for n, b in needs.items() if copies * b <= 0.9 * avail]
+    if not fits:
+        least = min(needs, key=int)
+        raise BadInput(f"calibration: {copies} copies of the model cut to {least} blocks at {req.get('batch_size')} x"
+                       f" {req.get('seq_len')} tokens need about {gib(copies * needs[least])}, and this machine has"
+                       f" {gib(avail)} free: lower --batch-size/--seq-len, or plan without --calibrate")
+    blocks = max(fits)
+    cut = (f" (cut from {req['sample_blocks']} to fit in this machine's {gib(avail)} free)"
+           if blocks < req["sample_blocks"] else "")
+    return {**req, "sample_blocks": blocks, "need_bytes": needs[str(blocks)]}, cut
+
+
+def _listen(proc, say) -> tuple[list, list, list]:
+    """(stdout chunks, stderr lines, reader threads) of a child, read as it writes them (a pipe left unread
+    blocks a child that writes much); its progress lines go to `say` when given."""
+    import threading
+    out, err = [], []
+
+    def read_out():
+        out.extend(iter(proc.stdout.readline, ""))
+
+    def read_err():
+        for line in iter(proc.stderr.readline, ""):
+            if line.startswith(PROGRESS):
+                if say:
+                    say(f"calibrating: {line[len(PROGRESS):].strip()}")
+            else:
+                err.append(line)
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+    for r in readers:
+        r.start()
+    return out, err, readers
 
 
 def result_lines(out: str, prefix: str) -> list:
@@ -191,18 +250,22 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
     if busbw:
         basis["link"] = f"measured: all-reduce sweep, {busbw / 1e9:.2f} GB/s bus bandwidth, {latency * 1e6:.0f} us"
     if cal.get("sample_error"):
-        basis["compute"] = ("the matmul shapes and elementwise ops (the model itself could not be timed:"
+        basis["compute"] = ("the matmul shapes and elementwise ops (the model itself was not timed:"
                             f" {cal['sample_error']})")
     if cal.get("sampled"):
         basis["compute"] = (f"sampled: the model cut to 1 and {cal['sampled'].get('blocks', 3):g} blocks, timed at the"
                             " step's shape: one block"
                             f" {cal['sampled']['block_s'] * 1e3:.1f} ms, embeddings + head + loss"
-                            f" {cal['sampled']['head_s'] * 1e3:.1f} ms")
+                            f" {cal['sampled']['head_s'] * 1e3:.1f} ms"
+                            + (f" (the median of {cal['sampled']['pairs']:.0f} pair(s): what --calibrate-seconds left"
+                               " time for)" if cal["sampled"].get("pairs", 5) < 5 else ""))
     if cal.get("cpu_adam_params_per_s"):
         basis["cpu_adam"] = f"calibrated: DeepSpeed's CPU Adam, {cal['cpu_adam_params_per_s'] / 1e6:.0f} M params/s"
     if cal.get("zero3_module_s"):
         basis["zero3"] = (f"calibrated: DeepSpeed's ZeRO-3 hooks and gathers, {cal['zero3_module_s'] * 1e3:.2f} ms per"
                           " module per step (half again for checkpointing's recomputed forward)")
+    elif cal.get("zero3_skipped"):
+        basis["zero3"] = f"DeepSpeed's ZeRO-3 cost per module {cal['zero3_skipped']}"
     if cal.get("collective_cost"):
         cost = cal["collective_cost"]
         basis["collectives"] = (f"measured: a reduce-scatter pass costs {cost['reduce_scatter']:.2f}, an all-gather"
@@ -231,8 +294,9 @@ def for_plan(req, budget: float | None = None, say=None) -> tuple[object, str]:
     """(Rates, device) for `plan --calibrate`: this machine timed in as many processes as the plan has per
     node (on a CPU at most one per core, the cores shared among them), those processes' all-reduce sweep;
     what this machine cannot show (the network between nodes; on GPUs: P2P disabled, the host link, NVMe)
-    from the layout's figures as `plan` takes them without calibration. budget: seconds for DeepSpeed's samples
-    (speed.sampled_extra), 0 for none."""
+    from the layout's figures as `plan` takes them without calibration. budget: seconds for the whole
+    calibration (--calibrate-seconds, DEFAULT_SECONDS): the model's sample, ZeRO-3's probe and DeepSpeed's
+    samples (speed.sampled_extra) each run only if they fit in what is left, and the basis names what did not."""
     from dataclasses import replace
     from importlib.util import find_spec
 
@@ -248,13 +312,13 @@ def for_plan(req, budget: float | None = None, say=None) -> tuple[object, str]:
     device = "cuda" if gpus else "cpu"
     copies = min(lay.gpus_per_node, gpus or cores)
     deepspeed = find_spec("deepspeed") is not None
-    budget = DS_SAMPLE_BUDGET if budget is None else budget
-    unsampled = "--calibrate-seconds 0" if not budget else _why_no_deepspeed_sample(deepspeed, copies, lay, t)
+    budget = DEFAULT_SECONDS if budget is None else budget
+    unsampled = _why_no_deepspeed_sample(deepspeed, copies, lay, t)
     cal = run(request(req.model, t, None if gpus else max(1, cores // copies), device=device,
                       cpu_adam=deepspeed and "if-built", sweep=SWEEP if copies > 1 else None,
                       zero3=deepspeed and copies > 1 and "if-built", sharded=copies > 1,
                       deepspeed=None if unsampled else plan_configs(req.model, t, copies),
-                      deepspeed_budget=budget), copies=copies, say=say)
+                      deepspeed_budget=budget, budget=budget), copies=copies, say=say)
     mine, sheet = rates(cal), gpu_rates(lay, t)
     fill = {k: getattr(sheet, k) for k in ("host_link", "cpu_adam", "nvme") if getattr(mine, k) is None}
     if gpus:
@@ -277,7 +341,8 @@ def for_plan(req, budget: float | None = None, say=None) -> tuple[object, str]:
     return replace(mine, **fill, inter_node=sheet.inter_node, basis=basis), device
 
 
-DS_SAMPLE_BUDGET = 60.0   # seconds plan --calibrate spends on DeepSpeed's samples by default, all strategies
+DEFAULT_SECONDS = 300.0   # plan --calibrate's budget unless --calibrate-seconds: gpt2 at 4 x 1024 in 2 CPU copies
+                          # took 319 s here with five sample pairs; within 300 it takes three
 
 
 def _why_no_deepspeed_sample(deepspeed: bool, copies: int, lay, t) -> str | None:
@@ -313,6 +378,40 @@ def plan_configs(model, t, copies: int) -> dict:
 # ---- the child ----------------------------------------------------------------------------------------------
 
 BARRIER = {}   # the child's request, for _timed's barrier
+
+
+RESERVE = 30.0   # seconds of the budget kept for what follows the model's sample: the kernels, the optimizer, the sweep
+
+
+class OverBudget(Exception):
+    """A part that would not end before --calibrate-seconds' deadline: skipped, and said so."""
+
+
+def _left() -> float:
+    """Seconds left of the budget (--calibrate-seconds), infinite without one."""
+    deadline = BARRIER.get("deadline")
+    return deadline - time.time() if deadline else float("inf")
+
+
+def _progress(text: str) -> None:
+    """A line the parent shows as `calibrating: ...` (the first copy's only: the others do the same)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(PROGRESS + text, file=sys.stderr, flush=True)
+
+
+def _vote(yes: bool) -> bool:
+    """True if any copy says yes: each leaves its vote in the barrier folder and waits for the others', so the
+    copies take the same turns (one that skipped a part the others run would leave them waiting)."""
+    folder, copies = BARRIER.get("barrier"), BARRIER.get("copies", 1)
+    if not folder or copies < 2:
+        return yes
+    BARRIER["votes"] = BARRIER.get("votes", 0) + 1
+    Path(folder, f"vote{BARRIER['votes']}.{os.getpid()}.{int(yes)}").touch()
+    deadline = time.monotonic() + 600
+    while len(found := list(Path(folder).glob(f"vote{BARRIER['votes']}.*"))) < copies \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return any(p.name.endswith(".1") for p in found)
 
 
 def _barrier() -> None:
@@ -355,10 +454,15 @@ def child(req: dict) -> dict:
     # grown (glibc's mmap threshold raised), which makes a step's later allocations cheaper than they are.
     sampled, why = None, None
     if req.get("config"):
+        _progress(f"the model cut to 1 and {min(req.get('sample_blocks', 3), req['layers'])} blocks, forward and"
+                  " backward")
         try:
             sampled = _sample_blocks(torch, req, device, sync)
+        except OverBudget as e:
+            why = str(e)
         except Exception as e:  # transformers cannot build it here: the op-by-op model stands in
             why = f"{type(e).__name__}: {e}"[:300]
+    _progress(f"{len(req['shapes'])} matmul shapes, elementwise kernels at {len(req['sizes'])} sizes, the optimizer")
     out, flops, seconds = {}, 0, 0.0
     for k in req["shapes"]:
         M, N, K = map(int, k.split("x"))
@@ -430,13 +534,27 @@ def _sample_blocks(torch, req: dict, device, sync) -> dict:
     if more == 1:   # one block: the whole model is the sample
         step = _one_step(torch, req, device, 1)
         return {"block_s": _timed(step, sync, SECONDS), "head_s": 0.0, "blocks": 1}
-    steps = [_one_step(torch, req, device, layers) for layers in (1, more)]
-    for step in steps:
-        step()
+    if _vote(_left() < 2 * RESERVE):   # not even time to time one block: left out before building it
+        raise OverBudget(f"{max(0.0, _left()):.0f} s were left of --calibrate-seconds {req.get('budget'):g}, and"
+                         f" {RESERVE:g} s of them go to the kernels, the optimizer and the sweep")
+    one = _one_step(torch, req, device, 1)
+    t0 = time.perf_counter()
+    one()
+    sync()
+    first = time.perf_counter() - t0
+    # the larger sample's step is at most `more` one-block steps (each holds the head): its warm-up, then a pair
+    guess = first * more + first * (1 + more)
+    if _vote(guess > _left() - RESERVE):   # any copy short of time: none samples, all go on alike
+        raise OverBudget(f"its sample would take about {guess:.0f} s, more than the"
+                         f" {max(0.0, _left()):.0f} s left of --calibrate-seconds {req.get('budget'):g}")
+    steps = [one, _one_step(torch, req, device, more)]
+    steps[1]()
     _barrier()
     pairs = []
     start = time.perf_counter()
     while len(pairs) < 5 or (time.perf_counter() - start < SECONDS and len(pairs) < 50):
+        if pairs and _left() - RESERVE < sum(pairs[-1]):   # the budget: fewer pairs, a noisier median
+            break
         t = []
         for step in steps:
             t0 = time.perf_counter()
@@ -445,7 +563,8 @@ def _sample_blocks(torch, req: dict, device, sync) -> dict:
             t.append(time.perf_counter() - t0)
         pairs.append(t)
     block = max(0.0, statistics.median(b - a for a, b in pairs)) / (more - 1)
-    return {"block_s": block, "head_s": max(0.0, statistics.median(a for a, _ in pairs) - block), "blocks": more}
+    return {"block_s": block, "head_s": max(0.0, statistics.median(a for a, _ in pairs) - block), "blocks": more,
+            "pairs": len(pairs)}
 
 
 def build_model(req: dict, device, layers: int | None = None):
@@ -490,8 +609,8 @@ def _in_group(req: dict, device, cuda: bool, sampled: dict | None = None) -> dic
     (req["sweep"], as gputopo.worker's), DeepSpeed's ZeRO-3 cost per module (req["zero3"]), the cost of
     ZeRO's collectives (req["sharded"]) and each requested strategy's DeepSpeed step on the model's sample
     (req["deepspeed"]); rank 0's."""
-    out = {"allreduce": None, "zero3_module_s": None, "collective_cost": None, "deepspeed_sampled": None,
-           "deepspeed_skipped": None}
+    out = {"allreduce": None, "zero3_module_s": None, "zero3_skipped": None, "collective_cost": None,
+           "deepspeed_sampled": None, "deepspeed_skipped": None}
     if not (req.get("sweep") or req.get("zero3") or req.get("sharded") or req.get("deepspeed")) \
             or req.get("copies", 1) < 2:
         return out
@@ -506,17 +625,34 @@ def _in_group(req: dict, device, cuda: bool, sampled: dict | None = None) -> dic
                             world_size=req["copies"])
     try:
         if req.get("sweep"):
+            _progress("an all-reduce sweep among the copies")
             out["allreduce"] = allreduce_sweep(req["sweep"], 10, device, req["copies"])
         if req.get("sharded") or req.get("zero3"):
             out["collective_cost"] = _collective_cost(device, req["copies"])
         # on a CPU DeepSpeed's processes talk through its shared-memory op, built on first use
         if req.get("zero3") and (cuda or _op_ready("deepspeed_shm_comm", req["zero3"])):
-            out["zero3_module_s"] = _zero3_module_seconds(device)
+            if _agreed_left(device) > ZERO3_SECONDS:
+                _progress("DeepSpeed's ZeRO-3 cost per module")
+                out["zero3_module_s"] = _zero3_module_seconds(device)
+            else:
+                out["zero3_skipped"] = f"not timed: it takes about {ZERO3_SECONDS:g} s, over --calibrate-seconds"
         if req.get("deepspeed") and req.get("config"):
+            if BARRIER.get("deadline"):   # what is left of the budget, the same for every copy
+                req = dict(req, deepspeed_budget=max(0.001, _agreed_left(device) - 5))
+            _progress("DeepSpeed's strategies on the model's sample, each as its estimate fits")
             out["deepspeed_sampled"], out["deepspeed_skipped"] = _deepspeed_samples(req, device, cuda, sampled)
     finally:
         dist.destroy_process_group()
     return out if rank == 0 else {**out, "allreduce": None}
+
+
+ZERO3_SECONDS = 40.0   # DeepSpeed's ZeRO-3 probe: four deepspeed.initialize and their steps, on this machine's CPU
+
+
+def _agreed_left(device) -> float:
+    """The least time left of the budget among the copies (each must take the same turns)."""
+    left = _left()
+    return left if left == float("inf") else -_agreed_max(-left, device)
 
 
 SHARD_ELEMENTS = 2 ** 21   # 8 MiB of fp32: large enough that the bandwidth, not the latency, sets the time
@@ -611,8 +747,8 @@ def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> t
         elif ops:
             skipped[name] = f"DeepSpeed's {' and '.join(ops)} op{'s' if len(ops) > 1 else ''} not built yet"
         elif guess > left:
-            skipped[name] = f"about {guess:.0f} s, over the {left:.0f} s left of --calibrate-seconds {budget:g}" \
-                if budget else "no compute sample"
+            skipped[name] = (f"about {guess:.0f} s, over the {left:.0f} s left of --calibrate-seconds"
+                             f" {req.get('budget') or budget:g}" if budget else "no compute sample")
         else:
             t0 = time.perf_counter()
             try:

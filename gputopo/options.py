@@ -147,7 +147,7 @@ class Text(_Owned):
 
 SIZE, SIZES, COUNT, BANDWIDTH, GPU_MODEL, LINK = Size(), SizeList(), Count(), Bandwidth(), GpuModelType(), LinkType()
 GPU_COUNT = Count(most=1024, what="a node holds")
-SECONDS, TIMEOUT = Seconds(), Seconds(positive=True)
+TIMEOUT = Seconds(positive=True)
 GPU_IDS, PATH, DIR, TEXT = GpuIds(), Text("PATH"), Text("DIR"), Text()
 
 

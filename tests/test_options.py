@@ -454,19 +454,22 @@ def _calibrate_check(args):
 
 
 def _calibrate_seconds_check(args):
-    """--calibrate-seconds is the budget the calibration gets for DeepSpeed's samples (0: none asked); without
-    --calibrate it is refused."""
+    """--calibrate-seconds is the whole calibration's budget (the children get its deadline, the parent stops them
+    GRACE seconds past it; 300 without it); 0 is no budget and is refused; without --calibrate it is refused."""
     def check(_):
         from conftest import fake_calibration_result
+
+        from gputopo import calibrate
         seen = []
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr("gputopo.calibrate.run", lambda req, copies=1, **k: seen.append(req)
                        or fake_calibration_result(req, copies))
             js(run("plan", *args, "--calibrate", "--calibrate-seconds", "90"))
-            none = js(run("plan", *args, "--calibrate", "--calibrate-seconds", "0"))
-        if seen[0]["deepspeed"]:   # DeepSpeed installed: every ZeRO strategy's config, under the budget
-            assert seen[0]["deepspeed_budget"] == 90 and "zero3" in seen[0]["deepspeed"]
-        assert seen[1]["deepspeed"] is None and "--calibrate-seconds 0" in none["rates"]["basis"]["deepspeed"]
+            js(run("plan", *args, "--calibrate"))
+        assert seen[0]["budget"] == 90 and seen[1]["budget"] == calibrate.DEFAULT_SECONDS == 300
+        if seen[0]["deepspeed"]:   # DeepSpeed installed: every ZeRO strategy's config, within the budget
+            assert "zero3" in seen[0]["deepspeed"]
+        one_line_usage_error(run("plan", *args, "--calibrate", "--calibrate-seconds", "0"), "--calibrate-seconds")
         one_line_usage_error(run("plan", *args, "--calibrate-seconds", "5"), "--calibrate-seconds needs --calibrate")
     return check
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 COMMANDS = {
     # the calibration's copies (gputopo.calibrate.run)
     "plan --calibrate": lambda m: ["plan", "--model", str(m), "--gpus", "2", "--gpu-mem", "8GB", "--cpu-mem", "8GB",
-                                   "--calibrate", "--calibrate-seconds", "0"],
+                                   "--calibrate", "--calibrate-seconds", "60"],
     # the memory child, then the calibration and the timed step (gputopo.measure)
     "plan --measure": lambda m: ["plan", "--model", str(m), "--gpus", "1", "--gpu-mem", "8GB", "--cpu-mem", "8GB",
                                  "--batch-size", "64", "--seq-len", "128", "--measure"],

@@ -700,14 +700,51 @@ def test_a_calibration_that_cannot_fit_is_refused_and_an_oom_kill_is_named(tmp_p
     from gputopo.errors import BadInput, BenchmarkFailed
     t = Training(precision="bf16", batch_size=4, seq_len=1024, attention="sdpa")
     req = calibrate.request(GPT2, t, 1, device="cpu")
-    assert 6 * 2 ** 30 < req["need_bytes"] < 12 * 2 ** 30     # measured 6.4-8 GB a copy
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(available=12 * 2 ** 30))
-    with pytest.raises(BadInput, match=r"2 copies of the model cut to 6 blocks at 4 x 1024 tokens need about"):
+    need = req["need_bytes"]
+    assert sorted(need, key=int) == ["2", "3", "4", "5", "6"] and need["2"] < need["6"]
+    assert 6 * 2 ** 30 < need["6"] < 12 * 2 ** 30     # measured 6.4-8 GB a copy
+    free = lambda gib: monkeypatch.setattr(psutil, "virtual_memory",   # noqa: E731
+                                           lambda: types.SimpleNamespace(available=gib * 2 ** 30))
+    free(32)
+    assert calibrate.sized(req, 2) == ({**req, "sample_blocks": 6, "need_bytes": need["6"]}, "")
+    free(2 * need["4"] / 0.9 / 2 ** 30 + 0.01)   # room for four blocks in each copy, not five
+    sized, note = calibrate.sized(req, 2)
+    assert sized["sample_blocks"] == 4 and note.startswith(" (cut from 6 to fit in this machine's")
+    free(1)
+    with pytest.raises(BadInput, match=r"2 copies of the model cut to 2 blocks at 4 x 1024 tokens need about"):
         calibrate.run(req, copies=2)
     child = tmp_path / "python"
     child.write_text("#!/bin/sh\nkill -KILL $$\n")
     child.chmod(0o755)
     monkeypatch.setattr(calibrate.sys, "executable", str(child))
-    small = {"sizes": [1024], "shapes": [], "need_bytes": 2 ** 20}
+    small = {"sizes": [1024], "shapes": [], "need_bytes": {"1": 2 ** 20}, "sample_blocks": 1}
     with pytest.raises(BenchmarkFailed, match=r"exit -9\): killed by SIGKILL, most likely the kernel's out-of-memory"):
         calibrate.run(small, copies=2)
+
+
+@pytest.mark.slow
+def test_calibrate_seconds_is_a_budget_that_holds():
+    """`plan --calibrate` ran 254 s quietly and 600 s then exit 5 under load, saying nothing (issue 33). Within
+    --calibrate-seconds 40 the gpt2 sample (minutes here) is left out and named, the steps are said on stderr as
+    they start, and the whole run ends in the budget and its grace."""
+    import subprocess
+    import sys
+    import time
+
+    from gputopo import calibrate
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "gputopo", "plan", "--model", "gpt2", "--gpus", "2", "--gpu-model",
+                        "RTX 4090", "--calibrate", "--calibrate-seconds", "40", "--json"], capture_output=True,
+                       text=True, timeout=40 + calibrate.GRACE + 30)
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert took < 40 + calibrate.GRACE, took
+    print(f"--calibrate-seconds 40: {took:.0f} s")
+    compute = json.loads(r.stdout)["rates"]["basis"]["compute"]
+    assert "the model itself was not timed: " in compute and "left of --calibrate-seconds 40" in compute
+    said = r.stderr.splitlines()
+    assert said[0].startswith("calibrating: 2 process(es) time the model cut to 1 and")
+    assert "within 40 s (--calibrate-seconds)" in said[0]
+    assert any(line.startswith("calibrating: the model cut to 1 and") for line in said)
+    assert any(line.startswith("calibrating: an all-reduce sweep") for line in said)
+    assert said[-1].startswith("calibrated in ")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..options import COUNT, SECONDS, gpu_options, host_options, json_option, model_options, training_options
+from ..options import COUNT, TIMEOUT, gpu_options, host_options, json_option, model_options, training_options
 from .common import Command, emit, exit_if_nothing_fits
 
 
@@ -19,9 +19,10 @@ from .common import Command, emit, exit_if_nothing_fits
                                                 " on a CPU) and each ZeRO strategy's DeepSpeed step on it"
                                                 " (--calibrate-seconds), not from GPU datasheets; on a CPU, the CPU"
                                                 " twin.")
-@click.option("--calibrate-seconds", type=SECONDS, help="With --calibrate: seconds it may run DeepSpeed's"
-                                                                   " strategies on the model, estimated before each"
-                                                                   " (0: none) [default: 60].")
+@click.option("--calibrate-seconds", type=TIMEOUT, help="With --calibrate: seconds the whole calibration may take;"
+                                                        " what does not fit (sample pairs past three, ZeRO-3's probe,"
+                                                        " DeepSpeed's samples, the model's sample) is skipped and"
+                                                        " named, and it is stopped 60 s past them [default: 300].")
 @json_option
 def plan(as_json, measure, steps, calibrate, calibrate_seconds, **options):
     """Memory and step time for each strategy (DDP, ZeRO-1/2/3, offload) and the fastest that fits."""
