@@ -88,3 +88,21 @@ def test_a_signal_ends_the_command_and_every_child(command, sig, moment, tmp_pat
     assert left == [], f"still running after {command} ended: {left}"
     empty = [p.name for p in tmp.glob("gputopo-*") if p.is_dir() and not any(p.iterdir())]
     assert empty == [], f"empty folders left in TMPDIR: {empty}"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM], ids=["SIGINT", "SIGHUP", "SIGTERM"])
+def test_a_signal_while_deepspeed_checks_a_config_writes_nothing(sig, tmp_path):
+    """deepspeed-config --check starts no process, but imports and runs DeepSpeed's own validation for seconds
+    (an empty cache): stopped then, it exits 128 + the signal in one line and the config is not written."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+    out = tmp_path / "ds.json"
+    proc = subprocess.Popen([sys.executable, "-m", "gputopo", "deepspeed-config", "--stage", "3", "--check", "-o",
+                             str(out)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    time.sleep(1.0)
+    assert proc.poll() is None, f"the check ended before the signal: {proc.communicate()}"
+    os.killpg(proc.pid, sig) if sig == signal.SIGINT else os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, (proc.returncode, err[-2000:])
+    assert [line for line in err.splitlines() if line.startswith("Error:")][0].startswith("Error: interrupted")
+    assert "Traceback" not in err and not out.exists()
