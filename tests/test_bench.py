@@ -20,6 +20,14 @@ from gputopo.errors import BadInput
 pytestmark = pytest.mark.skipif(__import__("importlib").util.find_spec("torch") is None, reason="torch not installed")
 
 
+@pytest.fixture(autouse=True)
+def logs_in_tmp_path(tmp_path, monkeypatch):
+    """bench-nvlink keeps each run's logs (gputopo-bench-* in TMPDIR) for the user to read: the real runs here
+    keep theirs in the test's own folder, so the suite leaves nothing in /tmp."""
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+
+
 def gputopo(*args, cwd, timeout=600, env=None):
     return subprocess.run([bin_path("gputopo"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
@@ -304,7 +312,7 @@ def test_a_failing_second_arm_keeps_the_first_in_output(fake_nvml, fake_calibrat
     data = json.loads(out.read_text())
     assert [run["label"] for run in data["runs"]] == ["p2p"] and data["runs"][0]["step_time_s"]["median"] > 0
     assert not data["complete"] and data["error"].startswith("no_p2p: torchrun exited with 1")
-    assert [p.name for p in tmp_path.iterdir()] == ["ab.json"]  # no temporary file left beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ab.json", "tmp"]  # no temporary file left beside it
 
 
 def test_dataset_without_the_datasets_package(monkeypatch, fake_nvml, no_children):
