@@ -66,6 +66,17 @@ WHAT = {
 }
 
 
+def fast_link(layout) -> bool:
+    """NVLink between every pair of one node's GPUs: ZeRO-3's traffic is cheap there."""
+    from .topology import kind_of
+    return layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
+
+
+def order(layout) -> tuple:
+    """HF's decision tree for this layout (ORDER)."""
+    return ORDER["one"] if layout.gpus == 1 else ORDER["fast" if fast_link(layout) else "slow"]
+
+
 def _levers(training) -> str:
     """What could still make it fit, leaving out what is already done."""
     out = ["add GPUs or memory"]
@@ -215,7 +226,7 @@ def why(s, layout) -> str:
 
 
 def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None,
-              times: dict | None = None) -> Advice:
+              times: dict | None = None, pick: str | None = None) -> Advice:
     """The fastest strategy that fits, with its reasons: by predicted step time (gputopo.speed) when every one
     that fits has one, else HF's DeepSpeed decision tree (docs/sources.md#deepspeed-decision-tree) ordered by
     the link rule (docs/sources.md#ddp-vs-zero-interconnect)."""
@@ -223,6 +234,8 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     by_name = {s.name: s for s in strategies}
     order = ORDER["one"] if layout.gpus == 1 else ORDER["fast" if fast_link else "slow"]
     ranked = by_speed(strategies, times or {}, order)
+    if ranked and pick in ranked:   # gputopo.search chose it over every configuration, this one's rivals included
+        ranked = [pick] + [n for n in ranked if n != pick]
     if ranked:  # what is faster first, then the rest in the usual order, for "faster choices do not fit"
         order = tuple(n for n in order if n not in ranked and times[n].step_s is not None
                       and times[n].step_s < times[ranked[0]].step_s) + tuple(ranked)
@@ -248,6 +261,9 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
                        f" into the {1 - HEADROOM:.0%} kept for the allocator's fragmentation: it may run"
                        " (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps) or stop out of memory; nothing with"
                        " that room fits.")
+    if chosen.condition:
+        reasons.append(f"Fits if each node has {chosen.condition}: the disk of the machine planned for is not"
+                       " known here.")
     if layout.gpus == 1 and chosen.name == "single":
         reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed"
                        " (HF's DeepSpeed decision tree).")

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 
 from . import doctor, dsconfig, launch, nvme, validate
 from .errors import BadInput, DoesNotFit
+from .units import gib
 
 # Options that only feed the memory plan: without --auto they would change nothing, so they are refused.
 PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
              "grad_checkpointing", "cpu_cores", "kernels", "loss", "selective_checkpointing", "pure_16bit")
+ELSEWHERE = "/local_nvme"   # nvme_path in a config for another machine: the folder DeepSpeed's docs use
 TOLD = ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
 
 
@@ -101,17 +103,23 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
                        " name the config otherwise (ds_config.json)")
 
 
-def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list]:
-    """(stage, offload, plan, notes): as given, or what `gputopo plan` recommends with --auto."""
+def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list, object]:
+    """(stage, offload, plan, notes, request): as given, or what `gputopo plan` recommends with --auto, with the
+    request's training as its search chose it (micro-batch, accumulation, checkpointing, parameter offload)."""
     if not a.auto:
-        return a.stage, a.offload, None, []
-    from . import report
-    planned = report.plan_for(req)
+        return a.stage, a.offload, None, [], req
+    from . import report, search, speed
+    req, found = search.best(req, speed.gpu_rates(req.layout, req.training))
+    planned = report.plan_for(req, found=found)
     chosen = planned["recommendation"]["strategy"]
     if chosen is None:
         raise DoesNotFit(planned["recommendation"]["reasons"][0] + " (`gputopo plan` with the same options shows"
                                                                     " every strategy)")
-    said = [f"--auto: gputopo plan recommends {chosen}"]
+    t, time = req.training, next(r["time"] for r in planned["strategies"] if r["name"] == chosen)
+    said = [f"--auto: gputopo plan recommends {chosen}, micro-batch {t.batch_size} x {t.grad_accum} accumulation"
+            + (", gradient checkpointing" if t.grad_checkpointing else "") + ": "
+            + (f"predicted {time['step_s']:.3f} s/step ({time['tokens_per_s']:,.0f} tokens/s; `gputopo plan` with the"
+               " same options shows what it assumes)" if time["step_s"] else "no step time (the link is unknown)")]
     if chosen not in dsconfig.STRATEGY_TO_CONFIG:   # PyTorch FSDP: no DeepSpeed config expresses it
         rows = {s["name"]: s for s in planned["strategies"]}
         ds = [n for n in rows if n in dsconfig.STRATEGY_TO_CONFIG and rows[n]["fits"]]
@@ -123,13 +131,19 @@ def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list]:
                     f" that fits is {best} ({step(best)}, {chosen} {step(chosen)})")
         chosen = best
     stage, offload = dsconfig.STRATEGY_TO_CONFIG[chosen]
-    return stage, offload, planned, said
+    return stage, offload, planned, said, req
 
 
 def _nvme(a: Ask, req, offload: str) -> tuple[str | None, int | None, list]:
     """The NVMe folder (gputopo.nvme's rule), the bytes offload needs there, and what to say about it."""
     if offload != "nvme":
         return None, None, []
+    if a.auto and req.layout.nvme_free_bytes is None:   # planned for GPUs described, not this machine's
+        from .plan import nvme_bytes
+        need = nvme_bytes(req.model, req.training, req.nodes)
+        return ELSEWHERE, need, [f"nvme_path {ELSEWHERE} (DeepSpeed's documented example): the machine planned for"
+                                 f" is not this one, so put a folder on its NVMe with {gib(need)} free per node"
+                                 " there, or pass --nvme-path (and --nvme-free)"]
     chosen = nvme.folder(a.nvme_path)
     notes = [chosen.picked] if chosen.picked else []
     need = None
@@ -156,7 +170,9 @@ def _build(a: Ask, req, stage: int, offload: str, nvme_path: str | None, precisi
     model, t = req.model, req.training
     accelerate = a.launcher == "accelerate"
     cfg = dsconfig.build(stage, offload, dsconfig.Shape(
-        hf=a.hf, offload_params=t.offload_params if "offload_params" in a.given else None, nvme_path=nvme_path,
+        hf=a.hf, nvme_path=nvme_path,
+        offload_params=t.offload_params if "offload_params" in a.given or a.auto and (stage, offload) == (3, "cpu")
+        else None,
         precision=precision, hidden_size=model.hidden_size if model else None,
         largest_layer=model.largest_layer_params if model else None, batch_size=t.batch_size,
         grad_accum=t.grad_accum, gpus=None if req.gpus_assumed else req.world,  # unknown: DeepSpeed derives it
@@ -195,6 +211,17 @@ def _assumed(a: Ask, req) -> dict:
     return out
 
 
+def _script_args(a: Ask, req, targs: dict | None) -> list[str]:
+    """With --auto, what the plan chose as arguments on the launch line: the HF Trainer's own flags
+    (TrainingArguments parsed by HfArgumentParser), or --gradient_checkpointing for a script of one's own
+    (the config itself holds its micro-batch and accumulation). accelerate's script reads none."""
+    if not a.auto or a.launcher == "accelerate":
+        return []
+    if targs is None:
+        return ["--gradient_checkpointing"] if req.training.grad_checkpointing else []
+    return [f"--{k}" if v is True else f"--{k} {v}" for k, v in targs.items()]
+
+
 def launching_env() -> dict:
     """This shell's variables that launch.ENV_CARRIED names, PATH with this Python's folder first: the printed
     launch runs from this virtualenv, whether or not its folder is on PATH here."""
@@ -206,7 +233,7 @@ def launching_env() -> dict:
 
 def generate(a: Ask, req) -> Result:
     """The config, validated by DeepSpeed where it is installed, with every note and the launch."""
-    stage, offload, planned, notes = _strategy(a, req)
+    stage, offload, planned, notes, req = _strategy(a, req)
     precision = _precision(a, req)
     notes = [n for k, n in req.defaults.items() if k != "precision" or precision] + list(req.notes_) + notes
     nvme_path, need, nvme_notes = _nvme(a, req, offload)
@@ -235,6 +262,6 @@ def generate(a: Ask, req) -> Result:
                                  folder=os.path.dirname(a.output) if a.output else "", shape=shape,
                                  ds_optimizer=a.ds_optimizer, grad_accum=req.training.grad_accum,
                                  env=launching_env(), cpus=a.cpus_per_task,
-                                 assumed=_assumed(a, req)) \
+                                 assumed=_assumed(a, req), script_args=_script_args(a, req, targs)) \
         if a.launcher else None
     return Result(cfg, a.output, launch_info, notes, planned, targs)

@@ -61,18 +61,19 @@ def file_names(launcher: str | None, nodes: int) -> list[str]:
 def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: str = "train.py",
             master: str | None = None, port: int = PORT, stage: int = 0, folder: str = "",
             shape: str = "trainer", ds_optimizer: bool = False, grad_accum: int = 1, env: dict | None = None,
-            cpus: int | None = None, assumed: dict | None = None) -> dict:
+            cpus: int | None = None, assumed: dict | None = None, script_args: list[str] | None = None) -> dict:
     """{"launcher", "command", "run": [{"where", "command"}], "files": {path: text}, "notes", "script_needs"}.
 
     config: the DeepSpeed file as the commands name it; folder: where the launcher files go (beside the config);
     shape: "trainer" (HF Trainer, "auto"), "initialize" (deepspeed.initialize) or "accelerate"; env: the
     launching shell's variables (ENV_CARRIED) for the deepspeed launcher's .deepspeed_env; cpus: Slurm's
     --cpus-per-task (None: CPUS_PER_PROCESS per process of the node); assumed: what the plan took for granted
-    that the script must do (script_needs)."""
+    that the script must do (script_needs); script_args: what follows the config on the script's command line
+    (the plan's micro-batch, accumulation, precision and checkpointing as the script reads them)."""
     q = shlex.quote
     path = {name: os.path.join(folder, name) for names in FILES.values() for name in names}
     endpoint = q(f"{master}:{port}") if master else f'"$MASTER_ADDR:{port}"'
-    args = f"{q(script)} --deepspeed {q(config)}"
+    args = f"{q(script)} --deepspeed {q(config)}" + "".join(f" {a}" for a in script_args or [])
     files: dict[str, str] = {}
     notes: list[str] = []
     run: list[dict] = []
@@ -240,7 +241,8 @@ def script_needs(launcher: str, shape: str, ds_optimizer: bool, grad_accum: int,
              " config=args.deepspeed)",
              "loss = engine(batch); engine.backward(loss); engine.step()"]
     if ckpt:
-        lines.insert(1, "model.gradient_checkpointing_enable()  # before deepspeed.initialize: the plan assumed"
+        lines.insert(1, "parser.add_argument('--gradient_checkpointing', action='store_true'); if it is given:"
+                        " model.gradient_checkpointing_enable()  # before deepspeed.initialize: the plan assumed"
                         " gradient checkpointing")
     if launcher == "deepspeed":
         lines.insert(1, "parser.add_argument('--local_rank', type=int)  # the deepspeed launcher passes it")

@@ -197,9 +197,13 @@ training_options = group(
     click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True,
                  help="Optimizer: its states take 8 (AdamW), 2 (8-bit Adam), about 4 (Adafactor) or 4 (SGD with"
                       " momentum) bytes per parameter."),
-    click.option("--batch-size", type=COUNT, default=4, show_default=True, help="Micro-batch per GPU."),
+    click.option("--batch-size", type=COUNT,
+                 help="Micro-batch per GPU [default: a plan searches powers of two up to what fits; 4 in a config"
+                      " without --auto]."),
     click.option("--seq-len", type=COUNT, help="Tokens per sample [default: the model's context, at most 1024]."),
-    click.option("--grad-checkpointing", is_flag=True, help="Recompute activations in backward."),
+    click.option("--grad-checkpointing/--no-grad-checkpointing", default=None,
+                 help="Recompute activations in backward, or not [default: a plan tries both; off in a config"
+                      " without --auto]."),
     click.option("--selective-checkpointing", is_flag=True,
                  help="Recompute part of them: torchtitan's per-op policy (every other matmul's output and"
                       " attention's kept, the rest recomputed)."),
@@ -224,7 +228,8 @@ training_options = group(
                       " cross-entropy kernel (flash-attn's, torch.compile); chunked, never all at once (Liger's fused"
                       " linear cross-entropy) [default: fused with --kernels fused, else hf]."),
     click.option("--offload-params/--no-offload-params", default=None,
-                 help="With ZeRO-3 offload, offload parameters too [default: yes at stage 3]."),
+                 help="With ZeRO-3 offload, offload parameters too [default: a plan tries both; yes at stage 3"
+                      " in a config without --auto]."),
 )
 host_options = group(
     click.option("--cpu-mem", type=SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),

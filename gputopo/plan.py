@@ -124,6 +124,7 @@ class Strategy:
     why_not: list[str] = field(default_factory=list)
     short_bytes: dict = field(default_factory=dict)  # {"gpu"|"cpu"|"nvme": bytes missing}; empty when it fits
     tight: bool = False                        # fits, but in the last 10 % of GPU memory kept for fragmentation
+    condition: str | None = None               # fits if this holds (what the target's NVMe must have free)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -288,10 +289,11 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
                               f" ({gib(st.short_bytes['cpu'])} short)")
         if "offload" in name and t.optimizer not in OFFLOAD_OPTIMIZERS:
             st.why_not.append(f"needs --optimizer adamw (ZeRO-Offload runs DeepSpeed's CPU Adam, not {t.optimizer})")
-        if nvme and (lay.nvme_free_bytes is None or nvme > lay.nvme_free_bytes):
-            st.short_bytes["nvme"] = int(nvme - (lay.nvme_free_bytes or 0))
-            st.why_not.append(f"needs {gib(nvme)} on NVMe" + (
-                f" of {gib(lay.nvme_free_bytes)} free" if lay.nvme_free_bytes is not None else "; give --nvme-path"))
+        if nvme and lay.nvme_free_bytes is not None and nvme > lay.nvme_free_bytes:
+            st.short_bytes["nvme"] = int(nvme - lay.nvme_free_bytes)
+            st.why_not.append(f"needs {gib(nvme)} on NVMe of {gib(lay.nvme_free_bytes)} free")
+        if nvme and lay.nvme_free_bytes is None:   # another machine's disk, not given: it fits if that holds it
+            st.condition = f"{gib(nvme)} free on NVMe per node (--nvme-free SIZE to check)"
         st.fits = not st.why_not
         st.tight = st.fits and tight
         out.append(st)

@@ -149,17 +149,20 @@ def plan(data: dict) -> str:
            f"Layout: {lay['nodes']} node(s) x {lay['gpus_per_node']} GPU(s) of {size(lay['gpu_mem_bytes'])}"
            + (f" ({lay['gpu_model']})" if lay["gpu_model"] else "")
            + (f", weakest link {lay['link_type']}" if lay["link_type"] else "")
-           + f"; CPU RAM {size(lay['cpu_mem_bytes'])}/node, NVMe free {size(lay['nvme_free_bytes'])}",
+           + f"; CPU RAM {size(lay['cpu_mem_bytes'])}/node, NVMe free "
+           + (size(lay["nvme_free_bytes"]) if lay["nvme_free_bytes"] is not None else "not given (another machine)"),
            f"Training: {t['precision']}, {t['optimizer']}, micro-batch {t['batch_size']} x {t['seq_len']} tokens,"
            f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
-           + f", {t['attention']} attention", ""]
+           + f", {t['attention']} attention" + (" (micro-batch and checkpointing searched: below)"
+                                                if data.get("search") else ""), ""]
     rows = []
     where = {"gpu": "GPU", "cpu": "CPU", "nvme": "NVMe"}
     for s in data["strategies"]:
         b = s["per_gpu_bytes"]
         comm = "-" if not s["comm_bytes_per_step"] else size(s["comm_bytes_per_step"]) + (
             f" {s['comm_seconds_per_step']:.3f}s" if s["comm_seconds_per_step"] is not None else " (link unknown)")
-        fits = ("tight" if s.get("tight") else "yes") if s["fits"] else "no: " + ", ".join(
+        fits = ("tight" if s.get("tight") else "yes") + (", if NVMe free" if s.get("condition") else "") \
+            if s["fits"] else "no: " + ", ".join(
             f"{where[k]} {size(v)} short" for k, v in s.get("short_bytes", {}).items()) if s.get("short_bytes") else (
             "yes" if s["fits"] else "no")
         rows.append([s["name"], fits, size(b["weights"]), size(b["gradients"]),
@@ -178,12 +181,41 @@ def plan(data: dict) -> str:
     out += ["", step_times(data)]
     if data.get("measured"):
         out += ["", measured(data["measured"])]
+    if data.get("search"):
+        out += ["", searched(data["search"])]
     r = data["recommendation"]
-    out += ["", f"Recommendation: {r['strategy'] or 'none fits'}"] + [f"  {x}" for x in r["reasons"]]
+    out += ["", f"Recommendation: {r['strategy'] or 'none fits'}" + (
+        f", micro-batch {r['micro_batch']} x {r['grad_accum']} accumulation"
+        + (", gradient checkpointing" if r["grad_checkpointing"] else "")
+        + ("" if r.get("offload_params") is None else ", parameters offloaded" if r["offload_params"] else
+           ", parameters on the GPU") if r["strategy"] else "")] + [f"  {x}" for x in r["reasons"]]
     if data["layout"].get("link_basis", "").startswith("assumed"):
         out.append(f"  (link bandwidth {data['layout']['link_basis']})")
     out += [f"Note: {n}" for n in data.get("notes", [])]
     return "\n".join(out)
+
+
+def _configuration(c: dict, why: str) -> list[str]:
+    """One row of the search's table."""
+    return [c["strategy"], str(c["micro_batch"]), str(c["grad_accum"]), "yes" if c["grad_checkpointing"] else "no",
+            {True: "yes", False: "no", None: "-"}[c["offload_params"]], size(c["per_gpu_bytes"]), _s(c["step_s"]),
+            f"{c['tokens_per_s']:,.0f}" if c["tokens_per_s"] else "?", why]
+
+
+def searched(found: dict) -> str:
+    """plan's search: what was open, how many configurations fit, the winner and the best of the rest."""
+    open_ = ", ".join(k.replace("_", "-") for k in found["searched"])
+    head = (f"Search ({open_} open; {found['priced']} configurations fit and were priced"
+            + (f", at global batch {found['global_batch']}" if found["global_batch"] else "") + "):")
+    if not found["chosen"]:
+        return head + "\n  none fits: the table above is the leanest (micro-batch 1, checkpointing where open)"
+    rows = [_configuration(found["chosen"], "chosen")] + [_configuration(c, c["why"]) for c in found["next"]]
+    text = table(rows, ["strategy", "micro", "accum", "ckpt", "offload params", "total/GPU", "step", "tokens/s",
+                        "why not"])
+    if not found["timed"]:
+        text += "\n  no step time (the link is unknown): ranked by HF's decision tree, then no recomputation, then" \
+                " the largest micro-batch"
+    return head + "\n" + text
 
 
 def _s(v) -> str:

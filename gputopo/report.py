@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import advise, health
 from .errors import NvmlUnavailable, TooFewGpus
-from .topology import Topology, kind_of, rank, select
+from .topology import Topology, rank, select
 
 SCHEMA_VERSION = 1
 
@@ -76,25 +76,34 @@ def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
     return sorted(((t, pairs, l) for t, (pairs, l) in groups.items()), key=lambda x: rank(x[2]["type"]))
 
 
-def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda") -> dict:
+def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda", found: dict | None = None) -> dict:
     """The `plan` report for a resolved gputopo.request.Request (defaults, bf16, global batch already checked):
     every strategy's memory, traffic and step time, and the recommendation. `rates`: this machine's calibrated
-    figures (gputopo.calibrate), else the GPU's datasheet (gputopo.speed.gpu_rates)."""
-    from . import speed  # the memory and time arithmetic: only when a plan is asked for
+    figures (gputopo.calibrate), else the GPU's datasheet (gputopo.speed.gpu_rates). What the user left open
+    (micro-batch, checkpointing, parameter offload) is searched first (gputopo.search); `found`: that search's
+    record when the caller ran it (deepspeed-config --auto)."""
+    from . import search, speed  # the memory and time arithmetic: only when a plan is asked for
     from .plan import strategies as all_strategies
+    rates = rates or speed.gpu_rates(req.layout, req.training)
+    req, searched = search.best(req, rates, device)   # what the user left open, chosen (a no-op when nothing is)
+    found = found or searched
     model, layout, training = req.model, req.layout, req.training
     strategies = all_strategies(model, layout, training)
-    rates = rates or speed.gpu_rates(layout, training)
     times = {s.name: speed.step(s.name, model, layout, training, rates, steps=steps, device=device)
              for s in strategies}
     for s in strategies:
         s.comm_seconds_per_step = times[s.name].comm_s
-    fast = layout.gpus > 1 and layout.nodes == 1 and kind_of(layout.link_type) == "NV"
-    advice = advise.from_plan(model, layout, training, strategies, fast, req.global_batch, times)
+    pick = found["chosen"]["strategy"] if found and found["chosen"] else None
+    advice = advise.from_plan(model, layout, training, strategies, advise.fast_link(layout), req.global_batch, times,
+                              pick=pick).to_dict()
+    chosen = advice["strategy"]
+    advice.update(micro_batch=training.batch_size, grad_accum=training.grad_accum,
+                  grad_checkpointing=training.grad_checkpointing,
+                  offload_params=training.offload_params if chosen == "zero3_offload_cpu" else None)
     rows = [{**s.to_dict(), "time": times[s.name].to_dict()} for s in strategies]
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
-            "training": training.to_dict(), "strategies": rows, "recommendation": advice.to_dict(),
-            "interconnect_ab": interconnect_ab(advice.strategy, model, layout, training, rates, times, device),
+            "training": training.to_dict(), "strategies": rows, "recommendation": advice, "search": found,
+            "interconnect_ab": interconnect_ab(chosen, model, layout, training, rates, times, device),
             "rates": rates.to_dict(), "notes": list(req.notes)}
 
 

@@ -24,6 +24,7 @@ from .topology import link_type, nvlink_count
 from .units import gib
 
 DEFAULT_SEQ_CAP = 1024      # --seq-len default: the model's context, at most this
+DEFAULT_MICRO = 4           # --batch-size where nothing is searched (deepspeed-config without --auto)
 INTER_NODE_GBPS = 12.5      # --inter-node-gbps default: 100 Gb/s Ethernet or EDR InfiniBand, per direction
 MEM_AGREES = 0.10           # --gpu-mem within 10 % of the catalog's size for --gpu-model agrees with it
 
@@ -43,11 +44,11 @@ class TrainingAsk:
     """How it trains, as the options give it (None: the default)."""
     precision: str | None = None
     optimizer: str = "adamw"
-    batch_size: int = 4
+    batch_size: int | None = None
     seq_len: int | None = None
     grad_accum: int | None = None
     global_batch: int | None = None
-    grad_checkpointing: bool = False
+    grad_checkpointing: bool | None = None
     attention: str | None = None
     flash_attention: bool = False
     offload_params: bool | None = None
@@ -95,6 +96,7 @@ class Request:
     defaults: dict = field(default_factory=dict)   # option -> the note saying how its default was chosen
     notes_: tuple[str, ...] = ()                     # remarks that are not defaults (a disagreeing folder)
     gpus_assumed: bool = False                       # no --gpus and no GPU here: 1 per node, a guess
+    searchable: frozenset = frozenset()              # gputopo.search's knobs the user left open (a plan only)
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -130,6 +132,18 @@ def precision(chosen: str | None, gpu_model: str | None, device: str = "cuda") -
         return "fp16", f"precision fp16: {gpu_model} has no bf16 (older than Ampere)"
     return "bf16", ("precision bf16: " + (f"{gpu_model} is Ampere or newer" if amp else "GPU model unknown, assumed"
                                           " Ampere or newer (--precision fp16 for older GPUs)"))
+
+
+def first_micro(micro: int | None, accum: int | None, global_batch: int | None, world: int) -> int:
+    """--batch-size, else DEFAULT_MICRO or the largest power of two below it that --global-batch allows (the
+    plan's search then tries the others)."""
+    if micro:
+        return micro
+    if global_batch and accum and global_batch % (accum * world) == 0:
+        return global_batch // (accum * world)
+    fits = [b for b in (DEFAULT_MICRO, 2, 1) if global_batch is None
+            or global_batch % (b * world) == 0 and (accum is None or b * accum * world == global_batch)]
+    return fits[0] if fits else DEFAULT_MICRO
 
 
 def accumulation(micro: int, accum: int | None, global_batch: int | None, world: int) -> int:
@@ -198,6 +212,10 @@ def _given_gpus(hw: HardwareAsk, gm: catalog.GpuModel | None, host_facts: dict, 
     if nvlinks and cap is not None and nvlinks > cap:
         has = f"{gm.key} has {cap} NVLinks" if cap else f"{gm.key} has no NVLink"
         raise BadInput(f"--link {link}: {has}")
+    if link is None and hw.gpus > 1 and cap == 0:
+        link = "PHB"   # no NVLink on the card: PCIe is the only path between two of them
+        notes["link"] = (f"link PHB: {gm.key} has no NVLink, so its GPUs talk over PCIe; assumed under one CPU"
+                         " (--link NODE or SYS for GPUs on two sockets, PIX/PXB behind a PCIe switch)")
     gbps, basis = link_bandwidth(link, name) if link else (None, "unknown")
     return Layout(gpus_per_node=hw.gpus, gpu_mem_bytes=mem, gpu_model=name, link_type=link, link_gbps=gbps,
                   link_basis=basis, **host_facts)
@@ -233,8 +251,10 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
     return layout_from_topology(topology, selected, mem, **host_facts)
 
 
-def _host(hw: HardwareAsk, notes: dict) -> dict:
-    """Each node's CPU RAM and NVMe free space: given, else measured here (gputopo.nvme owns the folder)."""
+def _host(hw: HardwareAsk, notes: dict, elsewhere: bool = False) -> dict:
+    """Each node's CPU RAM and NVMe free space: given, else measured here (gputopo.nvme owns the folder). For
+    GPUs described rather than seen (`elsewhere`), this machine's disk says nothing of theirs: NVMe free is
+    unknown (None) unless --nvme-free or --nvme-path gives it, and the plan says what offload would need there."""
     from . import probe
     cpu, cores = hw.cpu_mem, hw.cpu_cores
     if cpu is None:
@@ -243,6 +263,8 @@ def _host(hw: HardwareAsk, notes: dict) -> dict:
     if cores is None:
         cores = probe.host()["cpus_physical"] or os.cpu_count() or 1
         notes["cpu_cores"] = f"CPU cores: {cores} per node, this machine's (--cpu-cores to change)"
+    if elsewhere and hw.nvme_path is None and hw.nvme_free is None:
+        return {"cpu_mem_bytes": cpu, "nvme_free_bytes": None, "cpu_cores": cores}
     free, nvme_notes = nvme.free_space(hw.nvme_path, hw.nvme_free)
     notes.update(nvme_notes)
     return {"cpu_mem_bytes": cpu, "nvme_free_bytes": free, "cpu_cores": cores}
@@ -334,7 +356,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     gm = gpu_model_of(hw.gpu_model)
     layout, assumed = None, False
     if need_layout:  # before the model: a missing --gpus/--gpu-mem is refused before transformers loads
-        layout = _layout(hw, gm, _host(hw, notes), topology, selected, notes)
+        elsewhere = topology is None and hw.gpus is not None and (hw.gpu_mem is not None or gm is not None)
+        layout = _layout(hw, gm, _host(hw, notes, elsewhere), topology, selected, notes)
         per_node, gpu_name = layout.gpus_per_node, layout.gpu_model
     else:
         per_node, assumed, topology, selected = _per_node(hw, topology, selected, t.global_batch, notes)
@@ -357,9 +380,15 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
         notes["pure_16bit"] = ("--pure-16bit: single, ddp and fsdp keep 16-bit weights and optimizer states;"
                                " DeepSpeed's rows keep their own fp32 master copy, as DeepSpeed does")
     plan_notes: dict = {}  # what only the memory plan reads: said only when a plan is made
-    training_ = Training(precision=chosen, optimizer=t.optimizer, batch_size=t.batch_size,
-                         seq_len=_seq_len(spec, t.seq_len, plan_notes), grad_checkpointing=t.grad_checkpointing,
-                         grad_accum=accumulation(t.batch_size, t.grad_accum, t.global_batch, per_node * hw.nodes),
+    world = per_node * hw.nodes
+    micro = first_micro(t.batch_size, t.grad_accum, t.global_batch, world)
+    # What plan's search may change: what the user did not pin (gputopo.search); a config without --auto has none.
+    open_ = {"batch_size": t.batch_size is None, "offload_params": t.offload_params is None,
+             "grad_checkpointing": t.grad_checkpointing is None and not t.selective_checkpointing}
+    searchable = frozenset(k for k, v in open_.items() if v) if need_layout and spec is not None else frozenset()
+    training_ = Training(precision=chosen, optimizer=t.optimizer, batch_size=micro,
+                         seq_len=_seq_len(spec, t.seq_len, plan_notes), grad_checkpointing=bool(t.grad_checkpointing),
+                         grad_accum=accumulation(micro, t.grad_accum, t.global_batch, world),
                          attention=_attention(spec, t.attention, t.flash_attention, plan_notes),
                          offload_params=t.offload_params is not False, kernels=t.kernels or "hf",
                          selective=t.selective_checkpointing, pure16=t.pure_16bit,
@@ -367,7 +396,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     notes.update(plan_notes if need_layout else {})
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
                                                                      "seq_len_rotary")])
-    return Request(spec, layout, training_, per_node, hw.nodes, t.global_batch, notes, remarks, gpus_assumed=assumed)
+    return Request(spec, layout, training_, per_node, hw.nodes, t.global_batch, notes, remarks, gpus_assumed=assumed,
+                   searchable=searchable)
 
 
 def runs_here(training: Training, option: str) -> None:

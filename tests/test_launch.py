@@ -189,7 +189,8 @@ def test_every_launcher_names_what_the_plan_assumed():
     assert any(n.startswith("model.gradient_checkpointing_enable()  # before prepare()") for n in needs), needs
     plain = json.loads(run("deepspeed-config", "--auto", "--model", "gpt2", "--gpu-mem", "24GB", *base[3:], "--no-hf",
                            "--launcher", "torchrun", "--json").stdout)["launch"]["script_needs"]
-    assert plain[1].startswith("model.gradient_checkpointing_enable()  # before deepspeed.initialize"), plain
+    assert plain[1].startswith("parser.add_argument('--gradient_checkpointing', action='store_true'); if it is"
+                               " given: model.gradient_checkpointing_enable()  # before deepspeed.initialize"), plain
     hf = json.loads(run(*base, "--launcher", "deepspeed", "--json").stdout)["launch"]["script_needs"]
     assert "gradient_checkpointing=True: the plan assumed it" in hf[0]
     without = json.loads(run(*base[:-1], "--launcher", "accelerate", "--json").stdout)["launch"]["script_needs"]

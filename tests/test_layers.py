@@ -14,7 +14,7 @@ LAYERS = [
     # reading the machine and the inputs
     {"parse", "probe", "sources", "health", "nvme", "validate", "dsops", "launch", "worker", "nccllog"},
     # what fits, how fast, what to use
-    {"plan", "speed", "calibrate", "advise", "request", "dsconfig", "measure", "doctor", "bench", "fleet"},
+    {"plan", "speed", "calibrate", "advise", "request", "search", "dsconfig", "measure", "doctor", "bench", "fleet"},
     # one answer per command
     {"report", "configure", "gather"},
     # output

@@ -77,16 +77,23 @@ def test_without_nvme_path_plan_and_deepspeed_config_pick_the_same_folder():
     picked = nvme.default()
     if picked is None:
         pytest.skip("no writable local disk on this machine")
-    plan = json.loads(run("plan", *MODEL, *LAYOUT, "--json").stdout)
+    plan = json.loads(run("plan", *MODEL, *LAYOUT, "--nvme-path", picked.path, "--json").stdout)
     cfg = json.loads(run("deepspeed-config", "--stage", "3", "--offload", "nvme").stdout)
-    assert any(f"measured at {picked.path} " in n for n in plan["notes"])
+    assert any(f"measured at {picked.path}" in n for n in plan["notes"])
     assert cfg["zero_optimization"]["offload_param"]["nvme_path"] == os.path.abspath(picked.path)
+    # GPUs described, not this machine's: its disk says nothing of theirs (issue 34)
+    other = json.loads(run("plan", *MODEL, *LAYOUT, "--json").stdout)
+    assert other["layout"]["nvme_free_bytes"] is None and not any("NVMe free" in n for n in other["notes"])
+    row = next(s for s in other["strategies"] if s["name"] == "zero3_offload_nvme")
+    assert "nvme" not in row["short_bytes"]
+    assert row["condition"].endswith("free on NVMe per node (--nvme-free SIZE to check)")
 
 
 def test_no_local_disk_plans_zero_nvme_and_refuses_the_config_with_one_reason(monkeypatch):
     """Was: plan fell back to the temp folder while deepspeed-config refused."""
     monkeypatch.setattr(nvme, "default", lambda: None)
-    plan = json.loads(run("plan", *MODEL, *LAYOUT, "--json").stdout)
+    # a topology (here a bundled paste) is planned with the local disk's rule; GPUs described leave it unknown
+    plan = json.loads(run("inspect", "--example", "dgx-a100", *MODEL, "--json").stdout)["plan"]
     assert plan["layout"]["nvme_free_bytes"] == 0
     assert any(nvme.NOWHERE in n for n in plan["notes"])
     assert nvme.NOWHERE in refusal(run("deepspeed-config", "--stage", "3", "--offload", "nvme"))
@@ -143,11 +150,11 @@ def test_deepspeed_config_without_auto_suggests_no_plan_only_option():
 def test_advice_already_taken_is_not_repeated():
     base = ["--model", "llama-2-70b", "--gpus", "1", "--gpu-mem", "8GB", "--cpu-mem", "16GB", "--nvme-free", "10GB",
             "--json"]
-    reasons = json.loads(run("plan", *base).stdout)["recommendation"]["reasons"]
-    assert "use --grad-checkpointing" in " ".join(reasons)
-    taken = json.loads(run("plan", *base, "--grad-checkpointing", "--batch-size", "1").stdout)
-    text = " ".join(taken["recommendation"]["reasons"])
-    assert "--grad-checkpointing" not in text and "lower --batch-size" not in text
+    reasons = json.loads(run("plan", *base, "--no-grad-checkpointing", "--batch-size", "4").stdout)
+    assert "use --grad-checkpointing" in " ".join(reasons["recommendation"]["reasons"])
+    for taken in (["--grad-checkpointing", "--batch-size", "1"], []):   # given, or tried by the search
+        text = " ".join(json.loads(run("plan", *base, *taken).stdout)["recommendation"]["reasons"])
+        assert "--grad-checkpointing" not in text and "lower --batch-size" not in text
 
 
 def test_tensor_core_advice_is_about_matmul_sizes_not_the_batch():

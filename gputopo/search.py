@@ -1,0 +1,142 @@
+"""plan's search over what the user left open: micro-batch (powers of two up to what fits), gradient checkpointing
+(off, on), ZeRO-3's parameter offload (on, off) and the strategy. Every combination that fits is priced with the
+same memory (gputopo.plan) and time (gputopo.speed) as the table; the fastest by predicted tokens/s wins (at the
+global batch asked for, when one is: the same samples per step, so the same optimization).
+
+What is pinned on the command line (--batch-size, --[no-]grad-checkpointing, --[no-]offload-params, --grad-accum
+with --global-batch) stays as given. Within advise.TIE of the best, the prediction's error, the strategy HF's
+decision tree reaches first wins, then no recomputation, then the most tokens/s."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import advise, speed
+from .plan import HEADROOM, Training, strategies
+from .request import Request, accumulation
+from .units import gib
+
+MAX_MICRO = 256      # micro-batches searched: 1, 2, 4 ... up to this
+SHOWN = 5            # configurations shown beside the winner
+
+
+@dataclass(frozen=True)
+class Candidate:
+    strategy: str
+    training: Training
+    per_gpu_bytes: int
+    tight: bool
+    step_s: float | None
+    tokens_per_s: float | None
+
+    def to_dict(self) -> dict:
+        t = self.training
+        return {"strategy": self.strategy, "micro_batch": t.batch_size, "grad_accum": t.grad_accum,
+                "grad_checkpointing": t.grad_checkpointing,
+                "offload_params": t.offload_params if self.strategy == "zero3_offload_cpu" else None,
+                "per_gpu_bytes": self.per_gpu_bytes, "tight": self.tight, "step_s": self.step_s,
+                "tokens_per_s": self.tokens_per_s}
+
+
+def _micros(req: Request) -> list[int]:
+    """Micro-batches to try, smallest first: the pinned one, else powers of two the global batch allows."""
+    t = req.training
+    if "batch_size" not in req.searchable:
+        return [t.batch_size]
+    out = []
+    for b in (2 ** i for i in range(MAX_MICRO.bit_length())):
+        try:
+            accumulation(b, None if req.global_batch else t.grad_accum, req.global_batch, req.world)
+        except Exception:   # BadInput: this micro-batch does not divide the global batch
+            continue
+        out.append(b)
+    return out or [t.batch_size]
+
+
+def _trainings(req: Request):
+    """(Training, strategies it is priced for) for every open knob's value, micro-batch ascending per setting."""
+    t = req.training
+    ckpts = (False, True) if "grad_checkpointing" in req.searchable else (t.grad_checkpointing,)
+    offloads = (True, False) if "offload_params" in req.searchable else (t.offload_params,)
+    for ckpt in ckpts:
+        for i, off in enumerate(offloads):
+            only = None if i == 0 else ("zero3_offload_cpu",)   # the only row parameter offload changes
+            yield [(replace(t, batch_size=b, grad_checkpointing=ckpt, offload_params=off,
+                            grad_accum=accumulation(b, None if req.global_batch else t.grad_accum,
+                                                    req.global_batch, req.world)), only) for b in _micros(req)]
+
+
+def candidates(req: Request, rates, device: str = "cuda") -> list[Candidate]:
+    """Every configuration that fits (tightly or not), priced."""
+    m, lay = req.model, req.layout
+    out = []
+    for series in _trainings(req):
+        for t, only in series:
+            rows = [s for s in strategies(m, lay, t) if s.fits and (only is None or s.name in only)]
+            if not rows:
+                break   # memory grows with the micro-batch: nothing larger fits either
+            for s in rows:
+                time = speed.step(s.name, m, lay, t, rates, device=device)
+                out.append(Candidate(s.name, t, s.per_gpu_bytes["total"],
+                                     s.per_gpu_bytes["total"] > HEADROOM * lay.gpu_mem_bytes, time.step_s,
+                                     time.tokens_per_s))
+    return out
+
+
+def rank(found: list[Candidate], order: tuple) -> tuple[list[Candidate], bool]:
+    """(candidates best first, timed). Those with room for fragmentation first, tight ones only if none has it.
+    Timed: by tokens/s with advise.TIE's tie rule; a time unknown anywhere (the link not given): the decision
+    tree's order, no recomputation, the largest micro-batch."""
+    pool = [c for c in found if not c.tight] or found
+    where = {n: i for i, n in enumerate(order)}
+    timed = bool(pool) and all(c.tokens_per_s for c in pool)
+    if not timed:
+        return sorted(pool, key=lambda c: (where.get(c.strategy, 99), c.training.grad_checkpointing,
+                                           -c.training.batch_size, not c.training.offload_params)), False
+    best = max(c.tokens_per_s for c in pool)
+    ties = [c for c in pool if c.tokens_per_s >= best / (1 + advise.TIE)]
+    first = min(ties, key=lambda c: (where.get(c.strategy, 99), c.training.grad_checkpointing, -c.tokens_per_s))
+    return [first] + sorted((c for c in pool if c is not first), key=lambda c: -c.tokens_per_s), True
+
+
+def leanest(req: Request) -> Training:
+    """The configuration that needs least memory, for the table when nothing fits: micro-batch 1 (or the least
+    the global batch allows) with checkpointing where they are open."""
+    t = req.training
+    micro = _micros(req)[0]
+    return replace(t, batch_size=micro, grad_accum=accumulation(micro, None if req.global_batch else t.grad_accum,
+                                                                req.global_batch, req.world),
+                   grad_checkpointing=t.grad_checkpointing or "grad_checkpointing" in req.searchable)
+
+
+def losing(c: Candidate, first: Candidate, timed: bool) -> str:
+    """Why a shown configuration is not the recommendation."""
+    if c.tight and not first.tight:
+        return f"fits only tightly ({gib(c.per_gpu_bytes)} per GPU)"
+    if not timed:
+        return "later in HF's decision tree, or more recomputation or a smaller micro-batch"
+    if first.tokens_per_s <= c.tokens_per_s * (1 + advise.TIE):
+        return (f"within {advise.TIE:.0%} ({c.tokens_per_s / first.tokens_per_s - 1:+.0%} tokens/s), the"
+                " prediction's error: the simpler choice is taken")
+    return f"{1 - c.tokens_per_s / first.tokens_per_s:.0%} fewer tokens/s"
+
+
+def best(req: Request, rates, device: str = "cuda") -> tuple[Request, dict | None]:
+    """The request with the fastest configuration that fits (nothing left open), and what the search saw
+    (None when nothing was open). When nothing fits, the leanest configuration, for the table's shortfalls."""
+    if not req.searchable or req.model is None or req.layout is None:
+        return req, None
+    lay = req.layout
+    order = advise.order(lay)
+    found = candidates(req, rates, device)
+    ranked, timed = rank(found, order)
+    chosen = ranked[0].training if ranked else leanest(req)
+    shown, seen = [], set()
+    for c in ranked[1:]:   # the best of each strategy and checkpointing setting: the alternatives that matter
+        key = (c.strategy, c.training.grad_checkpointing)
+        if key not in seen and key != (ranked[0].strategy, ranked[0].training.grad_checkpointing):
+            seen.add(key)
+            shown.append({**c.to_dict(), "why": losing(c, ranked[0], timed)})
+    info = {"searched": sorted(req.searchable), "priced": len(found), "timed": timed,
+            "global_batch": req.global_batch, "chosen": ranked[0].to_dict() if ranked else None,
+            "next": shown[:SHOWN]}
+    return replace(req, training=chosen, searchable=frozenset()), info

@@ -1,0 +1,144 @@
+"""plan's search (issue 34): what the user did not pin is searched, what they pinned stays, the winner is the
+fastest configuration that fits, and deepspeed-config --auto writes and launches what plan found."""
+import json
+import shlex
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+from gputopo import advise, request, search, speed
+from gputopo.cli import cli
+from gputopo.plan import strategies
+
+PERSONA = ["--model", "mistral-7b", "--gpus", "4", "--gpu-model", "RTX 4090", "--cpu-mem", "128GiB"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def plan(*args) -> dict:
+    r = run("plan", "--json", *args)
+    assert r.exit_code in (0, 1), r.output
+    return json.loads(r.stdout)
+
+
+def test_the_persona_gets_a_fitting_plan_in_one_command():
+    """4x RTX 4090 without NVLink, 128 GiB RAM, Mistral-7B, nothing else said: was 'nothing fits' and no time."""
+    r = run("plan", *PERSONA)
+    assert r.exit_code == 0, r.output
+    data = plan(*PERSONA)
+    rec = data["recommendation"]
+    assert rec["strategy"] and {"micro_batch", "grad_accum", "grad_checkpointing", "offload_params"} <= set(rec)
+    assert data["training"]["batch_size"] == rec["micro_batch"]
+    assert data["training"]["grad_checkpointing"] == rec["grad_checkpointing"]
+    # the link from the card: a 4090 has no NVLink, so PCIe, said in a note; a step time follows
+    assert data["layout"]["link_type"] == "PHB" and any("has no NVLink" in n for n in data["notes"])
+    row = next(s for s in data["strategies"] if s["name"] == rec["strategy"])
+    assert row["time"]["step_s"] and row["fits"]
+    # this machine's disk is not the target's: nothing measured here is used, the table says what NVMe must hold
+    assert data["layout"]["nvme_free_bytes"] is None and "NVMe free not given (another machine)" in r.output
+    if rec["strategy"] == "zero3_offload_nvme":
+        assert "yes, if NVMe free" in r.output and any("Fits if each node has" in x for x in rec["reasons"])
+    assert f"Recommendation: {rec['strategy']}, micro-batch {rec['micro_batch']}" in r.output
+
+
+def test_pinned_knobs_stay_and_open_ones_are_named():
+    args = ["--model", "gpt2-large", "--gpus", "2", "--gpu-model", "A100-40GB", "--link", "NV12", "--cpu-mem", "64GB",
+            "--nvme-free", "1TB"]
+    free = plan(*args)
+    assert free["search"]["searched"] == ["batch_size", "grad_checkpointing", "offload_params"]
+    pinned = plan(*args, "--batch-size", "3", "--no-grad-checkpointing", "--offload-params")
+    assert pinned["search"] is None or pinned["search"]["searched"] == []
+    assert pinned["training"]["batch_size"] == 3 and pinned["training"]["grad_checkpointing"] is False
+    on = plan(*args, "--grad-checkpointing")
+    assert on["search"]["searched"] == ["batch_size", "offload_params"] and on["training"]["grad_checkpointing"]
+    assert all(c["grad_checkpointing"] for c in on["search"]["next"])
+    micro = plan(*args, "--batch-size", "2")
+    assert micro["recommendation"]["micro_batch"] == 2 and all(c["micro_batch"] == 2 for c in micro["search"]["next"])
+
+
+def test_global_batch_is_kept_by_every_configuration():
+    data = plan("--model", "gpt2", "--gpus", "4", "--gpu-model", "RTX 4090", "--cpu-mem", "64GB", "--nvme-free", "1TB",
+                "--global-batch", "96")
+    shown = [data["search"]["chosen"]] + data["search"]["next"]
+    assert all(c["micro_batch"] * c["grad_accum"] * 4 == 96 for c in shown)
+    rec = data["recommendation"]
+    assert rec["micro_batch"] * rec["grad_accum"] * 4 == 96 and data["search"]["global_batch"] == 96
+
+
+@pytest.mark.parametrize("layout", [
+    dict(model="gpt2-xl", gpus=4, gpu_model="RTX 4080", link="SYS"),
+    dict(model="llama-2-7b", gpus=8, gpu_model="A100-80GB", link="NV12"),
+    dict(model="qwen2.5-0.5b", gpus=1, gpu_model="L4"),
+])
+def test_the_winner_is_the_fastest_of_every_configuration_priced_here(layout):
+    """Every combination priced again, independently of the search's own loop: none beats the winner by more
+    than the tie margin, and the winner itself fits with the 10 % room."""
+    req = request.from_options({**layout, "cpu_mem": 64 * 2 ** 30, "nvme_free": 2 ** 40})
+    rates = speed.gpu_rates(req.layout, req.training)
+    best = 0.0
+    for micro in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        for ckpt in (False, True):
+            for off in (True, False):
+                t = replace(req.training, batch_size=micro, grad_checkpointing=ckpt, offload_params=off)
+                for s in strategies(req.model, req.layout, t):
+                    if s.fits and not s.tight:
+                        best = max(best, speed.step(s.name, req.model, req.layout, t, rates).tokens_per_s)
+    chosen, found = search.best(req, rates)
+    assert found["chosen"]["tokens_per_s"] * (1 + advise.TIE) >= best > 0
+    assert not found["chosen"]["tight"] and not chosen.searchable
+
+
+def test_nothing_fits_shows_the_leanest_configuration():
+    data = plan("--model", "llama-2-70b", "--gpus", "1", "--gpu-mem", "8GB", "--cpu-mem", "16GB", "--nvme-free", "10GB")
+    assert data["recommendation"]["strategy"] is None and data["search"]["chosen"] is None
+    assert data["training"]["batch_size"] == 1 and data["training"]["grad_checkpointing"]
+
+
+def test_untimed_search_follows_the_decision_tree_then_the_largest_micro_batch():
+    """Without --link no step time is known: the search says so and ranks as HF's decision tree does."""
+    r = run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-model", "A100-80GB", "--cpu-mem", "64GB")
+    assert r.exit_code == 0 and "no step time (the link is unknown)" in r.output
+    data = plan("--model", "gpt2", "--gpus", "2", "--gpu-model", "A100-80GB", "--cpu-mem", "64GB")
+    assert data["search"]["timed"] is False and data["recommendation"]["strategy"] == "ddp"
+    assert not data["training"]["grad_checkpointing"]
+    assert all(c["micro_batch"] <= data["training"]["batch_size"] for c in data["search"]["next"]
+               if c["strategy"] == "ddp" and not c["grad_checkpointing"])
+
+
+@pytest.mark.parametrize("hf", [True, False])
+def test_auto_writes_and_launches_what_plan_found(hf):
+    args = ["--model", "gpt2-large", "--gpus", "2", "--gpu-model", "RTX 3090", "--link", "PHB", "--cpu-mem", "64GB",
+            "--nvme-free", "1TB"]
+    found = plan(*args)
+    rec = found["recommendation"]
+    r = run("deepspeed-config", "--auto", *args, *([] if hf else ["--no-hf"]), "--launcher", "torchrun", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["plan"] == found
+    said = next(w for w in out["warnings"] if w.startswith("--auto: gputopo plan recommends"))
+    step = next(s for s in found["strategies"] if s["name"] == rec["strategy"])["time"]["step_s"]
+    assert f"micro-batch {rec['micro_batch']} x {rec['grad_accum']} accumulation" in said
+    if rec["strategy"] != "fsdp":
+        assert f"predicted {step:.3f} s/step" in said
+    words = shlex.split(out["launch"]["command"])
+    if hf:
+        assert words[words.index("--per_device_train_batch_size") + 1] == str(rec["micro_batch"])
+        assert words[words.index("--gradient_accumulation_steps") + 1] == str(rec["grad_accum"])
+        assert "--bf16" in words and ("--gradient_checkpointing" in words) == rec["grad_checkpointing"]
+    else:
+        cfg = out["config"]
+        assert cfg["train_micro_batch_size_per_gpu"] == rec["micro_batch"]
+        assert cfg["gradient_accumulation_steps"] == rec["grad_accum"]
+        assert ("--gradient_checkpointing" in words) == rec["grad_checkpointing"]
+
+
+def test_a_config_for_another_machine_does_not_name_this_ones_disk():
+    r = run("deepspeed-config", "--auto", *PERSONA, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    if out["plan"]["recommendation"]["strategy"] == "zero3_offload_nvme":
+        assert out["config"]["zero_optimization"]["offload_param"]["nvme_path"] == "/local_nvme"
+        assert any(w.startswith("nvme_path /local_nvme") for w in out["warnings"])
