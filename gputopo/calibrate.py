@@ -213,7 +213,8 @@ def average(results: list[dict]) -> dict:
     out["cpu_adam_params_per_s"] = out["cpu_adam_params_per_s"] and out["cpu_adam_params_per_s"] * len(results)
     out["allreduce"] = next((r["allreduce"] for r in results if r.get("allreduce")), None)
     if results[0].get("sampled"):
-        out["sampled"] = {k: statistics.fmean(r["sampled"][k] for r in results) for k in results[0]["sampled"]}
+        out["sampled"] = {k: statistics.fmean(r["sampled"][k] for r in results) if k != "shape" else v
+                          for k, v in results[0]["sampled"].items()}
     out["elementwise"] = {n: {kind: statistics.fmean(r["elementwise"][n][kind] for r in results)
                               for kind in results[0]["elementwise"][n]} for n in results[0]["elementwise"]}
     return out
@@ -457,7 +458,7 @@ def child(req: dict) -> dict:
         _progress(f"the model cut to 1 and {min(req.get('sample_blocks', 3), req['layers'])} blocks, forward and"
                   " backward")
         try:
-            sampled = _sample_blocks(torch, req, device, sync)
+            sampled = dict(_sample_blocks(torch, req, device, sync), shape=sample_shape(req))
         except OverBudget as e:
             why = str(e)
         except Exception as e:  # transformers cannot build it here: the op-by-op model stands in
@@ -786,7 +787,12 @@ def _deepspeed_sample(req: dict, device, cfg: dict) -> dict:
         times[layers] += _engine_steps(engine, loss, 2, DS_SAMPLE_STEPS, device)
         engine.destroy()
     return {"one_s": statistics.median(times[1]), "more_s": statistics.median(times[more]), "blocks": more,
-            "processes": req["copies"]}
+            "processes": req["copies"], "shape": sample_shape(req)}
+
+
+def sample_shape(req: dict) -> list:
+    """The step's shape a sample was timed at (speed.shape_of for the Training it stands for)."""
+    return [req["batch_size"], req["seq_len"], bool(req.get("grad_checkpointing"))]
 
 
 def _engine_steps(engine, loss, warmup: int, steps: int, device) -> list[float]:

@@ -357,16 +357,39 @@ def cast_bytes(name: str, m, t) -> float:
     return m.params * 6 if name in ("single", "ddp") and t.precision != "fp32" and not t.pure16 else 0.0
 
 
+def sampled_training(sample: dict, t):
+    """The Training a calibration sample was timed at: t with the sample's micro-batch, sequence and
+    checkpointing (calibrate.sample_shape); t itself for a sample that does not say."""
+    if not sample.get("shape"):
+        return t
+    batch, seq, ckpt = sample["shape"]
+    return replace(t, batch_size=int(batch), seq_len=int(seq), grad_checkpointing=bool(ckpt))
+
+
+def _zero3_hooks(name: str, m, t, rates: Rates, gpus: int) -> float:
+    """DeepSpeed's hooks and gathers per module at ZeRO-3, measured per forward + backward; the recomputed
+    forward of checkpointing runs the forward half again."""
+    if name.startswith("zero3") and rates.zero3_module_s and gpus > 1:
+        return zero3_modules(m) * rates.zero3_module_s * (1.5 if t.grad_checkpointing else 1.0)
+    return 0.0
+
+
 def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", name: str = "single",
                     gpus: int = 1) -> float:
     """One micro-step's forward and backward on one device, with the framework's copies."""
-    copies = copy_bytes(name, m, t, gpus) / elementwise_rate(rates, m.params, "inplace")
-    if name.startswith("zero3") and rates.zero3_module_s and gpus > 1:
-        # DeepSpeed's hooks and gathers per module, measured per forward + backward; the recomputed forward of
-        # checkpointing runs the forward half again
-        copies += zero3_modules(m) * rates.zero3_module_s * (1.5 if t.grad_checkpointing else 1.0)
-    if rates.sampled:   # the model's own block and head, timed by calibration at this shape (autocast's casts in)
-        return rates.sampled["head_s"] + m.layers * rates.sampled["block_s"] + copies
+    copies = copy_bytes(name, m, t, gpus) / elementwise_rate(rates, m.params, "inplace") \
+        + _zero3_hooks(name, m, t, rates, gpus)
+    if rates.sampled:   # the model's own block and head, timed by calibration (autocast's casts in)
+        sampled = rates.sampled["head_s"] + m.layers * rates.sampled["block_s"]
+        at = sampled_training(rates.sampled, t)
+        if at == t:
+            return sampled + copies
+        # Another micro-batch or checkpointing (plan's search): the sample's measured time, in proportion to
+        # what the kernels' rates give for each shape; what the sample caught beyond them scales with the work.
+        bare = replace(rates, sampled=None)
+        return sampled * (compute_seconds(m, t, attention, bare, device, name, gpus) - copies) / (
+            compute_seconds(m, at, attention, bare, device, name, gpus) - copy_bytes(name, m, at, gpus)
+            / elementwise_rate(rates, m.params, "inplace") - _zero3_hooks(name, m, at, rates, gpus)) + copies
     copies += cast_bytes(name, m, t) / elementwise_rate(rates, m.params, "stream")
     mm = matmul_seconds(training_matmuls(m, t, attention, device), rates, value_bytes(t.precision),
                         attention_shapes(m, t, device))
@@ -636,7 +659,10 @@ def sampled_extra(name: str, m, lay, t, rates: Rates, device: str = "cuda") -> f
     if not s or s["processes"] != lay.gpus or lay.nodes > 1 or t.grad_accum != 1:
         return 0.0
     k = int(s["blocks"])
-    parts = {n: _parts(name, sample_spec(m, n), lay, t, rates, True, device).step_s for n in {1, k}}
+    # Against the parts at the shape the sample ran at: the surplus, in seconds, carried to another micro-batch
+    # or checkpointing as it is (DeepSpeed's Python per bucket and hook does not grow with the batch).
+    at = sampled_training(s, t)
+    parts = {n: _parts(name, sample_spec(m, n), lay, at, rates, True, device).step_s for n in {1, k}}
     if None in parts.values():   # the parts themselves unknown (a rate missing): nothing to measure beyond
         return 0.0
     one = s["one_s"] - parts[1]

@@ -142,3 +142,28 @@ def test_a_config_for_another_machine_does_not_name_this_ones_disk():
     if out["plan"]["recommendation"]["strategy"] == "zero3_offload_nvme":
         assert out["config"]["zero_optimization"]["offload_param"]["nvme_path"] == "/local_nvme"
         assert any(w.startswith("nvme_path /local_nvme") for w in out["warnings"])
+
+
+def test_a_calibrated_sample_is_carried_to_the_shapes_the_search_tries():
+    """Calibration times the model's block at one micro-batch; the search prices others. The sample's time holds
+    at its own shape and scales with the kernels' work elsewhere (it was the same at every micro-batch, so the
+    search ran to the largest); DeepSpeed's surplus beyond the parts is carried in seconds."""
+    req = request.from_options(dict(model="gpt2", gpus=2, gpu_model="A100-80GB", link="NV12", batch_size=4,
+                                    grad_checkpointing=False, cpu_mem=2 ** 36, nvme_free=2 ** 40))
+    t, m = req.training, req.model
+    sheet = speed.gpu_rates(req.layout, t)
+    shape = [t.batch_size, t.seq_len, False]
+    rates = replace(sheet, sampled={"block_s": 0.01, "head_s": 0.02, "blocks": 3, "shape": shape})
+    at = speed.compute_seconds(m, t, t.attention, rates, name="ddp", gpus=2)
+    assert at == pytest.approx(0.02 + m.layers * 0.01 + speed.copy_bytes("ddp", m, t, 2)
+                               / speed.elementwise_rate(rates, m.params, "inplace"))
+    double = replace(t, batch_size=8)
+    ratio = (speed.compute_seconds(m, double, t.attention, sheet, name="ddp", gpus=2)
+             / speed.compute_seconds(m, t, t.attention, sheet, name="ddp", gpus=2))
+    assert speed.compute_seconds(m, double, t.attention, rates, name="ddp", gpus=2) / at == pytest.approx(ratio,
+                                                                                                           rel=0.05)
+    assert speed.compute_seconds(m, replace(t, grad_checkpointing=True), t.attention, rates, name="ddp", gpus=2) > at
+    ds = replace(rates, deepspeed_sampled={"zero2": {"one_s": 0.5, "more_s": 0.9, "blocks": 3, "processes": 2,
+                                                     "shape": shape}})
+    extra = speed.sampled_extra("zero2", m, req.layout, t, ds)
+    assert extra and speed.sampled_extra("zero2", m, req.layout, double, ds) == pytest.approx(extra)
