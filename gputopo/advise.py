@@ -211,7 +211,8 @@ def speed_words(ranked: list[str], times: dict) -> str:
     if len(ranked) > 1:
         nxt = times[ranked[1]]
         gain = nxt.step_s / first.step_s - 1
-        out += (f"; {gain:.0%} faster than {ranked[1]} ({nxt.step_s:.3f} s/step)" if gain > TIE else
+        faster = f"{gain:.0%} faster than" if gain < 1 else f"{gain + 1:.1f}x as fast as"
+        out += (f"; {faster} {ranked[1]} ({nxt.step_s:.3f} s/step)" if gain > TIE else
                 f"; {ranked[1]} is within {TIE:.0%} ({nxt.step_s:.3f} s/step), the prediction's error, so the one"
                 " HF's decision tree reaches first is chosen")
     return out + "."
@@ -220,13 +221,28 @@ def speed_words(ranked: list[str], times: dict) -> str:
 def why(s, layout) -> str:
     """Why a strategy was passed over: what does not fit, or that it fits only into the fragmentation margin."""
     if s.why_not:
-        return s.why_not[0]
+        return " and ".join(s.why_not)
     return (f"fits only tightly ({gib(s.per_gpu_bytes['total'])} of {gib(layout.gpu_mem_bytes)},"
             f" {s.per_gpu_bytes['total'] / layout.gpu_mem_bytes:.0%})")
 
 
+def _room(chosen, layout) -> list[str]:
+    """What the chosen strategy's fit rests on: the fragmentation margin, the target's disk."""
+    from .plan import HEADROOM
+    out = []
+    if chosen.tight:
+        share = chosen.per_gpu_bytes["total"] / layout.gpu_mem_bytes
+        out.append(f"Tight: {gib(chosen.per_gpu_bytes['total'])} of {gib(layout.gpu_mem_bytes)} ({share:.0%}),"
+                   f" into the {1 - HEADROOM:.0%} kept for the allocator's fragmentation: it may run"
+                   " (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps) or stop out of memory; nothing with"
+                   " that room fits.")
+    if chosen.condition:
+        out.append(f"Fits only with {chosen.condition}: the disk of the machine planned for is not known here.")
+    return out
+
+
 def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None,
-              times: dict | None = None, pick: str | None = None) -> Advice:
+              times: dict | None = None, pick: str | None = None, tried: frozenset = frozenset()) -> Advice:
     """The fastest strategy that fits, with its reasons: by predicted step time (gputopo.speed) when every one
     that fits has one, else HF's DeepSpeed decision tree (docs/sources.md#deepspeed-decision-tree) ordered by
     the link rule (docs/sources.md#ddp-vs-zero-interconnect)."""
@@ -243,7 +259,9 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     chosen = next((by_name[n] for n in order if n in fit), None)
     if chosen is None:
         return nothing_fits(model, layout, training, strategies)
-    reasons = [f"{WHAT[chosen.name]}: {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(layout.gpu_mem_bytes)}"
+    what = WHAT[chosen.name] if chosen.name != "zero3_offload_cpu" or training.offload_params else \
+        "DeepSpeed ZeRO-3 with the optimizer offloaded to CPU (parameters on the GPU)"
+    reasons = [f"{what}: {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(layout.gpu_mem_bytes)}"
                f" (weights {gib(chosen.per_gpu_bytes['weights'])}, gradients {gib(chosen.per_gpu_bytes['gradients'])},"
                f" optimizer {gib(chosen.per_gpu_bytes['optimizer'])}; at the step's peak, {chosen.peak['phase']}:"
                f" activations {gib(chosen.per_gpu_bytes['activations'])},"
@@ -255,15 +273,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
         tight = " or fit only tightly" if any(by_name[n].tight for n in skipped) else ""
         head = f"Faster predicted, but do not fit{tight}: " if ranked else f"Faster choices do not fit{tight}: "
         reasons.append(head + "; ".join(f"{n} {why(by_name[n], layout)}" for n in skipped) + ".")
-    if chosen.tight:
-        share = chosen.per_gpu_bytes["total"] / layout.gpu_mem_bytes
-        reasons.append(f"Tight: {gib(chosen.per_gpu_bytes['total'])} of {gib(layout.gpu_mem_bytes)} ({share:.0%}),"
-                       f" into the {1 - HEADROOM:.0%} kept for the allocator's fragmentation: it may run"
-                       " (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps) or stop out of memory; nothing with"
-                       " that room fits.")
-    if chosen.condition:
-        reasons.append(f"Fits if each node has {chosen.condition}: the disk of the machine planned for is not"
-                       " known here.")
+    reasons += _room(chosen, layout)
     if layout.gpus == 1 and chosen.name == "single":
         reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed"
                        " (HF's DeepSpeed decision tree).")
@@ -287,7 +297,8 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
             reasons.append("Optimizer states are what does not fit: with 8-bit Adam"
                            " (--optimizer adamw-8bit, 2 B/param)"
                            f" or Adafactor, {ddp.name} would need {gib(slim)} per GPU.")
-    if not training.grad_checkpointing and chosen.per_gpu_bytes["activations"] > chosen.per_gpu_bytes["total"] / 3:
+    if not training.grad_checkpointing and "grad_checkpointing" not in tried \
+            and chosen.per_gpu_bytes["activations"] > chosen.per_gpu_bytes["total"] / 3:
         reasons.append("Activations are a large share: --grad-checkpointing trades about 30 % more compute"
                        " for most of them.")
     reasons += alignment(model, training)

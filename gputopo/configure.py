@@ -109,29 +109,45 @@ def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list, object]:
     if not a.auto:
         return a.stage, a.offload, None, [], req
     from . import report, search, speed
-    req, found = search.best(req, speed.gpu_rates(req.layout, req.training))
-    planned = report.plan_for(req, found=found)
+    original, rates = req, speed.gpu_rates(req.layout, req.training)
+    req, found = search.best(req, rates)
+    planned = report.plan_for(req, found=found, rates=rates)
     chosen = planned["recommendation"]["strategy"]
     if chosen is None:
         raise DoesNotFit(planned["recommendation"]["reasons"][0] + " (`gputopo plan` with the same options shows"
                                                                     " every strategy)")
-    t, time = req.training, next(r["time"] for r in planned["strategies"] if r["name"] == chosen)
-    said = [f"--auto: gputopo plan recommends {chosen}, micro-batch {t.batch_size} x {t.grad_accum} accumulation"
-            + (", gradient checkpointing" if t.grad_checkpointing else "") + ": "
+    head = f"--auto: gputopo plan recommends {chosen}"
+    if chosen not in dsconfig.STRATEGY_TO_CONFIG:   # PyTorch FSDP: the best DeepSpeed configuration instead
+        head += f" ({_step(planned, chosen)}), which no DeepSpeed config expresses; the fastest DeepSpeed one that fits"
+        ds, ds_found = search.best(original, rates, allowed=tuple(dsconfig.STRATEGY_TO_CONFIG))
+        rows = {s["name"]: s for s in report.plan_for(ds, found=ds_found, rates=rates)["strategies"]}
+        fit = [n for n in rows if n in dsconfig.STRATEGY_TO_CONFIG and rows[n]["fits"]]
+        if not fit:
+            raise DoesNotFit(f"gputopo plan recommends {chosen} (PyTorch FSDP) and no DeepSpeed strategy fits")
+        chosen = ((ds_found or {}).get("chosen") or {}).get("strategy") or min(
+            fit, key=lambda n: (rows[n]["tight"], rows[n]["time"]["step_s"] or float("inf")))
+        head += f" is {chosen}"
+        req, time = ds, rows[chosen]["time"]
+    else:
+        time = next(r["time"] for r in planned["strategies"] if r["name"] == chosen)
+    t = req.training
+    said = [head + f", micro-batch {t.batch_size} x {t.grad_accum} accumulation"
+            + (", gradient checkpointing" if t.grad_checkpointing else ", selective checkpointing" if t.selective
+               else "") + ": "
             + (f"predicted {time['step_s']:.3f} s/step ({time['tokens_per_s']:,.0f} tokens/s; `gputopo plan` with the"
                " same options shows what it assumes)" if time["step_s"] else "no step time (the link is unknown)")]
-    if chosen not in dsconfig.STRATEGY_TO_CONFIG:   # PyTorch FSDP: no DeepSpeed config expresses it
-        rows = {s["name"]: s for s in planned["strategies"]}
-        ds = [n for n in rows if n in dsconfig.STRATEGY_TO_CONFIG and rows[n]["fits"]]
-        if not ds:
-            raise DoesNotFit(f"gputopo plan recommends {chosen} (PyTorch FSDP) and no DeepSpeed strategy fits")
-        best = min(ds, key=lambda n: (rows[n]["tight"], rows[n]["time"]["step_s"] or float("inf")))
-        step = lambda n: f"{rows[n]['time']['step_s']:.3f} s/step" if rows[n]["time"]["step_s"] else "time unknown"
-        said.append(f"{chosen} is PyTorch FSDP, which no DeepSpeed config expresses; the fastest DeepSpeed strategy"
-                    f" that fits is {best} ({step(best)}, {chosen} {step(chosen)})")
-        chosen = best
+    if t.selective:
+        said.append("the plan assumed selective checkpointing (torchtitan's per-op policy, every other matmul's"
+                    " output kept): neither the HF Trainer nor DeepSpeed has a flag for it, so your script applies it"
+                    " (torch.utils.checkpoint with a selective policy); without it this micro-batch may not fit")
     stage, offload = dsconfig.STRATEGY_TO_CONFIG[chosen]
     return stage, offload, planned, said, req
+
+
+def _step(planned: dict, name: str) -> str:
+    """A strategy's predicted step in the plan, in words."""
+    time = next(r["time"] for r in planned["strategies"] if r["name"] == name)
+    return f"{time['step_s']:.3f} s/step" if time["step_s"] else "no step time"
 
 
 def _nvme(a: Ask, req, offload: str) -> tuple[str | None, int | None, list]:

@@ -293,7 +293,7 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
             st.short_bytes["nvme"] = int(nvme - lay.nvme_free_bytes)
             st.why_not.append(f"needs {gib(nvme)} on NVMe of {gib(lay.nvme_free_bytes)} free")
         if nvme and lay.nvme_free_bytes is None:   # another machine's disk, not given: it fits if that holds it
-            st.condition = f"{gib(nvme)} free on NVMe per node (--nvme-free SIZE to check)"
+            st.condition = f"{gib(nvme)} free on each node's NVMe (--nvme-free SIZE to check)"
         st.fits = not st.why_not
         st.tight = st.fits and tight
         out.append(st)
@@ -307,7 +307,9 @@ def link_bandwidth(link_type: str | None, gpu_model: str | None) -> tuple[float 
         return None, "unknown"
     n = nvlink_count(link_type)
     if n:
-        per = nvlink_gbps_per_link(gpu_model)
+        from .gpus import lookup
+        known = lookup(gpu_model) if gpu_model else None   # "RTX-3090" is the catalog's "RTX 3090"
+        per = nvlink_gbps_per_link(gpu_model) or (nvlink_gbps_per_link(known.key) if known else None)
         if per:
             return per * n, f"theoretical, {n} x {per:g} GB/s NVLink"
         return ASSUMED_GBPS["NV"] * n, f"assumed {ASSUMED_GBPS['NV']:g} GB/s per NVLink (GPU model unknown)"

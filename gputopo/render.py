@@ -153,8 +153,9 @@ def plan(data: dict) -> str:
            + (size(lay["nvme_free_bytes"]) if lay["nvme_free_bytes"] is not None else "not given (another machine)"),
            f"Training: {t['precision']}, {t['optimizer']}, micro-batch {t['batch_size']} x {t['seq_len']} tokens,"
            f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
-           + f", {t['attention']} attention" + (" (micro-batch and checkpointing searched: below)"
-                                                if data.get("search") else ""), ""]
+           + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
+           + (f" ({', '.join(k.replace('_', '-') for k in data['search']['searched'])} searched: below)"
+              if data.get("search") else ""), ""]
     rows = []
     where = {"gpu": "GPU", "cpu": "CPU", "nvme": "NVMe"}
     for s in data["strategies"]:
@@ -186,7 +187,8 @@ def plan(data: dict) -> str:
     r = data["recommendation"]
     out += ["", f"Recommendation: {r['strategy'] or 'none fits'}" + (
         f", micro-batch {r['micro_batch']} x {r['grad_accum']} accumulation"
-        + (", gradient checkpointing" if r["grad_checkpointing"] else "")
+        + (", gradient checkpointing" if r["grad_checkpointing"] else ", selective checkpointing"
+           if data["training"].get("selective") else "")
         + ("" if r.get("offload_params") is None else ", parameters offloaded" if r["offload_params"] else
            ", parameters on the GPU") if r["strategy"] else "")] + [f"  {x}" for x in r["reasons"]]
     if data["layout"].get("link_basis", "").startswith("assumed"):
@@ -197,7 +199,8 @@ def plan(data: dict) -> str:
 
 def _configuration(c: dict, why: str) -> list[str]:
     """One row of the search's table."""
-    return [c["strategy"], str(c["micro_batch"]), str(c["grad_accum"]), "yes" if c["grad_checkpointing"] else "no",
+    ckpt = "yes" if c["grad_checkpointing"] else "selective" if c.get("selective") else "no"
+    return [c["strategy"], str(c["micro_batch"]), str(c["grad_accum"]), ckpt,
             {True: "yes", False: "no", None: "-"}[c["offload_params"]], size(c["per_gpu_bytes"]), _s(c["step_s"]),
             f"{c['tokens_per_s']:,.0f}" if c["tokens_per_s"] else "?", why]
 
@@ -206,9 +209,11 @@ def searched(found: dict) -> str:
     """plan's search: what was open, how many configurations fit, the winner and the best of the rest."""
     open_ = ", ".join(k.replace("_", "-") for k in found["searched"])
     head = (f"Search ({open_} open; {found['priced']} configurations fit and were priced"
-            + (f", at global batch {found['global_batch']}" if found["global_batch"] else "") + "):")
+            + (f", at global batch {found['global_batch']}" if found["global_batch"] else
+               "; the samples per step follow the micro-batch: --global-batch N holds them") + "):")
     if not found["chosen"]:
-        return head + "\n  none fits: the table above is the leanest (micro-batch 1, checkpointing where open)"
+        return head + "\n  none fits: the tables above are the leanest of what was open (the least micro-batch," \
+                      " checkpointing where open)"
     rows = [_configuration(found["chosen"], "chosen")] + [_configuration(c, c["why"]) for c in found["next"]]
     text = table(rows, ["strategy", "micro", "accum", "ckpt", "offload params", "total/GPU", "step", "tokens/s",
                         "why not"])

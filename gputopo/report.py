@@ -95,7 +95,7 @@ def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda",
         s.comm_seconds_per_step = times[s.name].comm_s
     pick = found["chosen"]["strategy"] if found and found["chosen"] else None
     advice = advise.from_plan(model, layout, training, strategies, advise.fast_link(layout), req.global_batch, times,
-                              pick=pick).to_dict()
+                              pick=pick, tried=frozenset(found["searched"]) if found else frozenset()).to_dict()
     chosen = advice["strategy"]
     advice.update(micro_batch=training.batch_size, grad_accum=training.grad_accum,
                   grad_checkpointing=training.grad_checkpointing,

@@ -143,6 +143,9 @@ def first_micro(micro: int | None, accum: int | None, global_batch: int | None, 
         return global_batch // (accum * world)
     fits = [b for b in (DEFAULT_MICRO, 2, 1) if global_batch is None
             or global_batch % (b * world) == 0 and (accum is None or b * accum * world == global_batch)]
+    if not fits and global_batch % world:   # no micro-batch can make it: the GPUs do not divide it
+        near = " or ".join(str(x) for x in (global_batch // world * world, (global_batch // world + 1) * world) if x)
+        raise BadInput(f"--global-batch {global_batch} is not a multiple of the {world} GPUs: try {near}")
     return fits[0] if fits else DEFAULT_MICRO
 
 
@@ -257,12 +260,15 @@ def _host(hw: HardwareAsk, notes: dict, elsewhere: bool = False) -> dict:
     unknown (None) unless --nvme-free or --nvme-path gives it, and the plan says what offload would need there."""
     from . import probe
     cpu, cores = hw.cpu_mem, hw.cpu_cores
+    other = ", not the machine planned for" if elsewhere else ""   # offload's fit and pace rest on them
     if cpu is None:
         cpu = probe.host()["ram_total_bytes"]
-        notes["cpu_mem"] = f"CPU RAM: {gib(cpu)} per node, this machine's (--cpu-mem to change)"
+        notes["cpu_mem"] = f"CPU RAM: {gib(cpu)} per node, this machine's{other} (--cpu-mem to change)"
     if cores is None:
         cores = probe.host()["cpus_physical"] or os.cpu_count() or 1
-        notes["cpu_cores"] = f"CPU cores: {cores} per node, this machine's (--cpu-cores to change)"
+        notes["cpu_cores"] = (f"CPU cores: {cores} per node, this machine's{other}: CPU Adam's pace in offload"
+                              " (--cpu-cores to change)" if elsewhere else
+                              f"CPU cores: {cores} per node, this machine's (--cpu-cores to change)")
     if elsewhere and hw.nvme_path is None and hw.nvme_free is None:
         return {"cpu_mem_bytes": cpu, "nvme_free_bytes": None, "cpu_cores": cores}
     free, nvme_notes = nvme.free_space(hw.nvme_path, hw.nvme_free)
@@ -383,7 +389,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     world = per_node * hw.nodes
     micro = first_micro(t.batch_size, t.grad_accum, t.global_batch, world)
     # What plan's search may change: what the user did not pin (gputopo.search); a config without --auto has none.
-    open_ = {"batch_size": t.batch_size is None, "offload_params": t.offload_params is None,
+    open_ = {"batch_size": t.batch_size is None and not (t.global_batch and t.grad_accum),
+             "offload_params": t.offload_params is None,
              "grad_checkpointing": t.grad_checkpointing is None and not t.selective_checkpointing}
     searchable = frozenset(k for k, v in open_.items() if v) if need_layout and spec is not None else frozenset()
     training_ = Training(precision=chosen, optimizer=t.optimizer, batch_size=micro,

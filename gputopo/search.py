@@ -31,7 +31,7 @@ class Candidate:
     def to_dict(self) -> dict:
         t = self.training
         return {"strategy": self.strategy, "micro_batch": t.batch_size, "grad_accum": t.grad_accum,
-                "grad_checkpointing": t.grad_checkpointing,
+                "grad_checkpointing": t.grad_checkpointing, "selective": t.selective,
                 "offload_params": t.offload_params if self.strategy == "zero3_offload_cpu" else None,
                 "per_gpu_bytes": self.per_gpu_bytes, "tight": self.tight, "step_s": self.step_s,
                 "tokens_per_s": self.tokens_per_s}
@@ -65,13 +65,14 @@ def _trainings(req: Request):
                                                     req.global_batch, req.world)), only) for b in _micros(req)]
 
 
-def candidates(req: Request, rates, device: str = "cuda") -> list[Candidate]:
-    """Every configuration that fits (tightly or not), priced."""
+def candidates(req: Request, rates, device: str = "cuda", allowed=None) -> list[Candidate]:
+    """Every configuration that fits (tightly or not), priced; `allowed`: only these strategies."""
     m, lay = req.model, req.layout
     out = []
     for series in _trainings(req):
         for t, only in series:
-            rows = [s for s in strategies(m, lay, t) if s.fits and (only is None or s.name in only)]
+            rows = [s for s in strategies(m, lay, t) if s.fits and (only is None or s.name in only)
+                    and (allowed is None or s.name in allowed)]
             if not rows:
                 break   # memory grows with the micro-batch: nothing larger fits either
             for s in rows:
@@ -91,10 +92,12 @@ def rank(found: list[Candidate], order: tuple) -> tuple[list[Candidate], bool]:
     timed = bool(pool) and all(c.tokens_per_s for c in pool)
     if not timed:
         return sorted(pool, key=lambda c: (where.get(c.strategy, 99), c.training.grad_checkpointing,
-                                           -c.training.batch_size, not c.training.offload_params)), False
+                                           -c.training.batch_size, c.training.offload_params)), False
     best = max(c.tokens_per_s for c in pool)
     ties = [c for c in pool if c.tokens_per_s >= best / (1 + advise.TIE)]
-    first = min(ties, key=lambda c: (where.get(c.strategy, 99), c.training.grad_checkpointing, -c.tokens_per_s))
+    # parameter offload last, as HF's decision tree has it: kept only where the GPU needs the room
+    first = min(ties, key=lambda c: (where.get(c.strategy, 99), c.training.grad_checkpointing, -c.tokens_per_s,
+                                     c.strategy == "zero3_offload_cpu" and c.training.offload_params))
     return [first] + sorted((c for c in pool if c is not first), key=lambda c: -c.tokens_per_s), True
 
 
@@ -120,20 +123,22 @@ def losing(c: Candidate, first: Candidate, timed: bool) -> str:
     return f"{1 - c.tokens_per_s / first.tokens_per_s:.0%} fewer tokens/s"
 
 
-def best(req: Request, rates, device: str = "cuda") -> tuple[Request, dict | None]:
+def best(req: Request, rates, device: str = "cuda", allowed=None) -> tuple[Request, dict | None]:
     """The request with the fastest configuration that fits (nothing left open), and what the search saw
-    (None when nothing was open). When nothing fits, the leanest configuration, for the table's shortfalls."""
+    (None when nothing was open). When nothing fits, the leanest configuration, for the table's shortfalls.
+    allowed: only these strategies (deepspeed-config --auto when the plan's pick is not DeepSpeed's)."""
     if not req.searchable or req.model is None or req.layout is None:
         return req, None
     lay = req.layout
     order = advise.order(lay)
-    found = candidates(req, rates, device)
+    found = candidates(req, rates, device, allowed)
     ranked, timed = rank(found, order)
     chosen = ranked[0].training if ranked else leanest(req)
     shown, seen = [], set()
     for c in ranked[1:]:   # the best of each strategy and checkpointing setting: the alternatives that matter
-        key = (c.strategy, c.training.grad_checkpointing)
-        if key not in seen and key != (ranked[0].strategy, ranked[0].training.grad_checkpointing):
+        key = (c.strategy, c.training.grad_checkpointing, c.to_dict()["offload_params"])
+        if key not in seen and key != (ranked[0].strategy, ranked[0].training.grad_checkpointing,
+                                       ranked[0].to_dict()["offload_params"]):
             seen.add(key)
             shown.append({**c.to_dict(), "why": losing(c, ranked[0], timed)})
     info = {"searched": sorted(req.searchable), "priced": len(found), "timed": timed,

@@ -86,7 +86,7 @@ def test_without_nvme_path_plan_and_deepspeed_config_pick_the_same_folder():
     assert other["layout"]["nvme_free_bytes"] is None and not any("NVMe free" in n for n in other["notes"])
     row = next(s for s in other["strategies"] if s["name"] == "zero3_offload_nvme")
     assert "nvme" not in row["short_bytes"]
-    assert row["condition"].endswith("free on NVMe per node (--nvme-free SIZE to check)")
+    assert row["condition"].endswith("free on each node's NVMe (--nvme-free SIZE to check)")
 
 
 def test_no_local_disk_plans_zero_nvme_and_refuses_the_config_with_one_reason(monkeypatch):
