@@ -624,7 +624,8 @@ def calibration(o: Options, progress) -> tuple[object, object, dict | None, str 
     progress("calibrating", f"timing {spec.name}'s step parts in {o.nproc} process(es) for the prediction", True)
     try:
         cal = calibrate.run(calibrate.request(spec, t, threads, device=o.device), copies=o.nproc,
-                            env=child_env(o, None))
+                            env=child_env(o, None),
+                            say=lambda line: progress("calibrating", line.removeprefix("calibrating: "), True))
     except GputopoError as e:
         return spec, t, None, f"no prediction: {e}"
     return spec, t, cal, None

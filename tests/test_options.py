@@ -1089,3 +1089,21 @@ def test_an_output_the_write_would_refuse_is_refused_before_the_work(cmd):
     name = "/proc/x.png" if "--plot" in cmd else "/proc/x.json"
     r = run(*cmd, name)
     assert r.exit_code == 2 and r.output.count("\n") == 1 and f"{name}: files cannot be created in /proc" in r.output
+
+
+def test_help_speaks_one_metavar_style_and_summaries_are_whole():
+    """Issue 34: `INTEGER RANGE` / `TEXT` beside `N` / `SIZE` / `NAME|PATH`, and top-level summaries cut
+    mid-sentence ("Train the same DDP run with and without...")."""
+    import re
+
+    from gputopo.configure import PLAN_ONLY
+    top = run("--help").output
+    assert "..." not in top.split("Commands:", 1)[1].split("\n\n", 1)[0]
+    for cmd in ("inspect", "plan", "deepspeed-config", "doctor", "bench-nvlink"):
+        text = run(cmd, "--help").output
+        assert not re.search(r"\b(INTEGER|FLOAT|TEXT)( RANGE)?\b", text), cmd
+    epilog = " ".join(run("deepspeed-config", "--help").output.split("Only with --auto", 1)[1].split())
+    for name in PLAN_ONLY:
+        flag = "--" + name.replace("_", "-")
+        assert flag in epilog.replace("--[no-]grad- checkpointing", "--grad-checkpointing").replace(
+            "--[no-]grad-checkpointing", "--grad-checkpointing"), flag

@@ -148,8 +148,8 @@ def finished_arms(results: dict) -> list[str]:
     return [r["label"] for r in results["runs"]] + sweeps
 
 
-@click.command("bench-nvlink", cls=Command)
-@click.option("--model", type=TEXT, default="gpt2", show_default=True,
+@click.command("bench-nvlink", cls=Command, short_help="DDP trained with and without P2P, and an all-reduce sweep.")
+@click.option("--model", type=TEXT, metavar="NAME|PATH", default="gpt2", show_default=True,
               help="Causal LM: catalog name, HF cache name or a folder.")
 @click.option("--gpus", type=COUNT, help="Processes per node, one per GPU [default: all visible GPUs; 2 on CPU].")
 @click.option("--nproc", type=COUNT, hidden=True, help="The old spelling of --gpus.")
@@ -160,7 +160,7 @@ def finished_arms(results: dict) -> list[str]:
 @click.option("--seq-len", type=COUNT, default=128, show_default=True, help="Tokens per sample.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
               help="bf16 needs Ampere or newer [default: bf16 on Ampere or newer, fp16 on older GPUs, fp32 on CPU].")
-@click.option("--dataset", type=TEXT, default="auto", show_default=True,
+@click.option("--dataset", type=TEXT, metavar="NAME|PATH", default="auto", show_default=True,
               help="wikitext-2-raw-v1 (local cache only), a .txt file, synthetic, or auto (wikitext if cached).")
 @click.option("--repeat", type=COUNT, default=1, show_default=True, help="Runs per arm, interleaved.")
 @click.option("--timeout", type=TIMEOUT,
@@ -173,7 +173,8 @@ def finished_arms(results: dict) -> list[str]:
 @click.option("--nnodes", type=COUNT, hidden=True, help="The old spelling of --nodes.")
 @click.option("--node-rank", type=Count(0), default=0, show_default=True, help="This node's rank, 0 on the first.")
 @click.option("--master-addr", type=TEXT, metavar="HOST", help="Node 0's address, with --nodes 2 or more.")
-@click.option("--master-port", type=click.IntRange(1, 65535), help="Node 0's rendezvous port [default: 29500].")
+@click.option("--master-port", type=click.IntRange(1, 65535), metavar="PORT",
+              help="Node 0's rendezvous port [default: 29500].")
 @click.option("--rdzv-endpoint", type=TEXT, hidden=True, metavar="HOST:PORT",
               help="The old spelling of --master-addr HOST --master-port PORT.")
 @click.option("--output", "-o", type=PATH, metavar="PATH",

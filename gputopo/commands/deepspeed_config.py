@@ -32,7 +32,12 @@ def _show(result, output: str | None) -> None:
         click.echo(f"#   {line}", file=out)
 
 
-@click.command("deepspeed-config", cls=Command)
+@click.command("deepspeed-config", cls=Command, short_help="A DeepSpeed config DeepSpeed accepts, and its launch.",
+               epilog="Only with --auto (they feed the memory plan): --gpu-mem, --link, --seq-len, --attention,"
+                      " --flash-attention, --cpu-mem, --inter-node-gbps, --cpu-cores, --kernels, --loss,"
+                      " --selective-checkpointing, --pure-16bit, --[no-]grad-checkpointing (with --no-hf), and"
+                      " --nvme-path/--nvme-free unless --offload nvme. With --auto, what is not given is searched"
+                      " as `gputopo plan` searches it (docs/plan.md).")
 @click.option("--stage", type=int, metavar="0-3", help="ZeRO stage 0-3 (or --auto).")
 @click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True,
               help="Where ZeRO keeps optimizer states (and at stage 3 parameters) off the GPU.")
@@ -43,14 +48,15 @@ def _show(result, output: str | None) -> None:
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option("--launcher", type=click.Choice(["torchrun", "deepspeed", "accelerate", "slurm"]),
               help="Also print the matching launch command and files.")
-@click.option("--script", type=TEXT, default="train.py", show_default=True, help="Training script for --launcher.")
+@click.option("--script", type=TEXT, metavar="PATH", default="train.py", show_default=True,
+              help="Training script for --launcher.")
 @click.option("--ds-optimizer", is_flag=True,
               help="With --launcher accelerate: DeepSpeed's AdamW and WarmupDecayLR in the config (the script uses"
                    " accelerate's DummyOptim/DummyScheduler) instead of the script's own.")
 @click.option("--master-addr", type=TEXT, metavar="HOST",
               help="Head node's address for --nodes > 1, written into the launch files [default: the printed"
                    " commands read $MASTER_ADDR].")
-@click.option("--master-port", type=click.IntRange(1, 65535), default=29500, show_default=True,
+@click.option("--master-port", type=click.IntRange(1, 65535), metavar="PORT", default=29500, show_default=True,
               help="Rendezvous port on the head node for --launcher.")
 @click.option("--cpus-per-task", type=click.IntRange(1, 4096), metavar="N",
               help="CPUs per node for --launcher slurm's job (#SBATCH --cpus-per-task) [default: 2 per GPU].")

@@ -7,7 +7,7 @@ from ..options import DIR, PATH, json_option
 from .common import Command, emit
 
 
-@click.command(cls=Command)
+@click.command(cls=Command, short_help="Host and install traps that break multi-GPU runs.")
 @click.option("--config", "config_path", type=PATH, metavar="DS.json",
               help="Also check what this DeepSpeed config needs: its compiled ops, NVMe folder, locked memory.")
 @click.option("--nvme-path", type=DIR, metavar="DIR",

@@ -125,7 +125,7 @@ def _list_examples(as_json: bool) -> None:
                                       ["example", "machine"]), as_json)
 
 
-@click.command(cls=Command)
+@click.command(cls=Command, short_help="The GPUs, their links explained, health; a plan with --model.")
 @click.option("--from-file", "-f", multiple=True, type=PATH, metavar="PATH",
               help="Saved `nvidia-smi topo -m`, `topo -p2p`, `nvlink -s` or `-L` text ('-' for stdin); repeatable.")
 @click.option("--example", type=TEXT, metavar="NAME", help="Show a bundled real machine; `--example list` lists them.")

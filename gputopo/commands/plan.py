@@ -7,7 +7,7 @@ from ..options import COUNT, TIMEOUT, gpu_options, host_options, json_option, mo
 from .common import Command, emit, exit_if_nothing_fits
 
 
-@click.command(cls=Command)
+@click.command(cls=Command, short_help="Memory, step time and the fastest setup that fits, searched.")
 @model_options
 @training_options
 @gpu_options
