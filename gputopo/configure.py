@@ -11,7 +11,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from . import doctor, dsconfig, launch, nvme, validate
+from . import dsconfig, launch, nvme, validate
 from .errors import BadInput, DoesNotFit
 from .units import gib
 
@@ -103,15 +103,17 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
                        " name the config otherwise (ds_config.json)")
 
 
-def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list, object]:
-    """(stage, offload, plan, notes, request): as given, or what `gputopo plan` recommends with --auto, with the
-    request's training as its search chose it (micro-batch, accumulation, checkpointing, parameter offload)."""
+def _strategy(a: Ask, req, rates=None, device: str = "cuda") -> tuple[int, str, dict | None, list, object, str]:
+    """(stage, offload, plan, notes, request, strategy): as given, or what `gputopo plan` recommends with --auto,
+    with the request's training as its search chose it (micro-batch, accumulation, checkpointing, parameter
+    offload).
+    rates, device: the plan's own (plan --calibrate's), else the GPU's datasheet."""
     if not a.auto:
-        return a.stage, a.offload, None, [], req
+        return a.stage, a.offload, None, [], req, None
     from . import report, search, speed
-    original, rates = req, speed.gpu_rates(req.layout, req.training)
-    req, found = search.best(req, rates)
-    planned = report.plan_for(req, found=found, rates=rates)
+    original, rates = req, rates or speed.gpu_rates(req.layout, req.training)
+    req, found = search.best(req, rates, device)
+    planned = report.plan_for(req, found=found, rates=rates, device=device)
     chosen = planned["recommendation"]["strategy"]
     if chosen is None:
         raise DoesNotFit(planned["recommendation"]["reasons"][0] + " (`gputopo plan` with the same options shows"
@@ -119,8 +121,8 @@ def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list, object]:
     head = f"--auto: gputopo plan recommends {chosen}"
     if chosen not in dsconfig.STRATEGY_TO_CONFIG:   # PyTorch FSDP: the best DeepSpeed configuration instead
         head += f" ({_step(planned, chosen)}), which no DeepSpeed config expresses; the fastest DeepSpeed one that fits"
-        ds, ds_found = search.best(original, rates, allowed=tuple(dsconfig.STRATEGY_TO_CONFIG))
-        rows = {s["name"]: s for s in report.plan_for(ds, found=ds_found, rates=rates)["strategies"]}
+        ds, ds_found = search.best(original, rates, device, allowed=tuple(dsconfig.STRATEGY_TO_CONFIG))
+        rows = {s["name"]: s for s in report.plan_for(ds, found=ds_found, rates=rates, device=device)["strategies"]}
         fit = [n for n in rows if n in dsconfig.STRATEGY_TO_CONFIG and rows[n]["fits"]]
         if not fit:
             raise DoesNotFit(f"gputopo plan recommends {chosen} (PyTorch FSDP) and no DeepSpeed strategy fits")
@@ -141,7 +143,7 @@ def _strategy(a: Ask, req) -> tuple[int, str, dict | None, list, object]:
                     " output kept): neither the HF Trainer nor DeepSpeed has a flag for it, so your script applies it"
                     " (torch.utils.checkpoint with a selective policy); without it this micro-batch may not fit")
     stage, offload = dsconfig.STRATEGY_TO_CONFIG[chosen]
-    return stage, offload, planned, said, req
+    return stage, offload, planned, said, req, chosen
 
 
 def _step(planned: dict, name: str) -> str:
@@ -247,14 +249,51 @@ def launching_env() -> dict:
     return env
 
 
-def generate(a: Ask, req) -> Result:
-    """The config, validated by DeepSpeed where it is installed, with every note and the launch."""
-    stage, offload, planned, notes, req = _strategy(a, req)
+@dataclass
+class Composed:
+    """The config before DeepSpeed sees it: what `plan` shows of it and `generate` validates and launches."""
+    config: dict
+    notes: list
+    planned: dict | None
+    request: object      # with the training the plan's search chose (--auto)
+    stage: int
+    precision: str | None
+    nvme_need: int | None
+    strategy: str | None   # with --auto: the plan's strategy the config expresses
+
+
+def compose(a: Ask, req, rates=None, device: str = "cuda") -> Composed:
+    """The config and its notes, from the options (and with --auto the plan, searched with `rates`): pure, no
+    DeepSpeed import, so `plan` shows the very config deepspeed-config --auto writes."""
+    stage, offload, planned, notes, req, name = _strategy(a, req, rates, device)
     precision = _precision(a, req)
     notes = [n for k, n in req.defaults.items() if k != "precision" or precision] + list(req.notes_) + notes
     nvme_path, need, nvme_notes = _nvme(a, req, offload)
     cfg, build_notes = _build(a, req, stage, offload, nvme_path, precision)
-    notes += nvme_notes + build_notes
+    return Composed(cfg, notes + nvme_notes + build_notes, planned, req, stage, precision, need, name)
+
+
+def for_plan(req, options: dict, given: frozenset, rates=None, device: str = "cuda") -> dict:
+    """What `deepspeed-config --auto` with the same options writes for this plan (its --hf config), for `plan`
+    to show: {"strategy", "config", "why", and the micro-batch, accumulation and checkpointing it holds}; config
+    null with why when there is none. options, given: plan's options by click name, and those typed."""
+    from .errors import GputopoError
+    ask = Ask(auto=True, nvme_path=options.get("nvme_path"), nvme_free=options.get("nvme_free"),
+              offload_params=options.get("offload_params"), given=given)
+    try:
+        c = compose(ask, req, rates, device)
+    except GputopoError as e:
+        return {"strategy": None, "config": None, "why": str(e)}
+    t = c.request.training
+    return {"strategy": c.strategy, "config": c.config, "why": None, "micro_batch": t.batch_size,
+            "grad_accum": t.grad_accum, "grad_checkpointing": t.grad_checkpointing}
+
+
+def generate(a: Ask, req) -> Result:
+    """The config, validated by DeepSpeed where it is installed, with every note and the launch."""
+    c = compose(a, req)
+    cfg, notes, planned, req, stage, precision, need = (c.config, c.notes, c.planned, c.request, c.stage,
+                                                        c.precision, c.nvme_need)
     if a.launcher and req.gpus_assumed:   # a launch starts one process per GPU: a guessed 1 would be silently wrong
         raise BadInput(f"--launcher {a.launcher} starts one process per GPU and no GPU is visible here to count:"
                        " give --gpus N, the GPUs per node where it runs")
@@ -263,6 +302,7 @@ def generate(a: Ask, req) -> Result:
     notes.append(f"validated by DeepSpeed {version}'s own config classes" if version else
                  "deepspeed is not installed: checked by gputopo's rules only")
     if a.check:  # before anything is written: the ops this config loads, its NVMe folder, locked memory
+        from . import doctor  # its host probes: only for --check (plan shows this config too, in 0.1 s)
         report = doctor.preflight("deepspeed-config --check", cfg=cfg, nvme_need=need)
         notes += [f"doctor: {c['subject']}: {c['found']}" for c in report["checks"]
                   if c["id"].startswith(("ds_op", "nvme_path", "memlock"))]

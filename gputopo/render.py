@@ -193,6 +193,17 @@ def plan(data: dict) -> str:
            ", parameters on the GPU") if r["strategy"] else "")] + [f"  {x}" for x in r["reasons"]]
     if data["layout"].get("link_basis", "").startswith("assumed"):
         out.append(f"  (link bandwidth {data['layout']['link_basis']})")
+    ds = data.get("deepspeed_config")
+    if ds:
+        out.append(f"DeepSpeed: {ds['why']}" if not ds["config"] else
+                   f"DeepSpeed: `gputopo deepspeed-config --auto` with these options writes {ds['strategy']}'s config"
+                   + ("" if ds["strategy"] == r["strategy"] else
+                      f" at micro-batch {ds['micro_batch']} x {ds['grad_accum']} ({r['strategy']} is not DeepSpeed)")
+                   + f" (ZeRO stage {ds['config']['zero_optimization']['stage']}"
+                   + "".join(f", {k.split('_')[1]} offloaded to {v['device']}"
+                             for k in ("offload_optimizer", "offload_param")
+                             for v in [ds["config"]["zero_optimization"].get(k)] if v)
+                   + "; --json: deepspeed_config) and the launch line with --launcher.")
     out += [f"Note: {n}" for n in data.get("notes", [])]
     return "\n".join(out)
 

@@ -880,7 +880,9 @@ def test_plan_and_auto_agree(case, tmp_path):
         return
     assert r.exit_code == 0, r.output
     auto = json.loads(r.stdout)
+    shown = plan.pop("deepspeed_config", None)   # plan's view of the config this command writes
     assert auto["plan"] == plan  # the same resolved inputs, the same figures
+    assert shown is None or shown["config"] == auto["config"]
     from gputopo.dsconfig import STRATEGY_TO_CONFIG
     chosen = plan["recommendation"]["strategy"]
     if chosen not in STRATEGY_TO_CONFIG:   # PyTorch FSDP: --auto writes the fastest DeepSpeed strategy that fits

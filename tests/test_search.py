@@ -117,7 +117,8 @@ def test_auto_writes_and_launches_what_plan_found(hf):
     r = run("deepspeed-config", "--auto", *args, *([] if hf else ["--no-hf"]), "--launcher", "torchrun", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["plan"] == found
+    assert out["plan"] == {k: v for k, v in found.items() if k != "deepspeed_config"}
+    assert not hf or out["config"] == found["deepspeed_config"]["config"]   # plan shows the --hf config
     said = next(w for w in out["warnings"] if w.startswith("--auto: gputopo plan recommends"))
     step = next(s for s in found["strategies"] if s["name"] == rec["strategy"])["time"]["step_s"]
     assert f"micro-batch {rec['micro_batch']} x {rec['grad_accum']} accumulation" in said
@@ -219,3 +220,19 @@ def test_selective_checkpointing_is_named_where_it_is_assumed():
     assert r.exit_code == 0 and ", selective checkpointing" in r.output.split("Recommendation: ", 1)[1].split("\n")[0]
     out = json.loads(run("deepspeed-config", "--auto", *args, "--json").stdout)
     assert any("selective checkpointing (torchtitan's per-op policy" in w for w in out["warnings"])
+
+
+@pytest.mark.parametrize("args", [PERSONA, ["--model", "llama-2-7b", "--gpus", "8", "--gpu-model", "A100-80GB",
+                                            "--link", "NV12", "--cpu-mem", "1TiB"],
+                                  ["--model", "gpt2", "--gpus", "2", "--gpu-model", "RTX 3090", "--link", "NV4",
+                                   "--cpu-mem", "64GB", "--global-batch", "32"]])
+def test_plan_and_auto_agree_to_the_byte_on_the_config(args, tmp_path):
+    """Issue 34: the persona's plan and its config in one command each, the same config in both."""
+    shown = plan(*args, "--nvme-free", "1TB")["deepspeed_config"]
+    r = run("deepspeed-config", "--auto", *args, "--nvme-free", "1TB", "-o", str(tmp_path / "ds.json"))
+    assert r.exit_code == 0, r.output
+    written = (tmp_path / "ds.json").read_text()
+    assert json.loads(written) == shown["config"]   # plan's JSON sorts its keys; the values are the same
+    assert json.dumps(shown["config"], indent=2, sort_keys=True) == json.dumps(json.loads(written), indent=2,
+                                                                               sort_keys=True)
+    assert "gputopo plan recommends" in r.output and shown["strategy"] in r.output

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..options import COUNT, TIMEOUT, gpu_options, host_options, json_option, model_options, training_options
+from ..options import COUNT, TIMEOUT, gpu_options, host_options, json_option, model_options, training_options, typed
 from .common import Command, emit, exit_if_nothing_fits
 
 
@@ -24,7 +24,8 @@ from .common import Command, emit, exit_if_nothing_fits
                                                         " DeepSpeed's samples, the model's sample) is skipped and"
                                                         " named, and it is stopped 60 s past them [default: 300].")
 @json_option
-def plan(as_json, measure, steps, calibrate, calibrate_seconds, **options):
+@click.pass_context
+def plan(ctx, as_json, measure, steps, calibrate, calibrate_seconds, **options):
     """Memory and step time for each strategy (DDP, ZeRO-1/2/3, offload) and the fastest that fits."""
     from .. import render, report, request
     from ..errors import BadInput
@@ -39,6 +40,9 @@ def plan(as_json, measure, steps, calibrate, calibrate_seconds, **options):
         from .. import calibrate as calibrating
         rates, device = calibrating.for_plan(req, calibrate_seconds, say=lambda line: click.echo(line, err=True))
     data = report.plan_for(req, rates=rates, steps=steps, device=device)
+    if data["recommendation"]["strategy"]:   # the config deepspeed-config --auto writes, from the same plan
+        from .. import configure
+        data["deepspeed_config"] = configure.for_plan(req, options, typed(ctx), rates, device)
     if measure:
         from .. import measure as measuring
         data["measured"] = measuring.check(data)
