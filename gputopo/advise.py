@@ -142,7 +142,7 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
         link = (f"host memory (SHM: NCCL takes no P2P over {layout.link_type} by default), a quarter of its PCIe"
                 " link")
     if layout.nodes > 1:
-        link = f"the network between nodes ({layout.inter_node_gbps:g} GB/s per direction, as given)"
+        link = f"the network between nodes ({layout.inter_node_gbps:g} GB/s per direction, --inter-node-gbps)"
     t = chosen.comm_seconds_per_step
     sent = f"Traffic: {gib(chosen.comm_bytes_per_step)} sent per GPU per step"
     sent += f", about {t:.3f} s over {link} (latency and bus efficiency included)." if t is not None and link else (
@@ -259,8 +259,9 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
     chosen = next((by_name[n] for n in order if n in fit), None)
     if chosen is None:
         return nothing_fits(model, layout, training, strategies)
-    what = WHAT[chosen.name] if chosen.name != "zero3_offload_cpu" or training.offload_params else \
-        "DeepSpeed ZeRO-3 with the optimizer offloaded to CPU (parameters on the GPU)"
+    what = WHAT[chosen.name] if not chosen.name.startswith("zero3_offload") or training.offload_params else \
+        f"DeepSpeed ZeRO-3 with the optimizer offloaded to {chosen.name.rsplit('_', 1)[1].upper()} (parameters on" \
+        " the GPU)"
     reasons = [f"{what}: {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(layout.gpu_mem_bytes)}"
                f" (weights {gib(chosen.per_gpu_bytes['weights'])}, gradients {gib(chosen.per_gpu_bytes['gradients'])},"
                f" optimizer {gib(chosen.per_gpu_bytes['optimizer'])}; at the step's peak, {chosen.peak['phase']}:"
@@ -297,7 +298,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
             reasons.append("Optimizer states are what does not fit: with 8-bit Adam"
                            " (--optimizer adamw-8bit, 2 B/param)"
                            f" or Adafactor, {ddp.name} would need {gib(slim)} per GPU.")
-    if not training.grad_checkpointing and "grad_checkpointing" not in tried \
+    if not training.grad_checkpointing and not training.selective and "grad_checkpointing" not in tried \
             and chosen.per_gpu_bytes["activations"] > chosen.per_gpu_bytes["total"] / 3:
         reasons.append("Activations are a large share: --grad-checkpointing trades about 30 % more compute"
                        " for most of them.")

@@ -98,7 +98,7 @@ def run(req: dict, copies: int = 1, timeout: float | None = None, env: dict | No
             + (", DeepSpeed's strategies" if req.get("deepspeed") else "")
             + (f"; within {budget:g} s (--calibrate-seconds)" if budget else "")
             + f", about {gib(copies * req.get('need_bytes', 0))} of memory")
-    started = time.monotonic()
+    started, before = time.monotonic(), cpu_seconds()
     env = dict(env or os.environ)
     if req.get("threads"):
         env["OMP_NUM_THREADS"] = str(req["threads"])
@@ -132,9 +132,52 @@ def run(req: dict, copies: int = 1, timeout: float | None = None, env: dict | No
             if proc.poll() is None:
                 children.end(proc, grace=2)
         barrier.cleanup()
+    load = busy_share(before, cpu_seconds(), time.monotonic() - started)
     if say:
-        say(f"calibrated in {time.monotonic() - started:.0f} s")
-    return average(results)
+        say(f"calibrated in {time.monotonic() - started:.0f} s" + (f"; {load_words(load)}" if load else ""))
+    # the model's own blocks (how far a sample is carried) and how busy the machine was meanwhile
+    return {**average(results), "layers": req.get("layers"), "load": load}
+
+
+# A calibration is flagged when, while it ran, other processes used more than this share of the cores, or the
+# hypervisor stole more: it then timed a busier machine than the training will meet (issue 35: a run taken
+# beside another job predicted 530 ms for a 272 ms step, and nothing said so).
+BUSY_SHARE, STEAL_SHARE = 0.15, 0.05
+SPREAD = 0.25   # the sample's repeated steps spread wider than this: flagged too
+
+
+def cpu_seconds() -> dict | None:
+    """This machine's CPU seconds so far (/proc/stat: busy and stolen), and this process's and its waited-for
+    children's own (getrusage); None where /proc/stat is not there."""
+    import resource
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    own = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+              for f in ("ru_utime", "ru_stime"))
+    busy = sum(fields[i] for i in (0, 1, 2, 5, 6) if i < len(fields)) / tick   # user nice system irq softirq
+    return {"busy": busy, "steal": (fields[7] if len(fields) > 7 else 0) / tick, "own": own}
+
+
+def busy_share(before: dict | None, after: dict | None, wall: float) -> dict | None:
+    """Other processes' share of the cores and the hypervisor's (steal) while the calibration ran."""
+    if not before or not after or wall <= 0:
+        return None
+    cores = os.cpu_count() or 1
+    others = max(0.0, (after["busy"] - before["busy"]) - (after["own"] - before["own"]))
+    return {"others": others / (wall * cores), "steal": (after["steal"] - before["steal"]) / (wall * cores),
+            "seconds": wall}
+
+
+def load_words(load: dict) -> str:
+    """The load in words, and whether the calibration can be trusted for it."""
+    said = f"other processes used {load['others']:.0%} of the cores meanwhile, {load['steal']:.0%} stolen"
+    if load["others"] > BUSY_SHARE or load["steal"] > STEAL_SHARE:
+        return (f"NOT TRUSTED: {said}: it timed a busier machine than the training may meet; run it again on a"
+                " quiet machine")
+    return said
 
 
 def sized(req: dict, copies: int) -> tuple[dict, str]:
@@ -237,6 +280,15 @@ def allreduce_fit(sweep: list[dict]) -> tuple[float, float]:
     return 1 / slope, max(0.0, my - slope * mx)
 
 
+def carried(blocks: float, layers: int | None) -> str:
+    """How far a sample of `blocks` is carried to the model's `layers` (issue 35: the basis says it)."""
+    if not layers:
+        return ""
+    if blocks >= layers:
+        return f" (the whole model: {layers} blocks, nothing carried)"
+    return f" (sampled {blocks:g} of the model's {layers} blocks: the other {layers - blocks:g} carried at its rate)"
+
+
 def rates(cal: dict, *, sweep: list[dict] | None = None):
     """speed.Rates from a calibration (and an all-reduce sweep, when there is one)."""
     from .speed import Rates
@@ -254,12 +306,16 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
         basis["compute"] = ("the matmul shapes and elementwise ops (the model itself was not timed:"
                             f" {cal['sample_error']})")
     if cal.get("sampled"):
-        basis["compute"] = (f"sampled: the model cut to 1 and {cal['sampled'].get('blocks', 3):g} blocks, timed at the"
+        basis["compute"] = (f"sampled: the model cut to 1 and {cal['sampled'].get('blocks', 3):g} blocks"
+                            f"{carried(cal['sampled'].get('blocks', 3), cal.get('layers'))}, timed at the"
                             " step's shape: one block"
                             f" {cal['sampled']['block_s'] * 1e3:.1f} ms, embeddings + head + loss"
                             f" {cal['sampled']['head_s'] * 1e3:.1f} ms"
                             + (f" (the median of {cal['sampled']['pairs']:.0f} pair(s): what --calibrate-seconds left"
-                               " time for)" if cal["sampled"].get("pairs", 5) < 5 else ""))
+                               " time for)" if cal["sampled"].get("pairs", 5) < 5 else "")
+                            + (f"; the sample's steps spread {cal['sampled']['spread']:.0%} (10th-90th percentile)"
+                               + (": NOT TRUSTED, the machine's pace changed while it ran; run it again" if
+                                  cal["sampled"]["spread"] > SPREAD else "") if "spread" in cal["sampled"] else ""))
     if cal.get("cpu_adam_params_per_s"):
         basis["cpu_adam"] = f"calibrated: DeepSpeed's CPU Adam, {cal['cpu_adam_params_per_s'] / 1e6:.0f} M params/s"
     if cal.get("zero3_module_s"):
@@ -273,10 +329,13 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
                                 f" pass {cost['all_gather']:.2f} all-reduce passes (8 MiB)")
     for name, ds in (cal.get("deepspeed_sampled") or {}).items():
         basis[f"sampled_{name}"] = (f"sampled: {name}'s DeepSpeed step on the model cut to 1 and {ds['blocks']:g}"
-                                    f" blocks in {ds['processes']} processes: {ds['one_s'] * 1e3:.0f} and"
+                                    f" blocks{carried(ds['blocks'], cal.get('layers'))} in {ds['processes']}"
+                                    f" processes: {ds['one_s'] * 1e3:.0f} and"
                                     f" {ds['more_s'] * 1e3:.0f} ms; what it took beyond the parts is carried to"
                                     " the whole model")
     basis["summary"] = f"calibrated on this machine ({device})"
+    if cal.get("load"):
+        basis["load"] = load_words(cal["load"])
     return Rates(matmul_flops=cal["matmul_flops"], mem_bytes_per_s=cal["mem_bytes_per_s"], busbw=busbw,
                  busbw_no_p2p=busbw, inter_node=busbw, latency_s=latency,
                  matmul_seconds=cal["matmul_seconds"], elementwise=cal["elementwise"],
@@ -565,7 +624,16 @@ def _sample_blocks(torch, req: dict, device, sync) -> dict:
         pairs.append(t)
     block = max(0.0, statistics.median(b - a for a, b in pairs)) / (more - 1)
     return {"block_s": block, "head_s": max(0.0, statistics.median(a for a, _ in pairs) - block), "blocks": more,
-            "pairs": len(pairs)}
+            "pairs": len(pairs), "spread": spread([b for _, b in pairs])}
+
+
+def spread(times: list[float]) -> float:
+    """The 10th to 90th percentile of repeated timings over their median (0 for fewer than 3): how far one
+    timing of the same work strayed from another while the calibration ran."""
+    if len(times) < 3:
+        return 0.0
+    t = sorted(times)
+    return (t[round(0.9 * (len(t) - 1))] - t[round(0.1 * (len(t) - 1))]) / statistics.median(t)
 
 
 def build_model(req: dict, device, layers: int | None = None):

@@ -149,19 +149,19 @@ def _strategy(a: Ask, req, rates=None, device: str = "cuda") -> tuple[int, str, 
 def _step(planned: dict, name: str) -> str:
     """A strategy's predicted step in the plan, in words."""
     time = next(r["time"] for r in planned["strategies"] if r["name"] == name)
-    return f"{time['step_s']:.3f} s/step" if time["step_s"] else "no step time"
+    return f"{time['step_s']:.3f} s/step, {time['tokens_per_s']:,.0f} tokens/s" if time["step_s"] else "no step time"
 
 
 def _nvme(a: Ask, req, offload: str) -> tuple[str | None, int | None, list]:
     """The NVMe folder (gputopo.nvme's rule), the bytes offload needs there, and what to say about it."""
     if offload != "nvme":
         return None, None, []
-    if a.auto and req.layout.nvme_free_bytes is None:   # planned for GPUs described, not this machine's
+    if a.auto and req.elsewhere and a.nvme_path is None:   # planned for GPUs described, not this machine's
         from .plan import nvme_bytes
         need = nvme_bytes(req.model, req.training, req.nodes)
         return ELSEWHERE, need, [f"nvme_path {ELSEWHERE} (DeepSpeed's documented example): the machine planned for"
-                                 f" is not this one, so put a folder on its NVMe with {gib(need)} free per node"
-                                 " there, or pass --nvme-path (and --nvme-free)"]
+                                 f" is not this one, so edit it to a folder on that machine's NVMe with {gib(need)}"
+                                 " free per node (--nvme-path names a folder here, and is checked here)"]
     chosen = nvme.folder(a.nvme_path)
     notes = [chosen.picked] if chosen.picked else []
     need = None
@@ -189,7 +189,7 @@ def _build(a: Ask, req, stage: int, offload: str, nvme_path: str | None, precisi
     accelerate = a.launcher == "accelerate"
     cfg = dsconfig.build(stage, offload, dsconfig.Shape(
         hf=a.hf, nvme_path=nvme_path,
-        offload_params=t.offload_params if "offload_params" in a.given or a.auto and (stage, offload) == (3, "cpu")
+        offload_params=t.offload_params if "offload_params" in a.given or a.auto and stage == 3 and offload != "none"
         else None,
         precision=precision, hidden_size=model.hidden_size if model else None,
         largest_layer=model.largest_layer_params if model else None, batch_size=t.batch_size,

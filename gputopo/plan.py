@@ -171,6 +171,9 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
         # 5 parameter buffers of max(1e8, largest layer) and two optimizer sub-groups in flight, per rank.
         nvme = nvme_bytes(m, t, lay.nodes)
         buffers = 5 * max(PARAM_BUFFER, L) * p16 + 2 * NVME_SUB_GROUP * (4 + K + 4)
+        if not t.offload_params:   # the 16-bit parameters stay on the GPUs, partitioned: only the optimizer swaps
+            return ({"weights": gathered + p16 * P // N, "gradients": 0, "optimizer": 0},
+                    int(2 * NVME_SUB_GROUP * (4 + K + 4) * lay.gpus_per_node), nvme - p16 * P // lay.nodes)
         return {"weights": gathered, "gradients": 0, "optimizer": 0}, int(buffers * lay.gpus_per_node), nvme
     raise BadInput(f"unknown strategy {name}")
 

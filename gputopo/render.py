@@ -200,8 +200,8 @@ def plan(data: dict) -> str:
                    + ("" if ds["strategy"] == r["strategy"] else
                       f" at micro-batch {ds['micro_batch']} x {ds['grad_accum']} ({r['strategy']} is not DeepSpeed)")
                    + f" (ZeRO stage {ds['config']['zero_optimization']['stage']}"
-                   + "".join(f", {k.split('_')[1]} offloaded to {v['device']}"
-                             for k in ("offload_optimizer", "offload_param")
+                   + "".join(f", {what} offloaded to {v['device']}"
+                             for k, what in (("offload_optimizer", "optimizer"), ("offload_param", "parameters"))
                              for v in [ds["config"]["zero_optimization"].get(k)] if v)
                    + "; --json: deepspeed_config) and the launch line with --launcher.")
     out += [f"Note: {n}" for n in data.get("notes", [])]
@@ -221,7 +221,8 @@ def searched(found: dict) -> str:
     open_ = ", ".join(k.replace("_", "-") for k in found["searched"])
     head = (f"Search ({open_} open; {found['priced']} configurations fit and were priced"
             + (f", at global batch {found['global_batch']}" if found["global_batch"] else
-               "; the samples per step follow the micro-batch: --global-batch N holds them") + "):")
+               "; the samples per step follow the micro-batch: --global-batch N holds them"
+               if "batch_size" in found["searched"] else "") + "):")
     if not found["chosen"]:
         return head + "\n  none fits: the tables above are the leanest of what was open (the least micro-batch," \
                       " checkpointing where open)"

@@ -99,7 +99,8 @@ def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda",
     chosen = advice["strategy"]
     advice.update(micro_batch=training.batch_size, grad_accum=training.grad_accum,
                   grad_checkpointing=training.grad_checkpointing,
-                  offload_params=training.offload_params if chosen == "zero3_offload_cpu" else None)
+                  offload_params=training.offload_params if chosen in ("zero3_offload_cpu", "zero3_offload_nvme")
+                  else None)
     rows = [{**s.to_dict(), "time": times[s.name].to_dict()} for s in strategies]
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
             "training": training.to_dict(), "strategies": rows, "recommendation": advice, "search": found,

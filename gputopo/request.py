@@ -97,6 +97,7 @@ class Request:
     notes_: tuple[str, ...] = ()                     # remarks that are not defaults (a disagreeing folder)
     gpus_assumed: bool = False                       # no --gpus and no GPU here: 1 per node, a guess
     searchable: frozenset = frozenset()              # gputopo.search's knobs the user left open (a plan only)
+    elsewhere: bool = False                          # GPUs described (--gpus --gpu-model/--gpu-mem), not here
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -139,7 +140,10 @@ def first_micro(micro: int | None, accum: int | None, global_batch: int | None, 
     plan's search then tries the others)."""
     if micro:
         return micro
-    if global_batch and accum and global_batch % (accum * world) == 0:
+    if global_batch and accum:
+        if global_batch % (accum * world):
+            raise BadInput(f"--global-batch {global_batch} is not a multiple of --grad-accum x GPUs ({accum} x {world}"
+                           f" = {accum * world}): try {max(1, global_batch // (accum * world)) * accum * world}")
         return global_batch // (accum * world)
     fits = [b for b in (DEFAULT_MICRO, 2, 1) if global_batch is None
             or global_batch % (b * world) == 0 and (accum is None or b * accum * world == global_batch)]
@@ -360,7 +364,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
         raise BadInput("--hidden-size, --layers and --vocab-size describe a --params model; --model brings its own")
     notes: dict = {}
     gm = gpu_model_of(hw.gpu_model)
-    layout, assumed = None, False
+    layout, assumed, elsewhere = None, False, False
     if need_layout:  # before the model: a missing --gpus/--gpu-mem is refused before transformers loads
         elsewhere = topology is None and hw.gpus is not None and (hw.gpu_mem is not None or gm is not None)
         layout = _layout(hw, gm, _host(hw, notes, elsewhere), topology, selected, notes)
@@ -404,7 +408,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
                                                                      "seq_len_rotary")])
     return Request(spec, layout, training_, per_node, hw.nodes, t.global_batch, notes, remarks, gpus_assumed=assumed,
-                   searchable=searchable)
+                   searchable=searchable, elsewhere=elsewhere)
 
 
 def runs_here(training: Training, option: str) -> None:

@@ -17,6 +17,7 @@ from .units import gib
 
 MAX_MICRO = 256      # micro-batches searched: 1, 2, 4 ... up to this
 SHOWN = 5            # configurations shown beside the winner
+OFFLOADS = ("zero3_offload_cpu", "zero3_offload_nvme")   # ZeRO-3 offload: parameters too, or not
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Candidate:
         t = self.training
         return {"strategy": self.strategy, "micro_batch": t.batch_size, "grad_accum": t.grad_accum,
                 "grad_checkpointing": t.grad_checkpointing, "selective": t.selective,
-                "offload_params": t.offload_params if self.strategy == "zero3_offload_cpu" else None,
+                "offload_params": t.offload_params if self.strategy in OFFLOADS else None,
                 "per_gpu_bytes": self.per_gpu_bytes, "tight": self.tight, "step_s": self.step_s,
                 "tokens_per_s": self.tokens_per_s}
 
@@ -59,7 +60,7 @@ def _trainings(req: Request):
     offloads = (True, False) if "offload_params" in req.searchable else (t.offload_params,)
     for ckpt in ckpts:
         for i, off in enumerate(offloads):
-            only = None if i == 0 else ("zero3_offload_cpu",)   # the only row parameter offload changes
+            only = None if i == 0 else OFFLOADS   # the only rows parameter offload changes
             yield [(replace(t, batch_size=b, grad_checkpointing=ckpt, offload_params=off,
                             grad_accum=accumulation(b, None if req.global_batch else t.grad_accum,
                                                     req.global_batch, req.world)), only) for b in _micros(req)]
@@ -97,7 +98,7 @@ def rank(found: list[Candidate], order: tuple) -> tuple[list[Candidate], bool]:
     ties = [c for c in pool if c.tokens_per_s >= best / (1 + advise.TIE)]
     # parameter offload last, as HF's decision tree has it: kept only where the GPU needs the room
     first = min(ties, key=lambda c: (where.get(c.strategy, 99), c.training.grad_checkpointing, -c.tokens_per_s,
-                                     c.strategy == "zero3_offload_cpu" and c.training.offload_params))
+                                     c.strategy in OFFLOADS and c.training.offload_params))
     return [first] + sorted((c for c in pool if c is not first), key=lambda c: -c.tokens_per_s), True
 
 
@@ -117,8 +118,10 @@ def losing(c: Candidate, first: Candidate, timed: bool) -> str:
         return f"fits only tightly ({gib(c.per_gpu_bytes)} per GPU)"
     if not timed:
         return "later in HF's decision tree, or more recomputation or a smaller micro-batch"
-    if first.tokens_per_s <= c.tokens_per_s * (1 + advise.TIE):
-        return (f"within {advise.TIE:.0%} ({c.tokens_per_s / first.tokens_per_s - 1:+.0%} tokens/s), the"
+    if abs(c.tokens_per_s / first.tokens_per_s - 1) < 0.005:
+        return "the same tokens/s: the simpler choice is taken"
+    if c.tokens_per_s > first.tokens_per_s:
+        return (f"{c.tokens_per_s / first.tokens_per_s - 1:.0%} more tokens/s, within {advise.TIE:.0%}, the"
                 " prediction's error: the simpler choice is taken")
     return f"{1 - c.tokens_per_s / first.tokens_per_s:.0%} fewer tokens/s"
 

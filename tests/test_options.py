@@ -911,7 +911,7 @@ def test_agreement_table_is_held_apart():
 
 def test_explicit_nvme_free_wins_over_the_folder_with_a_note(tmp_path):
     args = ["--model", "llama-2-7b", "--gpus", "1", "--gpu-mem", "24GB", "--cpu-mem", "32GB", "--nvme-free", "4TB",
-            "--grad-checkpointing", "--batch-size", "1", "--nvme-path", str(tmp_path)]
+            "--grad-checkpointing", "--batch-size", "1", "--nvme-path", str(tmp_path), "--offload-params"]
     plan = json.loads(run("plan", "--json", *args).stdout)
     assert plan["layout"]["nvme_free_bytes"] == 4 * 2 ** 40
     assert any(n.startswith("--nvme-free 4096.0 GiB is used; " + str(tmp_path)) for n in plan["notes"])
@@ -1049,7 +1049,8 @@ def test_inspect_model_nothing_fits_shows_the_plan_and_exits_1():
 def test_auto_with_nvme_free_warns_when_the_folder_here_is_too_small(tmp_path):
     """--nvme-free wins, as in plan; but the config writes to a folder here that could not hold the swap."""
     args = ["--model", "llama-2-70b", "--gpus", "8", "--gpu-model", "H100", "--link", "NV18", "--grad-checkpointing",
-            "--batch-size", "1", "--cpu-mem", "256GB", "--nvme-free", "1PB", "--nvme-path", str(tmp_path)]
+            "--batch-size", "1", "--cpu-mem", "256GB", "--nvme-free", "1PB", "--nvme-path", str(tmp_path),
+            "--offload-params"]
     auto = json.loads(run("deepspeed-config", "--auto", "--json", *args).stdout)
     assert auto["config"]["zero_optimization"]["offload_param"]["device"] == "nvme"
     st = os.statvfs(tmp_path)

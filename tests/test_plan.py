@@ -173,7 +173,7 @@ def test_7b_on_8x80_nv12_is_zero_without_offload():
 def test_70b_on_8x80_with_little_ram_goes_to_nvme(tmp_path):
     data = plan_json("--model", "llama-2-70b", "--gpus", "8", "--gpu-mem", "80GiB", "--link", "NV12",
                      "--batch-size", "1", "--grad-checkpointing", "--cpu-mem", "256GiB", "--nvme-path", str(tmp_path),
-                     "--nvme-free", "4TB")
+                     "--nvme-free", "4TB", "--offload-params")
     assert data["recommendation"]["strategy"] == "zero3_offload_nvme"
     assert "CPU RAM" in by_name(data)["zero3_offload_cpu"]["why_not"][0]
     nvme = by_name(data)["zero3_offload_nvme"]["nvme_bytes"]

@@ -141,7 +141,7 @@ def test_a_config_for_another_machine_does_not_name_this_ones_disk():
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     if out["plan"]["recommendation"]["strategy"] == "zero3_offload_nvme":
-        assert out["config"]["zero_optimization"]["offload_param"]["nvme_path"] == "/local_nvme"
+        assert out["config"]["zero_optimization"]["offload_optimizer"]["nvme_path"] == "/local_nvme"
         assert any(w.startswith("nvme_path /local_nvme") for w in out["warnings"])
 
 
@@ -236,3 +236,19 @@ def test_plan_and_auto_agree_to_the_byte_on_the_config(args, tmp_path):
     assert json.dumps(shown["config"], indent=2, sort_keys=True) == json.dumps(json.loads(written), indent=2,
                                                                                sort_keys=True)
     assert "gputopo plan recommends" in r.output and shown["strategy"] in r.output
+
+
+def test_nvme_offload_keeps_the_parameters_on_the_gpu_as_the_config_does():
+    """Was: --no-offload-params priced NVMe offload with the parameters offloaded (3.4 GiB per GPU short of what
+    the config it named, optimizer only, needs)."""
+    args = ["--model", "mistral-7b", "--gpus", "4", "--gpu-model", "RTX 4090", "--cpu-mem", "128GiB",
+            "--batch-size", "1", "--grad-checkpointing"]
+    on, off = plan(*args, "--offload-params"), plan(*args, "--no-offload-params")
+    row = {d: next(s for s in p["strategies"] if s["name"] == "zero3_offload_nvme") for d, p in (("on", on),
+                                                                                              ("off", off))}
+    m = on["model"]["params"]
+    assert row["off"]["per_gpu_bytes"]["weights"] - row["on"]["per_gpu_bytes"]["weights"] == 2 * m // 4
+    assert row["on"]["nvme_bytes"] - row["off"]["nvme_bytes"] == 2 * m
+    if off["recommendation"]["strategy"] == "zero3_offload_nvme":
+        assert "offload_param" not in off["deepspeed_config"]["config"]["zero_optimization"]
+        assert "parameters on the GPU" in off["recommendation"]["reasons"][0]

@@ -748,3 +748,47 @@ def test_calibrate_seconds_is_a_budget_that_holds():
     assert any(line.startswith("calibrating: the model cut to 1 and") for line in said)
     assert any(line.startswith("calibrating: an all-reduce sweep") for line in said)
     assert said[-1].startswith("calibrated in ")
+
+
+def test_the_basis_says_how_far_a_sample_is_carried():
+    """Issue 35: the basis line names the blocks sampled against the model's own."""
+    from conftest import fake_calibration_result
+
+    from gputopo import calibrate
+    cal = fake_calibration_result({"sizes": [1024], "shapes": ["8x8x8"]})
+    cal["sampled"] = {"block_s": 0.01, "head_s": 0.02, "blocks": 3}
+    cal["deepspeed_sampled"] = {"zero2": {"one_s": 0.5, "more_s": 0.9, "blocks": 3, "processes": 2}}
+    deep = calibrate.rates({**cal, "layers": 12}).basis
+    assert "sampled 3 of the model's 12 blocks: the other 9 carried" in deep["compute"]
+    assert "sampled 3 of the model's 12 blocks" in deep["sampled_zero2"]
+    assert "the whole model: 3 blocks, nothing carried" in calibrate.rates({**cal, "layers": 3}).basis["compute"]
+
+
+def test_a_calibration_on_a_busy_machine_is_flagged():
+    """Issue 35: a calibration taken beside another job predicted 530 ms for a 272 ms step, and nothing said so.
+    The basis now says how busy the machine was while it ran, and how far the sample's steps spread."""
+    from conftest import fake_calibration_result
+
+    from gputopo import calibrate
+    cal = fake_calibration_result({"sizes": [1024], "shapes": ["8x8x8"]})
+    cal["sampled"] = {"block_s": 0.01, "head_s": 0.02, "blocks": 3, "spread": 0.05}
+    quiet = calibrate.rates({**cal, "load": {"others": 0.02, "steal": 0.0, "seconds": 60}}).basis
+    assert "NOT TRUSTED" not in quiet["load"] + quiet["compute"] and "2% of the cores" in quiet["load"]
+    busy = calibrate.rates({**cal, "load": {"others": 0.6, "steal": 0.0, "seconds": 60}}).basis
+    assert busy["load"].startswith("NOT TRUSTED: other processes used 60% of the cores")
+    noisy = calibrate.rates({**cal, "sampled": {**cal["sampled"], "spread": 0.4}}).basis
+    assert "spread 40%" in noisy["compute"] and "NOT TRUSTED" in noisy["compute"]
+    assert calibrate.spread([1.0, 1.0, 1.0, 2.0]) > calibrate.SPREAD > calibrate.spread([1.0, 1.01, 0.99, 1.0])
+
+
+def test_the_machine_load_is_read_from_proc_stat():
+    import time
+
+    from gputopo import calibrate
+    start, before = time.monotonic(), calibrate.cpu_seconds()
+    if before is None:
+        pytest.skip("no /proc/stat here")
+    sum(i * i for i in range(300000))   # this process's own work is not "other processes"
+    time.sleep(0.3)
+    load = calibrate.busy_share(before, calibrate.cpu_seconds(), time.monotonic() - start)
+    assert 0.0 <= load["others"] <= 1.05 and 0.0 <= load["steal"] <= 1.05   # jiffies round to 10 ms
