@@ -241,22 +241,22 @@ def _room(chosen, layout) -> list[str]:
     return out
 
 
-def from_plan(model, layout, training, strategies, fast_link: bool, global_batch: int | None = None,
+def from_plan(model, layout, training, strategies, global_batch: int | None = None,
               times: dict | None = None, pick: str | None = None, tried: frozenset = frozenset()) -> Advice:
     """The fastest strategy that fits, with its reasons: by predicted step time (gputopo.speed) when every one
     that fits has one, else HF's DeepSpeed decision tree (docs/sources.md#deepspeed-decision-tree) ordered by
     the link rule (docs/sources.md#ddp-vs-zero-interconnect)."""
     from .plan import HEADROOM
     by_name = {s.name: s for s in strategies}
-    order = ORDER["one"] if layout.gpus == 1 else ORDER["fast" if fast_link else "slow"]
-    ranked = by_speed(strategies, times or {}, order)
+    fast, sequence = fast_link(layout), order(layout)
+    ranked = by_speed(strategies, times or {}, sequence)
     if ranked and pick in ranked:   # gputopo.search chose it over every configuration, this one's rivals included
         ranked = [pick] + [n for n in ranked if n != pick]
     if ranked:  # what is faster first, then the rest in the usual order, for "faster choices do not fit"
-        order = tuple(n for n in order if n not in ranked and times[n].step_s is not None
-                      and times[n].step_s < times[ranked[0]].step_s) + tuple(ranked)
+        sequence = tuple(n for n in sequence if n not in ranked and times[n].step_s is not None
+                         and times[n].step_s < times[ranked[0]].step_s) + tuple(ranked)
     fit = fitting(strategies)
-    chosen = next((by_name[n] for n in order if n in fit), None)
+    chosen = next((by_name[n] for n in sequence if n in fit), None)
     if chosen is None:
         return nothing_fits(model, layout, training, strategies)
     what = WHAT[chosen.name] if not chosen.name.startswith("zero3_offload") or training.offload_params else \
@@ -267,7 +267,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
                f" optimizer {gib(chosen.per_gpu_bytes['optimizer'])}; at the step's peak, {chosen.peak['phase']}:"
                f" activations {gib(chosen.per_gpu_bytes['activations'])},"
                f" temporaries {gib(chosen.per_gpu_bytes['temporaries'])})."]
-    skipped = [n for n in order[:order.index(chosen.name)] if n in by_name]
+    skipped = [n for n in sequence[:sequence.index(chosen.name)] if n in by_name]
     if ranked:
         reasons.append(speed_words(ranked, times))
     if skipped:
@@ -279,7 +279,7 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
         reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed"
                        " (HF's DeepSpeed decision tree).")
     elif layout.gpus > 1:
-        reasons += traffic_words(chosen, by_name, model, layout, training, fast_link, bool(ranked))
+        reasons += traffic_words(chosen, by_name, model, layout, training, fast, bool(ranked))
     if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
         init = ("FSDP's sync_module_states with the model built on the meta device on all but rank 0"
                 if chosen.name == "fsdp" else "deepspeed.zero.Init")
@@ -314,6 +314,6 @@ def from_plan(model, layout, training, strategies, fast_link: bool, global_batch
                        f" {training.grad_accum} accumulation steps.")
     unknown = layout.gpus > 1 and layout.nodes == 1 and layout.link_type is None
     return Advice(chosen.name,
-                  "none" if layout.gpus == 1 else "unknown" if unknown else ("nvlink" if fast_link else "pcie"),
-                  "low" if fast_link else ("high" if layout.gpus > 1 and not unknown else "unknown"), tuple(reasons),
+                  "none" if layout.gpus == 1 else "unknown" if unknown else ("nvlink" if fast else "pcie"),
+                  "low" if fast else ("high" if layout.gpus > 1 and not unknown else "unknown"), tuple(reasons),
                   basis="memory+interconnect")

@@ -94,13 +94,12 @@ def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda",
     for s in strategies:
         s.comm_seconds_per_step = times[s.name].comm_s
     pick = found["chosen"]["strategy"] if found and found["chosen"] else None
-    advice = advise.from_plan(model, layout, training, strategies, advise.fast_link(layout), req.global_batch, times,
+    advice = advise.from_plan(model, layout, training, strategies, req.global_batch, times,
                               pick=pick, tried=frozenset(found["searched"]) if found else frozenset()).to_dict()
     chosen = advice["strategy"]
     advice.update(micro_batch=training.batch_size, grad_accum=training.grad_accum,
                   grad_checkpointing=training.grad_checkpointing,
-                  offload_params=training.offload_params if chosen in ("zero3_offload_cpu", "zero3_offload_nvme")
-                  else None)
+                  offload_params=training.offload_params if chosen in search.OFFLOADS else None)
     rows = [{**s.to_dict(), "time": times[s.name].to_dict()} for s in strategies]
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
             "training": training.to_dict(), "strategies": rows, "recommendation": advice, "search": found,

@@ -145,8 +145,7 @@ def first_micro(micro: int | None, accum: int | None, global_batch: int | None, 
             raise BadInput(f"--global-batch {global_batch} is not a multiple of --grad-accum x GPUs ({accum} x {world}"
                            f" = {accum * world}): try {max(1, global_batch // (accum * world)) * accum * world}")
         return global_batch // (accum * world)
-    fits = [b for b in (DEFAULT_MICRO, 2, 1) if global_batch is None
-            or global_batch % (b * world) == 0 and (accum is None or b * accum * world == global_batch)]
+    fits = [b for b in (DEFAULT_MICRO, 2, 1) if global_batch is None or global_batch % (b * world) == 0]
     if not fits and global_batch % world:   # no micro-batch can make it: the GPUs do not divide it
         near = " or ".join(str(x) for x in (global_batch // world * world, (global_batch // world + 1) * world) if x)
         raise BadInput(f"--global-batch {global_batch} is not a multiple of the {world} GPUs: try {near}")
@@ -235,12 +234,17 @@ def _link(text: str | None) -> str | None:
         raise BadInput(f"--link {e}") from None
 
 
+def _described(hw: HardwareAsk, gm, topology) -> bool:
+    """GPUs described by --gpus with --gpu-mem/--gpu-model (another machine), not a topology nor this one's."""
+    return topology is None and hw.gpus is not None and (hw.gpu_mem is not None or gm is not None)
+
+
 def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) -> Layout:
     """The GPUs planned for: a given topology, else --gpus with --gpu-mem/--gpu-model, else this machine."""
     if hw.inter_node_gbps is not None and hw.nodes == 1:
         raise BadInput("--inter-node-gbps is the network between nodes; with --nodes 1 there is none")
     host_facts = dict(nodes=hw.nodes, inter_node_gbps=hw.inter_node_gbps or INTER_NODE_GBPS, **host)
-    if topology is None and hw.gpus is not None and (hw.gpu_mem is not None or gm is not None):
+    if _described(hw, gm, topology):
         return _given_gpus(hw, gm, host_facts, notes)
     if topology is None:
         topology, selected, reason = _live(hw.gpus)
@@ -270,9 +274,8 @@ def _host(hw: HardwareAsk, notes: dict, elsewhere: bool = False) -> dict:
         notes["cpu_mem"] = f"CPU RAM: {gib(cpu)} per node, this machine's{other} (--cpu-mem to change)"
     if cores is None:
         cores = probe.host()["cpus_physical"] or os.cpu_count() or 1
-        notes["cpu_cores"] = (f"CPU cores: {cores} per node, this machine's{other}: CPU Adam's pace in offload"
-                              " (--cpu-cores to change)" if elsewhere else
-                              f"CPU cores: {cores} per node, this machine's (--cpu-cores to change)")
+        notes["cpu_cores"] = (f"CPU cores: {cores} per node, this machine's{other}"
+                              + (": CPU Adam's pace in offload" if elsewhere else "") + " (--cpu-cores to change)")
     if elsewhere and hw.nvme_path is None and hw.nvme_free is None:
         return {"cpu_mem_bytes": cpu, "nvme_free_bytes": None, "cpu_cores": cores}
     free, nvme_notes = nvme.free_space(hw.nvme_path, hw.nvme_free)
@@ -366,7 +369,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     gm = gpu_model_of(hw.gpu_model)
     layout, assumed, elsewhere = None, False, False
     if need_layout:  # before the model: a missing --gpus/--gpu-mem is refused before transformers loads
-        elsewhere = topology is None and hw.gpus is not None and (hw.gpu_mem is not None or gm is not None)
+        elsewhere = _described(hw, gm, topology)
         layout = _layout(hw, gm, _host(hw, notes, elsewhere), topology, selected, notes)
         per_node, gpu_name = layout.gpus_per_node, layout.gpu_model
     else:

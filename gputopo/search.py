@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from . import advise, speed
+from .errors import BadInput
 from .plan import HEADROOM, Training, strategies
 from .request import Request, accumulation
 from .units import gib
@@ -38,19 +39,22 @@ class Candidate:
                 "tokens_per_s": self.tokens_per_s}
 
 
+def _accum(req: Request, micro: int) -> int | None:
+    """Accumulation steps for this micro-batch: what makes --global-batch (None when it does not divide it),
+    else the request's own."""
+    try:
+        return accumulation(micro, None if req.global_batch else req.training.grad_accum, req.global_batch,
+                            req.world)
+    except BadInput:
+        return None
+
+
 def _micros(req: Request) -> list[int]:
     """Micro-batches to try, smallest first: the pinned one, else powers of two the global batch allows."""
-    t = req.training
     if "batch_size" not in req.searchable:
-        return [t.batch_size]
-    out = []
-    for b in (2 ** i for i in range(MAX_MICRO.bit_length())):
-        try:
-            accumulation(b, None if req.global_batch else t.grad_accum, req.global_batch, req.world)
-        except Exception:   # BadInput: this micro-batch does not divide the global batch
-            continue
-        out.append(b)
-    return out or [t.batch_size]
+        return [req.training.batch_size]
+    return [b for b in (2 ** i for i in range(MAX_MICRO.bit_length())) if _accum(req, b) is not None] \
+        or [req.training.batch_size]
 
 
 def _trainings(req: Request):
@@ -61,9 +65,8 @@ def _trainings(req: Request):
     for ckpt in ckpts:
         for i, off in enumerate(offloads):
             only = None if i == 0 else OFFLOADS   # the only rows parameter offload changes
-            yield [(replace(t, batch_size=b, grad_checkpointing=ckpt, offload_params=off,
-                            grad_accum=accumulation(b, None if req.global_batch else t.grad_accum,
-                                                    req.global_batch, req.world)), only) for b in _micros(req)]
+            yield [(replace(t, batch_size=b, grad_checkpointing=ckpt, offload_params=off, grad_accum=_accum(req, b)),
+                    only) for b in _micros(req)]
 
 
 def candidates(req: Request, rates, device: str = "cuda", allowed=None) -> list[Candidate]:
@@ -107,8 +110,7 @@ def leanest(req: Request) -> Training:
     the global batch allows) with checkpointing where they are open."""
     t = req.training
     micro = _micros(req)[0]
-    return replace(t, batch_size=micro, grad_accum=accumulation(micro, None if req.global_batch else t.grad_accum,
-                                                                req.global_batch, req.world),
+    return replace(t, batch_size=micro, grad_accum=_accum(req, micro) or t.grad_accum,
                    grad_checkpointing=t.grad_checkpointing or "grad_checkpointing" in req.searchable)
 
 
