@@ -171,6 +171,15 @@ def busy_share(before: dict | None, after: dict | None, wall: float) -> dict | N
             "seconds": wall}
 
 
+def spread_words(sample: dict) -> str:
+    """A sample's spread in words ("" for a sample that kept none), flagged past SPREAD."""
+    if "spread" not in sample:
+        return ""
+    return (f"; the sample's steps spread {sample['spread']:.0%} (10th-90th percentile)"
+            + (": NOT TRUSTED, the machine's pace changed while it ran; run it again"
+               if sample["spread"] > SPREAD else ""))
+
+
 def load_words(load: dict) -> str:
     """The load in words, and whether the calibration can be trusted for it."""
     said = f"other processes used {load['others']:.0%} of the cores meanwhile, {load['steal']:.0%} stolen"
@@ -313,9 +322,7 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
                             f" {cal['sampled']['head_s'] * 1e3:.1f} ms"
                             + (f" (the median of {cal['sampled']['pairs']:.0f} pair(s): what --calibrate-seconds left"
                                " time for)" if cal["sampled"].get("pairs", 5) < 5 else "")
-                            + (f"; the sample's steps spread {cal['sampled']['spread']:.0%} (10th-90th percentile)"
-                               + (": NOT TRUSTED, the machine's pace changed while it ran; run it again" if
-                                  cal["sampled"]["spread"] > SPREAD else "") if "spread" in cal["sampled"] else ""))
+                            + spread_words(cal["sampled"]))
     if cal.get("cpu_adam_params_per_s"):
         basis["cpu_adam"] = f"calibrated: DeepSpeed's CPU Adam, {cal['cpu_adam_params_per_s'] / 1e6:.0f} M params/s"
     if cal.get("zero3_module_s"):
@@ -332,7 +339,7 @@ def rates(cal: dict, *, sweep: list[dict] | None = None):
                                     f" blocks{carried(ds['blocks'], cal.get('layers'))} in {ds['processes']}"
                                     f" processes: {ds['one_s'] * 1e3:.0f} and"
                                     f" {ds['more_s'] * 1e3:.0f} ms; what it took beyond the parts is carried to"
-                                    " the whole model")
+                                    " the whole model" + spread_words(ds))
     basis["summary"] = f"calibrated on this machine ({device})"
     if cal.get("load"):
         basis["load"] = load_words(cal["load"])
@@ -791,13 +798,13 @@ def _zero3_module_seconds(device) -> float:
     return max(0.0, (fastest[many] - fastest[few]) / (many - few))
 
 
-DS_SAMPLE_STEPS = 8   # timed steps per sample and turn, after 2 warm-up steps
+DS_SAMPLE_STEPS = 16   # timed pairs of steps (1 block, then the larger sample), after 2 warm-up pairs
 
 
 def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> tuple[dict, dict]:
     """({strategy: sample}, {strategy: why not}) for req["deepspeed"]. Under a budget (plan --calibrate) a
-    strategy runs only if the ops it needs are built already and its estimated time still fits: its 40 steps
-    (2 turns of 10 on each sample) at twice the compute sample's forward and backward each, or as long as the
+    strategy runs only if the ops it needs are built already and its estimated time still fits: its 18 pairs of
+    steps (2 of them warm-up) at twice the compute sample's forward and backward each, or as long as the
     longest strategy sampled before it took, if longer."""
     from . import dsops
     done, skipped, longest = {}, {}, 0.0
@@ -808,8 +815,8 @@ def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> t
     for name, cfg in req["deepspeed"].items():
         ops = [op for op in (["deepspeed_shm_comm"] if not cuda else []) + [n.op for n in dsops.needed(cfg)]
                if not _op_ready(op, how)]
-        guess = max(longest, _agreed_max(2 * 2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more)
-                                                                          * sampled["block_s"])
+        guess = max(longest, _agreed_max(2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more)
+                                                                      * sampled["block_s"])
                                          if sampled else float("inf"), device))
         if not cfg.get("optimizer"):
             skipped[name] = "the script's own optimizer (the config has none to run)"
@@ -841,21 +848,30 @@ def _agreed_max(x: float, device) -> float:
 
 def _deepspeed_sample(req: dict, device, cfg: dict) -> dict:
     """One strategy's DeepSpeed step (deepspeed.initialize on the config the training uses) on the model cut to
-    1 and to sample_blocks blocks, at the step's shape, in this process group: each sample's median over two
-    turns, the turns alternating so a drift of the machine's speed lands on both."""
+    1 and to sample_blocks blocks, at the step's shape, in this process group. Both engines are built first and
+    step in turns, a pair at a time, as the compute's sample does: the blocks are the median of the paired
+    differences. Timed a turn of steps apart (the rule before issue 35), a drift of the machine's pace between
+    the turns landed on one sample and was carried, times the blocks not sampled, to the whole model
+    (benchmarks/ds_block_profile.py: the line through 1 and 3 blocks +14 % at 10 blocks in turns, +1 % in pairs).
+    Each step's time is kept (one_times, more_times): the output's spread, and the benchmark's rule before."""
     import deepspeed
     import torch
     more = min(req.get("sample_blocks", 3), req["layers"])
-    times = {1: [], more: []}
-    for layers in [1, more] * 2 if more > 1 else [1, 1]:
+    engines = []
+    for layers in sorted({1, more}):
         model, mcfg = build_model(req, device, layers)
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
         ids = torch.randint(0, mcfg.vocab_size, (req["batch_size"], req["seq_len"]), device=engine.device)
-        loss = lambda engine=engine, ids=ids: engine(ids, labels=ids).loss   # noqa: E731 (bound now, not late)
-        times[layers] += _engine_steps(engine, loss, 2, DS_SAMPLE_STEPS, device)
+        engines.append((engine, lambda engine=engine, ids=ids: engine(ids, labels=ids).loss))  # bound now
+    pairs = [[_engine_steps(engine, loss, 0, 1, device)[0] for engine, loss in engines]
+             for _ in range(2 + DS_SAMPLE_STEPS)][2:]   # every copy takes the same steps: no early end
+    for engine, _ in engines:
         engine.destroy()
-    return {"one_s": statistics.median(times[1]), "more_s": statistics.median(times[more]), "blocks": more,
-            "processes": req["copies"], "shape": sample_shape(req)}
+    one = statistics.median(p[0] for p in pairs)
+    more_s = one + statistics.median(p[-1] - p[0] for p in pairs)
+    return {"one_s": one, "more_s": more_s, "blocks": more, "processes": req["copies"],
+            "shape": sample_shape(req), "spread": spread([p[-1] for p in pairs]),
+            "one_times": [round(p[0], 6) for p in pairs], "more_times": [round(p[-1], 6) for p in pairs]}
 
 
 def sample_shape(req: dict) -> list:

@@ -2,6 +2,7 @@
 recommendation following predicted speed."""
 import dataclasses
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -435,6 +436,11 @@ def test_calibration_samples_deepspeeds_step_on_the_models_own_blocks(tiny_model
     s = cal["deepspeed_sampled"]["zero2"]
     assert s["blocks"] == min(req["sample_blocks"], tiny.layers) > 1 and s["processes"] == 2
     assert 0 < s["one_s"] < 5 and 0 < s["more_s"] < 5
+    # issue 35: the two samples step in pairs; the blocks are the median of the paired differences
+    assert len(s["one_times"]) == len(s["more_times"]) == calibrate.DS_SAMPLE_STEPS
+    diffs = [b - a for a, b in zip(s["one_times"], s["more_times"])]
+    assert s["one_s"] == pytest.approx(statistics.median(s["one_times"]), abs=1e-6)
+    assert s["more_s"] == pytest.approx(s["one_s"] + statistics.median(diffs), abs=1e-5)
     assert set(Path("/dev/shm").glob("deepspeed_allreduce_buffer_*_127.0.0.1_*")) <= made_before
     rates = calibrate.rates(cal)
     lay = Layout(gpus_per_node=2, gpu_mem_bytes=2 ** 34)
@@ -482,17 +488,17 @@ def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkey
     assert ops(cfgs["zero2"]) == ["fused_adam"] and ops(cfgs["zero3_offload_cpu"]) \
         == ["cpu_adam"]
     assert ops(dsconfig.build(2, hf=False, batch_size=2, gpus=2, torch_adam=True)) == []
-    # the child: 40 steps at twice the compute sample each; cpu_adam not built; a budget of 10 s
+    # the child: 18 pairs at twice the compute sample each; cpu_adam not built; a budget of 10 s
     ran = []
     monkeypatch.setattr(calibrate, "_op_ready", lambda op, how: how is True or op != "cpu_adam")
     monkeypatch.setattr(calibrate, "_agreed_max", lambda x, device: x)   # one process: its own figures
     monkeypatch.setattr(calibrate, "_deepspeed_sample", lambda req, device, cfg: ran.append(cfg) or {"one_s": 0.1})
     req = {"deepspeed": cfgs, "deepspeed_budget": 10.0, "sample_blocks": 3, "layers": 12}
     done, skipped = calibrate._deepspeed_samples(req, None, False, {"head_s": 0.02, "block_s": 0.01})
-    assert sorted(done) == ["zero1", "zero2", "zero3"] and len(ran) == 3          # 40 x 0.08 s = 3.2 s each
+    assert sorted(done) == ["zero1", "zero2", "zero3"] and len(ran) == 3          # 36 x 0.08 s = 2.9 s each
     assert skipped == {n: "DeepSpeed's cpu_adam op not built yet" for n in ("zero2_offload_cpu", "zero3_offload_cpu")}
     done, skipped = calibrate._deepspeed_samples(req, None, False, {"head_s": 0.2, "block_s": 0.1})
-    assert done == {} and skipped["zero1"] == "about 32 s, over the 10 s left of --calibrate-seconds 10"
+    assert done == {} and skipped["zero1"] == "about 29 s, over the 10 s left of --calibrate-seconds 10"
     # a config without an optimizer (the script brings its own) is not run; a sample DeepSpeed refuses is named
     def refuse(req, device, cfg):
         raise RuntimeError("no")
@@ -778,6 +784,10 @@ def test_a_calibration_on_a_busy_machine_is_flagged():
     assert busy["load"].startswith("NOT TRUSTED: other processes used 60% of the cores")
     noisy = calibrate.rates({**cal, "sampled": {**cal["sampled"], "spread": 0.4}}).basis
     assert "spread 40%" in noisy["compute"] and "NOT TRUSTED" in noisy["compute"]
+    ds = {"one_s": 0.5, "more_s": 0.9, "blocks": 3, "processes": 2}
+    for spread, flagged in ((0.1, False), (0.4, True)):   # DeepSpeed's samples say theirs too
+        basis = calibrate.rates({**cal, "deepspeed_sampled": {"zero2": {**ds, "spread": spread}}}).basis
+        assert f"spread {spread:.0%}" in basis["sampled_zero2"] and ("NOT TRUSTED" in basis["sampled_zero2"]) is flagged
     assert calibrate.spread([1.0, 1.0, 1.0, 2.0]) > calibrate.SPREAD > calibrate.spread([1.0, 1.01, 0.99, 1.0])
 
 
