@@ -116,15 +116,16 @@ def main() -> int:
             lines = [l for l in proc.stdout.splitlines() if l.startswith("PROFILE ")]
             if not lines:
                 raise SystemExit(proc.stderr[-3000:])
-            prof = {"model": args.model, "strategy": args.strategy, "precision": args.precision,
+            prof = {"model": args.model.rsplit("-L", 1)[0], "strategy": args.strategy, "precision": args.precision,
                     "batch": args.batch, "seq": args.seq,
                     "interleave": args.interleave, "times": json.loads(lines[0][8:])}
         if args.save:
             Path(args.save).write_text(json.dumps(prof, indent=1))
     times = prof["times"]
     depths = sorted(int(n) for n in times)
-    print(f"{prof['model']} {prof['strategy']} {prof['precision']} {prof['batch']}x{prof['seq']}, 2 processes:"
-          " ms per step (median over turns; min in brackets), increment per block from the previous depth")
+    how = "all depths built at once, a step of each in turn" if prof.get("interleave") else "each depth a turn of steps"
+    print(f"{prof['model']} {prof['strategy']} {prof['precision']} {prof['batch']}x{prof['seq']}, 2 processes, {how}:"
+          " ms per step (median of the steps; min in brackets), increment per block from the previous depth")
     print(f"  {'blocks':>6} {'forward':>14} {'backward':>14} {'opt step':>14} {'whole':>14} {'per block':>10}")
     prev = None
     for n in depths:

@@ -273,6 +273,7 @@ def main():
     ap.add_argument("--save", metavar="JSON", help="also write the raw runs here")
     ap.add_argument("--load", metavar="JSON", help="compare runs saved by --save (nothing is run)")
     ap.add_argument("--reference-only", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="also print the table as docs/sources.md has it")
     ap.add_argument("--unpaired", action="store_true", help="read DeepSpeed's samples as the rule before issue 35"
                                                             " did: each sample's median step, taken apart")
     args = ap.parse_args()
@@ -309,6 +310,13 @@ def main():
               + (f"  rounds {' '.join(f'{e:+.0%}' for e in r['rounds'])}; spread over them: predicted"
                  f" {r['spreads'][0]:.0%}, measured {r['spreads'][1]:.0%}" if len(r["rounds"]) > 1 else ""))
     print("  blocks: sampled / the model's (fewer sampled: the prediction carries the sample to the rest)")
+    if args.markdown:   # the rows of docs/sources.md#step-time-accuracy
+        print("\n| case | sampled / blocks | predicted s | measured s | error | rounds | spread over rounds:"
+              " predicted, measured |\n|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['case']} | {r['blocks'][0]} / {r['blocks'][1]} | {r['predicted']:.3f} | {r['measured']:.3f} |"
+                  f" {r['error']:+.1%} | {', '.join(f'{e:+.0%}' for e in r['rounds'])} |"
+                  f" {r['spreads'][0]:.0%}, {r['spreads'][1]:.0%} |".replace("%", " %"))
     worst = max(rows, key=lambda r: abs(r["error"]))
     errors = [abs(r["error"]) for r in rows]
     print(f"\nworst error: {worst['error']:+.1%} ({worst['case']}); median |error| {statistics.median(errors):.1%};"
