@@ -36,37 +36,31 @@ from gputopo.worker import RESULT
 TARGET = 0.15
 CORES = 2   # the cores the runs share (this project's CI machine); --cores to change
 GPT2 = dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+LLAMA = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=256, intermediate_size=688,
+             num_attention_heads=8, num_key_value_heads=2, vocab_size=8192, max_position_embeddings=512)
+QWEN2 = dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=256, intermediate_size=704,
+             num_attention_heads=4, num_key_value_heads=2, vocab_size=16384, tie_word_embeddings=True,
+             max_position_embeddings=512)
 # Families: GPT-2 (fused QKV, GeLU MLP, tied head), Llama (GQA, SwiGLU, untied), Qwen2 (QKV bias, tied, big vocab).
 CONFIGS = {
     "gpt2-h256-L4": dict(GPT2, n_embd=256, n_layer=4, n_head=4, vocab_size=8192, n_positions=512),
     "gpt2-h384-L6": dict(GPT2, n_embd=384, n_layer=6, n_head=6, vocab_size=8192, n_positions=512),
-    "llama-h256-L4": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=256,
-                          intermediate_size=688, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
-                          vocab_size=8192, max_position_embeddings=512),
-    "qwen2-h256-L4": dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=256,
-                          intermediate_size=704, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                          vocab_size=16384, tie_word_embeddings=True, max_position_embeddings=512),
+    "llama-h256-L4": dict(LLAMA, num_hidden_layers=4),
+    "qwen2-h256-L4": dict(QWEN2, num_hidden_layers=4),
     # Added after the model was built (2026-11-24), to try it on shapes it was not developed on: MQA, odd widths.
     "mistral-h320-L3": dict(model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=320,
                             intermediate_size=896, num_hidden_layers=3, num_attention_heads=5, num_key_value_heads=1,
                             vocab_size=12000, max_position_embeddings=1024, sliding_window=None),
-    "qwen2-h384-L3": dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=384,
-                          intermediate_size=1024, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2,
-                          vocab_size=10000, tie_word_embeddings=True, max_position_embeddings=1024),
+    "qwen2-h384-L3": dict(QWEN2, hidden_size=384, intermediate_size=1024, num_hidden_layers=3, num_attention_heads=6,
+                          vocab_size=10000, max_position_embeddings=1024),
     "gpt2-h192-L8": dict(GPT2, n_embd=192, n_layer=8, n_head=3, vocab_size=6000, n_positions=1024),
     # Added with DeepSpeed's sampled step (2026-11-24): twice the calibration's sample blocks or more, so the
     # prediction carries the sample to blocks it did not run instead of timing the whole model.
-    "llama-h256-L12": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=256,
-                           intermediate_size=688, num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=2,
-                           vocab_size=8192, max_position_embeddings=512),
+    "llama-h256-L12": dict(LLAMA, num_hidden_layers=12),
     "gpt2-h256-L12": dict(GPT2, n_embd=256, n_layer=12, n_head=4, vocab_size=8192, n_positions=512),
     # Added for issue 35: the Llama of its report (10 blocks, fp32, 2 processes) and a Qwen2 carried 3 times over.
-    "llama-h256-L10": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=256,
-                           intermediate_size=688, num_hidden_layers=10, num_attention_heads=8, num_key_value_heads=2,
-                           vocab_size=8192, max_position_embeddings=512),
-    "qwen2-h256-L16": dict(model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=256,
-                           intermediate_size=704, num_hidden_layers=16, num_attention_heads=4, num_key_value_heads=2,
-                           vocab_size=16384, tie_word_embeddings=True, max_position_embeddings=512),
+    "llama-h256-L10": dict(LLAMA, num_hidden_layers=10),
+    "qwen2-h256-L16": dict(QWEN2, num_hidden_layers=16),
 }
 # (config, processes, strategy, precision, checkpointing, batch, seq)
 CASES = [
