@@ -1,14 +1,15 @@
 """DeepSpeed's step against the model's depth: is it a straight line in the blocks? (issue 35, item 1)
 
 Run: .venv/bin/python benchmarks/ds_block_profile.py [--model llama-h256] [--strategy zero2] [--blocks 1 3 6 10 16]
-     [--batch 4] [--seq 256] [--precision fp32] [--turns 3] [--save JSON]
+     [--batch 4] [--seq 256] [--precision fp32] [--turns 3] [--interleave] [--save JSON] [--load JSON]
 
 plan --calibrate times DeepSpeed's step on the model cut to 1 and k blocks and carries the difference per
 block to the model's L blocks (gputopo/speed.py, sampled_extra). That is right only if the step is a straight
 line in the blocks. This script measures it: the same config `gputopo deepspeed-config --no-hf` writes, two
-processes over gloo (one thread each, as the CPU twin runs), each depth in turns (alternating, so a drift of
-the machine's pace lands on all), the forward, backward and optimizer step timed apart on every step, and the
-minimum and median over the steps of all turns. It prints each depth's step, the increment per block from the
+processes over gloo (one thread each, as the CPU twin runs), each depth in turns of steps as the calibration
+sampled before issue 35, or with --interleave every depth's engine built first and stepped a step of each in
+turn, as it samples now; the forward, backward and optimizer step timed apart on every step, and the minimum
+and median over the steps of all turns. It prints each depth's step, the increment per block from the
 previous depth, and the straight line through 1 and k carried to the deepest.
 """
 import argparse
