@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from time_accuracy import CONFIGS, DS_ARGS, bin_path  # noqa: E402
+from time_accuracy import CONFIGS, DS_ARGS, bin_path, ds_config  # noqa: E402
 
 
 def child(args) -> None:
@@ -103,10 +103,7 @@ def main() -> int:
             model_dir = Path(d) / "m"
             model_dir.mkdir()
             (model_dir / "config.json").write_text(json.dumps(CONFIGS[name]))
-            cfg = Path(d) / "ds.json"
-            subprocess.run([bin_path("gputopo"), "deepspeed-config", *DS_ARGS[args.strategy], "--no-hf", "--model",
-                            str(model_dir), "--precision", args.precision, "--batch-size", str(args.batch),
-                            "--gpus", "2", "-o", str(cfg), "--force"], check=True, capture_output=True, text=True)
+            cfg = ds_config(args.strategy, model_dir, args.precision, args.batch, 2, Path(d) / "ds.json")
             os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
             cmd = [bin_path("torchrun"), "--standalone", "--nproc_per_node", "2", __file__, "--child",
                    "--config", str(cfg), "--model", args.model.rsplit("-L", 1)[0], "--batch", str(args.batch),

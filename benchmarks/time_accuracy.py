@@ -110,6 +110,14 @@ def bin_path(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
+def ds_config(strategy: str, model_dir: Path, precision: str, batch: int, processes: int, out: Path) -> Path:
+    """`out`, written by `gputopo deepspeed-config --no-hf` for the strategy, as a user's bare loop gets it."""
+    subprocess.run([bin_path("gputopo"), "deepspeed-config", *DS_ARGS[strategy], "--no-hf", "--model", str(model_dir),
+                    "--precision", precision, "--batch-size", str(batch), "--gpus", str(processes), "-o", str(out),
+                    "--force"], check=True, capture_output=True, text=True)
+    return out
+
+
 def run_case(case, folder: Path, steps: int, cores: int) -> dict:
     """Calibrate, train, and predict one case; the raw figures, so --load can recompute the comparison."""
     name, n, strategy, precision, ckpt, batch, seq = case
@@ -126,10 +134,7 @@ def run_case(case, folder: Path, steps: int, cores: int) -> dict:
     cmd += ["--allreduce-sizes", ",".join(map(str, calibrate.SWEEP))] if n > 1 else []
     sampled = None
     if strategy in DS_ARGS:
-        cfg = folder / f"ds-{strategy}-{precision}.json"
-        subprocess.run([bin_path("gputopo"), "deepspeed-config", *DS_ARGS[strategy], "--no-hf", "--model",
-                        str(model_dir), "--precision", precision, "--batch-size", str(batch), "--gpus", str(n),
-                        "-o", str(cfg), "--force"], check=True, capture_output=True, text=True)
+        cfg = ds_config(strategy, model_dir, precision, batch, n, folder / f"ds-{strategy}-{precision}.json")
         cmd += ["--deepspeed", str(cfg)]
         sampled = {strategy: json.loads(cfg.read_text())}   # its step on the model's sample (speed.sampled_extra)
     cal = calibrate.run(calibrate.request(spec, t, threads, cpu_adam="offload" in strategy,
