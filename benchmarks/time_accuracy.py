@@ -263,7 +263,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", help="cases whose label contains any of these words")
     ap.add_argument("--list", action="store_true")
-    ap.add_argument("--steps", type=int, default=10, help="steps per run (3 of them warm-up)")
+    ap.add_argument("--steps", type=int, default=16, help="steps per run (3 of them warm-up)")
     ap.add_argument("--rounds", type=int, default=1, help="run every case this many times, rounds interleaved;"
                                                           " a case's figures are the medians over rounds")
     ap.add_argument("--cores", type=int, default=CORES, help="cores the processes share")

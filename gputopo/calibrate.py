@@ -803,20 +803,22 @@ def _zero3_module_seconds(device) -> float:
 
 
 DS_SAMPLE_STEPS = 16   # timed pairs of steps (1 block, then the larger sample), after 2 warm-up pairs
+DS_SAMPLE_SECONDS = 30.0   # ... and more, up to DS_MAX_PAIRS, while their time stays under this
+DS_MAX_PAIRS = 64   # the median of the paired differences steadies as 1/sqrt(pairs): 64 halves 16's noise
 
 
 def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> tuple[dict, dict]:
     """({strategy: sample}, {strategy: why not}) for req["deepspeed"]. Under a budget (plan --calibrate) a
     strategy runs only if the ops it needs are built already and its estimated time still fits: its 18 pairs of
     steps (2 of them warm-up) at twice the compute sample's forward and backward each, or as long as the
-    longest strategy sampled before it took, if longer."""
+    longest strategy sampled before it took, if longer. Pairs beyond those run in what is left of its share."""
     from . import dsops
     done, skipped, longest = {}, {}, 0.0
     budget = req.get("deepspeed_budget")
     how = "if-built" if budget else True
     left = budget or float("inf")
     more = min(req.get("sample_blocks", 3), req["layers"])
-    for name, cfg in req["deepspeed"].items():
+    for i, (name, cfg) in enumerate(req["deepspeed"].items()):
         ops = [op for op in (["deepspeed_shm_comm"] if not cuda else []) + [n.op for n in dsops.needed(cfg)]
                if not _op_ready(op, how)]
         guess = max(longest, _agreed_max(2 * (2 + DS_SAMPLE_STEPS) * (2 * sampled["head_s"] + (1 + more)
@@ -832,11 +834,15 @@ def _deepspeed_samples(req: dict, device, cuda: bool, sampled: dict | None) -> t
         else:
             t0 = time.perf_counter()
             try:
-                done[name] = _deepspeed_sample(req, device, cfg)
+                # pairs beyond the least in this strategy's share of what is left (the same on every copy)
+                share = left / (len(req["deepspeed"]) - i) - guess if budget else DS_SAMPLE_SECONDS
+                done[name] = _deepspeed_sample(req, device, cfg, min(DS_SAMPLE_SECONDS, share))
             except Exception as e:  # DeepSpeed refused it here: the parts stand alone, and the output says why
                 skipped[name] = f"DeepSpeed failed: {type(e).__name__}: {e}"[:200]
             took = _agreed_max(time.perf_counter() - t0, device)
-            left, longest = left - took, max(longest, took)
+            pairs = len(done[name]["one_times"]) if name in done else DS_SAMPLE_STEPS
+            # the next one's guess: this one's time at the least pairs (more ran only in its own share)
+            left, longest = left - took, max(longest, took * (2 + DS_SAMPLE_STEPS) / (2 + pairs))
     return done, skipped
 
 
@@ -850,14 +856,17 @@ def _agreed_max(x: float, device) -> float:
     return t.item()
 
 
-def _deepspeed_sample(req: dict, device, cfg: dict) -> dict:
+def _deepspeed_sample(req: dict, device, cfg: dict, seconds: float = DS_SAMPLE_SECONDS) -> dict:
     """One strategy's DeepSpeed step (deepspeed.initialize on the config the training uses) on the model cut to
     1 and to sample_blocks blocks, at the step's shape, in this process group. Both engines are built first and
     step in turns, a pair at a time, as the compute's sample does: the blocks are the median of the paired
     differences. Timed a turn of steps apart (the rule before issue 35), a drift of the machine's pace between
     the turns landed on one sample and was carried, times the blocks not sampled, to the whole model
     (benchmarks/ds_block_profile.py: the line through 1 and 3 blocks +14 % at 10 blocks in turns, +1 % in pairs).
-    Each step's time is kept (one_times, more_times): the output's spread, and the benchmark's rule before."""
+    Each step's time is kept (one_times, more_times): the output's spread, and the benchmark's rule before.
+    DS_SAMPLE_STEPS pairs at least; more, up to DS_MAX_PAIRS, as `seconds` allows at the warm-up's pace (a
+    noisy machine's median of 16 differences, carried over the blocks not sampled, strayed 10-20 % run to run:
+    docs/sources.md#step-time-accuracy)."""
     import deepspeed
     import torch
     more = min(req.get("sample_blocks", 3), req["layers"])
@@ -867,8 +876,12 @@ def _deepspeed_sample(req: dict, device, cfg: dict) -> dict:
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
         ids = torch.randint(0, mcfg.vocab_size, (req["batch_size"], req["seq_len"]), device=engine.device)
         engines.append((engine, lambda engine=engine, ids=ids: engine(ids, labels=ids).loss))  # bound now
-    pairs = [[_engine_steps(engine, loss, 0, 1, device)[0] for engine, loss in engines]
-             for _ in range(2 + DS_SAMPLE_STEPS)][2:]   # every copy takes the same steps: no early end
+    def pair():
+        return [_engine_steps(engine, loss, 0, 1, device)[0] for engine, loss in engines]
+    warm = [pair() for _ in range(2)]
+    # every copy takes the same number of steps (each holds collectives): counted from the slowest copy's pace
+    n = max(DS_SAMPLE_STEPS, min(DS_MAX_PAIRS, int(seconds / _agreed_max(sum(warm[-1]), device))))
+    pairs = [pair() for _ in range(n)]
     for engine, _ in engines:
         engine.destroy()
     one = statistics.median(p[0] for p in pairs)

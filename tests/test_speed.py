@@ -437,7 +437,9 @@ def test_calibration_samples_deepspeeds_step_on_the_models_own_blocks(tiny_model
     assert s["blocks"] == min(req["sample_blocks"], tiny.layers) > 1 and s["processes"] == 2
     assert 0 < s["one_s"] < 5 and 0 < s["more_s"] < 5
     # issue 35: the two samples step in pairs; the blocks are the median of the paired differences
-    assert len(s["one_times"]) == len(s["more_times"]) == calibrate.DS_SAMPLE_STEPS
+    assert len(s["one_times"]) == len(s["more_times"])
+    # a model this small steps fast: the pairs run on past the least, as DS_SAMPLE_SECONDS allows
+    assert calibrate.DS_SAMPLE_STEPS < len(s["one_times"]) <= calibrate.DS_MAX_PAIRS
     diffs = [b - a for a, b in zip(s["one_times"], s["more_times"])]
     assert s["one_s"] == pytest.approx(statistics.median(s["one_times"]), abs=1e-6)
     assert s["more_s"] == pytest.approx(s["one_s"] + statistics.median(diffs), abs=1e-5)
@@ -492,15 +494,24 @@ def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkey
     ran = []
     monkeypatch.setattr(calibrate, "_op_ready", lambda op, how: how is True or op != "cpu_adam")
     monkeypatch.setattr(calibrate, "_agreed_max", lambda x, device: x)   # one process: its own figures
-    monkeypatch.setattr(calibrate, "_deepspeed_sample", lambda req, device, cfg: ran.append(cfg) or {"one_s": 0.1})
+    def sample(req, device, cfg, seconds):
+        ran.append((cfg, seconds))
+        return {"one_s": 0.1, "one_times": [0.1] * calibrate.DS_SAMPLE_STEPS}
+    monkeypatch.setattr(calibrate, "_deepspeed_sample", sample)
     req = {"deepspeed": cfgs, "deepspeed_budget": 10.0, "sample_blocks": 3, "layers": 12}
     done, skipped = calibrate._deepspeed_samples(req, None, False, {"head_s": 0.02, "block_s": 0.01})
     assert sorted(done) == ["zero1", "zero2", "zero3"] and len(ran) == 3          # 36 x 0.08 s = 2.9 s each
+    # pairs beyond the least get a strategy's share of what is left less its estimate: none for the first (10 s
+    # shared by 5 is 2 s, under its 2.9 s); the last one sampled shares with the one after it
+    assert [round(s, 2) for _, s in ran] == [round(10 / 5 - 2.88, 2), round(10 / 4 - 2.88, 2), round(10 / 2 - 2.88, 2)]
+    ran.clear()
+    calibrate._deepspeed_samples(dict(req, deepspeed_budget=100.0), None, False, {"head_s": 0.02, "block_s": 0.01})
+    assert ran[0][1] == pytest.approx(100 / 5 - 2.88) and ran[-1][1] == calibrate.DS_SAMPLE_SECONDS
     assert skipped == {n: "DeepSpeed's cpu_adam op not built yet" for n in ("zero2_offload_cpu", "zero3_offload_cpu")}
     done, skipped = calibrate._deepspeed_samples(req, None, False, {"head_s": 0.2, "block_s": 0.1})
     assert done == {} and skipped["zero1"] == "about 29 s, over the 10 s left of --calibrate-seconds 10"
     # a config without an optimizer (the script brings its own) is not run; a sample DeepSpeed refuses is named
-    def refuse(req, device, cfg):
+    def refuse(req, device, cfg, seconds):
         raise RuntimeError("no")
     monkeypatch.setattr(calibrate, "_deepspeed_sample", refuse)
     own = dsconfig.build(2, hf=False, batch_size=2, gpus=2, optimizer="sgd")
@@ -508,11 +519,11 @@ def test_plan_samples_deepspeed_only_where_its_processes_and_budget_allow(monkey
                                                  None, False, {"head_s": 0.02, "block_s": 0.01})
     assert done == {} and "own optimizer" in skipped["zero2"]
     assert skipped["zero1"] == "DeepSpeed failed: RuntimeError: no"
-    monkeypatch.setattr(calibrate, "_deepspeed_sample", lambda req, device, cfg: ran.append(cfg) or {"one_s": 0.1})
+    monkeypatch.setattr(calibrate, "_deepspeed_sample", sample)
     # without a budget (benchmarks/time_accuracy.py): everything asked for runs, ops built on first use
     ran.clear()
     done, _ = calibrate._deepspeed_samples(dict(req, deepspeed_budget=None), None, False, None)
-    assert sorted(done) == sorted(cfgs) and len(ran) == 5
+    assert sorted(done) == sorted(cfgs) and [s for _, s in ran] == [calibrate.DS_SAMPLE_SECONDS] * 5
 
 
 def test_a_result_line_cut_short_ends_the_results():
