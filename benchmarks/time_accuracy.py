@@ -1,7 +1,7 @@
 """Predicted vs measured step time: real training runs on this machine, and the reference experiment.
 
 Run: .venv/bin/python benchmarks/time_accuracy.py [--only NAME ...] [--list] [--rounds N] [--save JSON]
-     [--load JSON [--unpaired]]
+     [--load JSON [--figure paired|unpaired|min|trimmed]] [--oracle]
 
 Part 1, this machine (CPU, gloo). Each case is a causal LM built by transformers from a tiny config written to
 a temp folder (random weights), trained by `torchrun -m gputopo.worker` exactly as `bench-nvlink` trains
@@ -118,8 +118,9 @@ def ds_config(strategy: str, model_dir: Path, precision: str, batch: int, proces
     return out
 
 
-def run_case(case, folder: Path, steps: int, cores: int) -> dict:
-    """Calibrate, train, and predict one case; the raw figures, so --load can recompute the comparison."""
+def run_case(case, folder: Path, steps: int, cores: int, oracle: bool = False) -> dict:
+    """Calibrate, train, and predict one case; the raw figures, so --load can recompute the comparison.
+    With `oracle`, no calibration: the training runs twice back to back, the first kept as "oracle"."""
     name, n, strategy, precision, ckpt, batch, seq = case
     model_dir = folder / name
     model_dir.mkdir(exist_ok=True)
@@ -137,19 +138,28 @@ def run_case(case, folder: Path, steps: int, cores: int) -> dict:
         cfg = ds_config(strategy, model_dir, precision, batch, n, folder / f"ds-{strategy}-{precision}.json")
         cmd += ["--deepspeed", str(cfg)]
         sampled = {strategy: json.loads(cfg.read_text())}   # its step on the model's sample (speed.sampled_extra)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    if oracle:
+        first, steal = train(case, cmd, env, folder)
+        second, steal2 = train(case, cmd, env, folder)
+        return {"case": list(case), "oracle": first, "result": second, "steal": max(steal, steal2)}
     cal = calibrate.run(calibrate.request(spec, t, threads, cpu_adam="offload" in strategy,
                                           half_weights=strategy.startswith("zero"),
                                           zero3=strategy.startswith("zero3"), sharded=strategy.startswith("zero"),
                                           deepspeed=sampled), copies=n)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    result, steal = train(case, cmd, env, folder)
+    return {"case": list(case), "calibration": cal, "result": result, "steal": steal}
+
+
+def train(case, cmd: list[str], env: dict, folder: Path) -> tuple[dict, float]:
+    """(the worker's result, the share of the cores the hypervisor stole meanwhile) of one training run."""
     before = cpu_times()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=folder)
     after = cpu_times()
     lines = [json.loads(l.split(RESULT, 1)[1]) for l in proc.stdout.splitlines() if RESULT in l]
     if not lines:
         raise SystemExit(f"{label(case)}: the run failed:\n{proc.stderr[-3000:]}")
-    steal = (after[1] - before[1]) / max(1, after[0] - before[0])
-    return {"case": list(case), "calibration": cal, "result": lines[0], "steal": steal}
+    return lines[0], (after[1] - before[1]) / max(1, after[0] - before[0])
 
 
 def quiet_run(case, folder: Path, args, what: str) -> dict:
@@ -159,7 +169,7 @@ def quiet_run(case, folder: Path, args, what: str) -> dict:
     tries = []
     for _ in range(1 + args.retries):
         t0 = time.perf_counter()
-        tries.append(run_case(case, folder, args.steps, args.cores))
+        tries.append(run_case(case, folder, args.steps, args.cores, args.oracle))
         print(f"  {what}: ran {label(case)} in {time.perf_counter() - t0:.0f} s, steal {tries[-1]['steal']:.1%}",
               file=sys.stderr, flush=True)
         if tries[-1]["steal"] <= args.max_steal:
@@ -174,15 +184,33 @@ def cpu_times() -> tuple[int, int]:
     return sum(fields), fields[7] if len(fields) > 7 else 0
 
 
-def unpaired(cal: dict) -> dict:
-    """The calibration as the rule before issue 35 read DeepSpeed's samples: each sample's median step taken
-    apart, not the blocks as the median of the paired differences (--unpaired: before and after on one run)."""
-    ds = {n: {**s, "one_s": statistics.median(s["one_times"]), "more_s": statistics.median(s["more_times"])}
-          if s.get("one_times") else s for n, s in (cal.get("deepspeed_sampled") or {}).items()}
+def reread(cal: dict, figure: str) -> dict:
+    """The calibration with DeepSpeed's samples read from the step times they kept another way (--figure):
+    "unpaired", the rule before issue 35 (each sample's median taken apart); "min", each sample's fastest step
+    (as timeit reports); "trimmed", 20 % trimmed means of the first sample and of the paired differences.
+    "paired" (the calibration's own: medians of the first sample and of the differences) leaves it as it is."""
+    def read(s: dict) -> dict:
+        one, more = s["one_times"], s["more_times"]
+        if figure == "unpaired":
+            return {**s, "one_s": statistics.median(one), "more_s": statistics.median(more)}
+        if figure == "min":
+            return {**s, "one_s": min(one), "more_s": min(more)}
+        first = trimmed(one)
+        return {**s, "one_s": first, "more_s": first + trimmed([b - a for a, b in zip(one, more)])}
+    if figure == "paired":
+        return cal
+    ds = {n: read(s) if s.get("one_times") else s for n, s in (cal.get("deepspeed_sampled") or {}).items()}
     return {**cal, "deepspeed_sampled": ds or cal.get("deepspeed_sampled")}
 
 
-def compare(raw: dict, before: bool = False) -> dict:
+def trimmed(xs: list[float], cut: float = 0.2) -> float:
+    """The mean of xs without its lowest and its highest `cut` shares."""
+    s = sorted(xs)
+    k = int(len(s) * cut)
+    return statistics.fmean(s[k:len(s) - k])
+
+
+def compare(raw: dict, figure: str = "paired") -> dict:
     """Prediction (from the raw calibration and sweep) next to the measured median step."""
     name, n, strategy, precision, ckpt, batch, seq = raw["case"]
     with tempfile.TemporaryDirectory() as d:
@@ -190,7 +218,7 @@ def compare(raw: dict, before: bool = False) -> dict:
         spec = models.from_path(d)
     t = Training(precision=precision, batch_size=batch, seq_len=seq, grad_checkpointing=ckpt)
     res = raw["result"]
-    cal = unpaired(raw["calibration"]) if before else raw["calibration"]
+    cal = reread(raw["calibration"], figure)
     rates = calibrate.rates(cal, sweep=res.get("allreduce"))
     # blocks sampled: DeepSpeed's own sample where it ran, else the compute's (the whole model when as deep)
     sample = (cal.get("deepspeed_sampled") or {}).get(strategy) or cal.get("sampled") or {}
@@ -221,6 +249,37 @@ def merge_rounds(rows: list[dict]) -> list[dict]:
                     "runs": rs, "spreads": (between([r["predicted"] for r in rs]),
                                             between([r["measured"] for r in rs]))})
     return out
+
+
+def print_oracle(raws: list[dict], markdown: bool) -> None:
+    """--oracle's table: each case's training run twice back to back, the first as the prediction. It timed the
+    whole model on this machine seconds before the second, so no calibration can do better: how often its spread
+    over the rounds is wider than the second's is the floor for the issue-35 target on this machine."""
+    by = {}
+    for r in raws:
+        by.setdefault(label(r["case"]), []).append((r["oracle"]["step_time_s"]["median"],
+                                                     r["result"]["step_time_s"]["median"]))
+    rows = []
+    for case, runs in by.items():
+        firsts, seconds = [a for a, _ in runs], [b for _, b in runs]
+        errs = [a / b - 1 for a, b in runs]
+        rows.append((case, statistics.median(firsts), statistics.median(seconds), statistics.median(errs), errs,
+                     between(firsts), between(seconds)))
+    print("\nThe training twice back to back, no calibration (--oracle): the first run as the prediction")
+    print(f"  {'case':44} {'first':>7} {'second':>7} {'error':>7}  rounds; spread over them: first, second")
+    for case, first, second, err, errs, s1, s2 in rows:
+        print(f"  {case:44} {first:>7.3f} {second:>7.3f} {err:>+7.1%}  {' '.join(f'{e:+.0%}' for e in errs)};"
+              f" {s1:.0%}, {s2:.0%}")
+    if markdown:
+        print("\n| case | first s | second s | error | rounds | spread over rounds: first, second |"
+              "\n|---|---|---|---|---|---|")
+        for case, first, second, err, errs, s1, s2 in rows:
+            print(f"| {case} | {first:.3f} | {second:.3f} | {err:+.1%} | {', '.join(f'{e:+.0%}' for e in errs)} |"
+                  f" {s1:.0%}, {s2:.0%} |".replace("%", " %"))
+    errors = [e for r in rows for e in r[4]]
+    print(f"\nthe first run's spread wider than the second's in {sum(r[5] > r[6] for r in rows)} of {len(rows)}"
+          f" cases; runs more than {TARGET:.0%} apart: {sum(abs(e) > TARGET for e in errors)} of {len(errors)};"
+          f" median |difference| {statistics.median(abs(e) for e in errors):.1%}")
 
 
 def between(xs: list[float]) -> float:
@@ -273,9 +332,16 @@ def main():
     ap.add_argument("--load", metavar="JSON", help="compare runs saved by --save (nothing is run)")
     ap.add_argument("--reference-only", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="also print the table as docs/sources.md has it")
-    ap.add_argument("--unpaired", action="store_true", help="read DeepSpeed's samples as the rule before issue 35"
-                                                            " did: each sample's median step, taken apart")
+    ap.add_argument("--oracle", action="store_true", help="no calibration: train each case twice back to back,"
+                    " the first run as the prediction (the floor for the spread over rounds on this machine)")
+    ap.add_argument("--figure", choices=("paired", "unpaired", "min", "trimmed"), default="paired",
+                    help="with --load: read DeepSpeed's samples with this figure (reread); paired is the"
+                         " calibration's own")
     args = ap.parse_args()
+    if args.figure != "paired" and not args.load:
+        ap.error("--figure reads saved runs: give --load")
+    if args.oracle and args.load:
+        ap.error("--oracle runs the cases; a saved --oracle run prints its own table with --load alone")
     cases = [c for c in CASES if not args.only or any(w in label(c) for w in args.only)]
     if args.list:
         print("\n".join(label(c) for c in cases))
@@ -294,9 +360,14 @@ def main():
                     raws.append(quiet_run(case, Path(d), args, f"round {round_ + 1}"))
         if args.save:
             Path(args.save).write_text(json.dumps(raws, indent=1))
-    rows = merge_rounds([compare(r, before=args.unpaired) for r in raws])
+    if any("oracle" in r for r in raws):
+        if args.figure != "paired":
+            ap.error("--figure reads DeepSpeed's samples; runs saved with --oracle have none")
+        print_oracle(raws, args.markdown)
+        return 0
+    rows = merge_rounds([compare(r, args.figure) for r in raws])
     print(f"\nThis machine: {os.cpu_count()} cores, CPU twin (gloo), median step after 3 warm-up steps"
-          + (" (DeepSpeed's samples read as before issue 35: --unpaired)" if args.unpaired else ""))
+          + (f" (DeepSpeed's samples read with --figure {args.figure})" if args.figure != "paired" else ""))
     print(f"  {'case':44} {'blocks':>7} {'predicted':>9} {'measured':>9} {'p10-p90':>13} {'error':>7} {'steal':>6}"
           "  parts (compute/comm/opt+offload/DeepSpeed sampled beyond them)")
     for r in rows:
