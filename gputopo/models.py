@@ -74,11 +74,16 @@ FAMILY = {
     "t5": dict(norm="rmsnorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
     "llama": dict(norm="rmsnorm", gated_mlp=True, rotary=True),
 }
-ALIASES = {"openai-community/gpt2": "gpt2", "Qwen/Qwen2.5-0.5B": "qwen2.5-0.5b", "Qwen/Qwen2.5-7B": "qwen2.5-7b",
-           "meta-llama/Llama-2-7b-hf": "llama-2-7b",
-           "meta-llama/Meta-Llama-3-8B": "llama-3-8b", "mistralai/Mistral-7B-v0.1": "mistral-7b",
-           "google-t5/t5-3b": "t5-3b", "google-bert/bert-base-uncased": "bert-base-uncased",
-           "google-bert/bert-large-uncased": "bert-large-uncased"}
+# Hub ids of the catalog's checkpoints; a chat or instruct tuning has its base's config.json (not Mistral v0.2+:
+# another vocabulary, nor Llama 3.1: another context).
+ALIASES = {
+    **{f"openai-community/{n}": n for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
+    **{f"google-t5/{n}": n for n in ("t5-small", "t5-base", "t5-large", "t5-3b", "t5-11b")},
+    **{f"google-bert/{n}": n for n in ("bert-base-uncased", "bert-large-uncased")},
+    **{f"meta-llama/Llama-2-{s}{c}-hf": f"llama-2-{s}" for s in ("7b", "13b", "70b") for c in ("", "-chat")},
+    **{f"meta-llama/Meta-Llama-3-{s}{c}": f"llama-3-{s.lower()}" for s in ("8B", "70B") for c in ("", "-Instruct")},
+    **{f"Qwen/Qwen2.5-{s}{c}": f"qwen2.5-{s.lower()}" for s in ("0.5B", "7B") for c in ("", "-Instruct")},
+    "mistralai/Mistral-7B-v0.1": "mistral-7b", "mistralai/Mistral-7B-Instruct-v0.1": "mistral-7b"}
 
 
 def _count(family: str, h: int, L: int, a: int, V: int, P: int = 0, I: int | None = None, kv: int | None = None,
@@ -112,6 +117,9 @@ def named(name: str) -> ModelSpec:
     """A catalog model by name (e.g. gpt2, t5-3b, llama-2-7b)."""
     key = ALIASES.get(name, name).lower()
     if key not in CATALOG:
+        if "/" in name and not Path(name).exists():   # a hub id, as a user copies it from the model's page
+            raise BadInput(f"--model {name}: not a hub id gputopo knows, and it reads no hub: put the model's"
+                           " config.json in a folder and give the folder (or --params)")
         raise BadInput(f"--model {name}: not a known model and no such folder; known: {', '.join(CATALOG)}"
                        " (or give a folder with config.json, or --params)")
     c = dict(CATALOG[key])
@@ -236,6 +244,11 @@ def from_size(params: str, hidden_size: int | None, layers: int | None, vocab_si
         raise BadInput("--params needs --hidden-size and --layers too (activation memory depends on them)")
     if hidden_size <= 0 or layers <= 0:
         raise BadInput("--hidden-size and --layers must be positive")
+    least = layers * 2 * hidden_size ** 2 + (vocab_size or 0) * hidden_size
+    if n < least:   # every block has at least its attention's query and output projections, h x h each
+        raise BadInput(f"--params {params}: {layers} blocks of hidden size {hidden_size} hold at least {least:,}"
+                       " parameters (each block's attention query and output, h x h each"
+                       + (", and the embedding" if vocab_size else "") + "): check the three")
     largest = max(hidden_size * 4 * hidden_size, (vocab_size or 0) * hidden_size)
     return ModelSpec(name=f"{params} params", family="custom", params=n, hidden_size=hidden_size, layers=layers,
                      heads=max(1, hidden_size // 128), vocab_size=vocab_size, intermediate_size=4 * hidden_size,
@@ -252,4 +265,7 @@ def resolve(model: str | None, params: str | None, hidden_size: int | None, laye
                        " or --params 7B --hidden-size 4096 --layers 32")
     if Path(model).is_dir():
         return from_path(model)
+    if Path(model).is_file():   # the folder is what transformers and the launched training load from
+        folder = f" ({Path(model).parent}/)" if Path(model).name == "config.json" else ""
+        raise BadInput(f"--model {model}: a file; give the folder that holds the model's config.json{folder}")
     return named(model)

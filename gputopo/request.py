@@ -235,8 +235,11 @@ def _link(text: str | None) -> str | None:
 
 
 def _described(hw: HardwareAsk, gm, topology) -> bool:
-    """GPUs described by --gpus with --gpu-mem/--gpu-model (another machine), not a topology nor this one's."""
-    return topology is None and hw.gpus is not None and (hw.gpu_mem is not None or gm is not None)
+    """GPUs described by --gpus with --gpu-mem/--gpu-model, or read from a paste: another machine's, whose host
+    this one's RAM, cores and disk do not describe (a topology probed here is this machine's)."""
+    if topology is not None:
+        return topology.source == "file"
+    return hw.gpus is not None and (hw.gpu_mem is not None or gm is not None)
 
 
 def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) -> Layout:
@@ -244,7 +247,7 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
     if hw.inter_node_gbps is not None and hw.nodes == 1:
         raise BadInput("--inter-node-gbps is the network between nodes; with --nodes 1 there is none")
     host_facts = dict(nodes=hw.nodes, inter_node_gbps=hw.inter_node_gbps or INTER_NODE_GBPS, **host)
-    if _described(hw, gm, topology):
+    if topology is None and _described(hw, gm, topology):
         return _given_gpus(hw, gm, host_facts, notes)
     if topology is None:
         topology, selected, reason = _live(hw.gpus)
@@ -320,8 +323,9 @@ def _seq_len(spec: ModelSpec | None, seq_len: int | None, notes: dict) -> int:
         return seq_len or DEFAULT_SEQ_CAP
     if seq_len is None:
         seq = min(spec.max_positions or 512, DEFAULT_SEQ_CAP)  # 512: T5's relative positions were trained on it
-        notes["seq_len"] = (f"sequence length {seq}: the model's context, at most {DEFAULT_SEQ_CAP}"
-                            " (--seq-len to change)")
+        why = (f"the model's context, at most {DEFAULT_SEQ_CAP}" if spec.max_positions else
+               "the model names no context length; 512, what T5 was trained on")
+        notes["seq_len"] = f"sequence length {seq}: {why} (--seq-len to change)"
         return seq
     if not spec.max_positions or seq_len <= spec.max_positions:
         return seq_len

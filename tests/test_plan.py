@@ -215,6 +215,12 @@ def test_8bit_adam_hint_when_optimizer_states_do_not_fit():
     (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--link", "QQ"], "--link QQ: not a link type"),
     (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--batch-size", "0"], "must be 1 or more"),
     (["--params", "7B", "--gpus", "2", "--gpu-mem", "24GiB"], "--hidden-size and --layers"),
+    # 7 parameters, or 100M for an 80-block 8192-wide shape: less than the blocks' attention alone holds
+    (["--params", "7", "--hidden-size", "4096", "--layers", "32", "--gpus", "2", "--gpu-mem", "24GiB"],
+     "--params 7: 32 blocks of hidden size 4096 hold at least 1,073,741,824"),
+    (["--params", "100M", "--hidden-size", "8192", "--layers", "80", "--gpus", "2", "--gpu-mem", "24GiB"],
+     "--params 100M: 80 blocks"),
+    (["--model", "mistralai/Mistral-7B-v0.3", "--gpus", "2", "--gpu-mem", "24GiB"], "reads no hub: put the model's"),
 ])
 def test_impossible_requests_one_line(args, msg):
     r = run("plan", *args)
@@ -251,3 +257,19 @@ def test_parse_bytes():
 def test_cli_optimizer_choices_match_the_arithmetic():
     from gputopo import options
     assert set(options.OPTIMIZERS) == set(plan.OPTIMIZER_BYTES)
+
+
+@pytest.mark.parametrize("hub,name", [("meta-llama/Llama-2-13b-hf", "llama-2-13b"),
+                                      ("meta-llama/Llama-2-70b-chat-hf", "llama-2-70b"),
+                                      ("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b"),
+                                      ("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b"),
+                                      ("openai-community/gpt2-xl", "gpt2-xl"), ("google-t5/t5-11b", "t5-11b")])
+def test_hub_ids_of_catalog_models(hub, name):
+    """A hub id as copied from the model's page names the catalog's model (a chat tuning has its base's shape)."""
+    assert models.named(hub) == models.named(name)
+
+
+def test_config_json_given_for_its_folder(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    r = run("plan", "--model", str(tmp_path / "config.json"), "--gpus", "2", "--gpu-mem", "24GiB")
+    assert r.exit_code == 2 and f"give the folder that holds the model's config.json ({tmp_path}/)" in r.output

@@ -89,14 +89,23 @@ def test_without_nvme_path_plan_and_deepspeed_config_pick_the_same_folder():
     assert row["condition"].endswith("free on each node's NVMe (--nvme-free SIZE to check)")
 
 
-def test_no_local_disk_plans_zero_nvme_and_refuses_the_config_with_one_reason(monkeypatch):
+def test_no_local_disk_plans_zero_nvme_and_refuses_the_config_with_one_reason(monkeypatch, fake_nvml):
     """Was: plan fell back to the temp folder while deepspeed-config refused."""
+    import fake_nvml as fm
+    fake_nvml(fm.rtx3090_pair())
     monkeypatch.setattr(nvme, "default", lambda: None)
-    # a topology (here a bundled paste) is planned with the local disk's rule; GPUs described leave it unknown
-    plan = json.loads(run("inspect", "--example", "dgx-a100", *MODEL, "--json").stdout)["plan"]
+    # this machine's GPUs are planned with the local disk's rule; a paste or GPUs described leave it unknown
+    plan = json.loads(run("plan", *MODEL, "--json").stdout)
     assert plan["layout"]["nvme_free_bytes"] == 0
     assert any(nvme.NOWHERE in n for n in plan["notes"])
     assert nvme.NOWHERE in refusal(run("deepspeed-config", "--stage", "3", "--offload", "nvme"))
+
+
+def test_a_paste_is_planned_without_this_machines_disk():
+    """A pasted topology is another machine's (helper's trial: inspect printed this VM's /tmp as the A800's NVMe)."""
+    plan = json.loads(run("inspect", "--example", "dgx-a100", *MODEL, "--json").stdout)["plan"]
+    assert plan["layout"]["nvme_free_bytes"] is None
+    assert any("this machine's, not the machine planned for" in n for n in plan["notes"])
 
 
 # --- values that cannot be true --------------------------------------------------------------------------------
