@@ -175,9 +175,23 @@ def _env_findings(topo: Topology, names: list[str], env: dict) -> list[Finding]:
     return out
 
 
+def _mig_findings(topo: Topology, names: list[str]) -> list[Finding]:
+    """GPUs in MIG mode: "GPU to GPU P2P (both PCIe and NVLink) is not supported" there (NVIDIA's MIG user guide,
+    https://docs.nvidia.com/datacenter/tesla/mig-user-guide/), so the links above carry none of their traffic."""
+    mig = [g for g in (topo.gpu(n) for n in names) if g.mig]
+    if not mig:
+        return []
+    said = "; ".join(f"{g.name}: {', '.join(g.mig)}" for g in mig)
+    return [Finding("warn", "mig_mode", mig[0].name if len(mig) == 1 else "GPUs",
+                    f"in MIG mode ({said}): MIG has no P2P between GPUs, over PCIe or NVLink, so the links listed"
+                    " and the interconnect advice do not hold for training across instances; turn MIG off for"
+                    " multi-GPU training (nvidia-smi -i N -mig 0, then reset the GPU)")]
+
+
 def check(topo: Topology, names: list[str], env: dict) -> list[Finding]:
     """All findings for the GPUs `names` of `topo`, worst first."""
-    found = _gpu_findings(topo, names) + _link_findings(topo, names) + _env_findings(topo, names, env)
+    found = (_gpu_findings(topo, names) + _mig_findings(topo, names) + _link_findings(topo, names)
+             + _env_findings(topo, names, env))
     if not any(g.temperature_c is not None or g.power_draw_w is not None for g in topo.gpus):
         found.append(Finding("info", "no_live_health", "host", "temperatures, power and PCIe links come only"
                                                                " from a live GPU (NVML): not in a pasted text"))

@@ -26,6 +26,7 @@ P2P_EXPLAIN = {"OK": "supported", "CNS": "chipset not supported", "GNS": "GPU no
                "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
 P2P_MODE = re.compile(r"-p2p\s+(rw|r|w|n|a)\b")
 GPU_LINE = re.compile(r"^\s*GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
+MIG_LINE = re.compile(r"^\s*MIG (\S+)\s+Device\s+\d+:")   # `nvidia-smi -L`: an instance under its GPU
 NVLINK_LINE = re.compile(r"^\s*Link (\d+):\s*(.*?)\s*$")
 RUN_ON_ROW = re.compile(r"X(?:NV\d|NODE|SYS|PH|PX|PI|SOC|CPU|OK|CNS|GNS|TNS|NS|U)")
 QUOTE = re.compile(r"^>+ ?")
@@ -346,7 +347,12 @@ def gpu_list(text: str) -> list[Gpu]:
     """`nvidia-smi nvlink -s` or `nvidia-smi -L` text -> GPUs with model, UUID and NVLinks."""
     gpus: list[Gpu] = []
     links: dict[int, list[NvLink]] = {}
+    migs: dict[int, list[str]] = {}
     for line in clean(text):
+        mig = MIG_LINE.match(line)
+        if mig and gpus:
+            migs.setdefault(len(gpus) - 1, []).append(mig.group(1))
+            continue
         g = GPU_LINE.match(line)
         if g:
             gpus.append(Gpu(name=f"GPU{g.group(1)}", index=int(g.group(1)), model=g.group(2).strip() or None,
@@ -363,7 +369,8 @@ def gpu_list(text: str) -> list[Gpu]:
                 link=int(ln.group(1)), active=bool(speed), speed_gbps=float(speed.group(1)) if speed else None))
     if not gpus:
         raise BadInput("no `GPU n: <name>` lines found (expected `nvidia-smi nvlink -s` or `nvidia-smi -L`)")
-    return [replace(g, nvlinks=tuple(links[i])) if i in links else g for i, g in enumerate(gpus)]
+    return [replace(g, nvlinks=tuple(links[i]) if i in links else g.nvlinks,
+                    mig=tuple(migs[i]) if i in migs else None) for i, g in enumerate(gpus)]
 
 
 def kind(text: str) -> str:
@@ -434,7 +441,11 @@ def _matrices(text: str) -> list[str]:
 
 def merge(topo: Topology, listed: list[Gpu], p2p: dict, gpu_model: str | None = None) -> Topology:
     """Add models, UUIDs and NVLink states (from `nvlink -s`/`-L`) and P2P statuses to a topology."""
-    by_name = {g.name: g for g in listed}
+    by_name: dict[str, Gpu] = {}
+    for g in listed:   # `nvlink -s` and `-L` both list a GPU: each says what the other does not
+        had = by_name.get(g.name)
+        by_name[g.name] = g if had is None else replace(had, model=had.model or g.model, uuid=had.uuid or g.uuid,
+                                                        nvlinks=had.nvlinks or g.nvlinks, mig=had.mig or g.mig)
     unknown = sorted(set(by_name) - {g.name for g in topo.gpus})
     if unknown:
         raise BadInput(f"{', '.join(unknown)} appear in `nvlink -s`/`-L` but not in the matrix: texts from"
@@ -443,7 +454,7 @@ def merge(topo: Topology, listed: list[Gpu], p2p: dict, gpu_model: str | None = 
     for g in topo.gpus:
         extra = by_name.get(g.name)
         if extra:
-            g = replace(g, model=extra.model, uuid=extra.uuid, nvlinks=extra.nvlinks)
+            g = replace(g, model=extra.model, uuid=extra.uuid, nvlinks=extra.nvlinks, mig=extra.mig)
         if gpu_model and not g.model:
             g = replace(g, model=gpu_model)
         gpus.append(g)

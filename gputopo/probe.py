@@ -120,7 +120,21 @@ def _gpu(nvml, i: int, handle) -> Gpu:
         power_draw_w=power / 1000 if power is not None else None,
         power_limit_w=limit / 1000 if limit is not None else None,
         throttle_reasons=None if reasons is None else tuple(n for b, n in THROTTLE_BITS.items() if reasons & b),
-        nvlinks=tuple(links) if links else None)
+        nvlinks=tuple(links) if links else None, mig=_mig(nvml, handle))
+
+
+def _mig(nvml, handle) -> tuple[str, ...] | None:
+    """The profiles of a GPU's MIG instances ("3g.40gb", from each instance's name), None when MIG is off."""
+    mode = _safe(nvml, "nvmlDeviceGetMigMode", handle)
+    if not mode or mode[0] != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+        return None
+    names = []
+    for i in range(_safe(nvml, "nvmlDeviceGetMaxMigDeviceCount", handle, default=0)):
+        h = _safe(nvml, "nvmlDeviceGetMigDeviceHandleByIndex", handle, i)   # NVMLError_NotFound: a free slot
+        name = _text(_safe(nvml, "nvmlDeviceGetName", h)) if h is not None else None
+        if name:
+            names.append(name.rsplit("MIG ", 1)[-1])   # "NVIDIA A100-SXM4-40GB MIG 1g.5gb" -> "1g.5gb"
+    return tuple(names)
 
 
 def _nv_count(a: Gpu, b: Gpu, gpu_buses: set[str]) -> int:

@@ -122,11 +122,13 @@ class Gpu:
     throttle_reasons: tuple[str, ...] | None = None
     nvlinks: tuple[NvLink, ...] | None = None
     lost: bool = False                 # NVML says the GPU fell off the bus
+    mig: tuple[str, ...] | None = None  # MIG instances' profiles ("3g.40gb"), when the GPU is in MIG mode
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["throttle_reasons"] = list(self.throttle_reasons) if self.throttle_reasons is not None else None
         d["nvlinks"] = [asdict(n) for n in self.nvlinks] if self.nvlinks is not None else None
+        d["mig"] = list(self.mig) if self.mig is not None else None
         d["pcie_gbps"] = self.pcie_gbps()
         return d
 
@@ -238,6 +240,10 @@ class Topology:
                 # `nvidia-smi nvlink -s` prints the raw signalling rate per link (25.781 on V100).
                 per = min(speeds)
             if per is None:
+                listed = [g.name for g in self.gpus if g.nvlinks]
+                if listed:   # a paste of `nvlink -s` cut to some GPUs
+                    return None, (f"NVLink generation unknown between GPUs the `nvidia-smi nvlink -s` text does not"
+                                  f" list (it lists {', '.join(listed)}): paste all of it or give --gpu-model")
                 return None, "NVLink generation unknown: give --gpu-model or paste `nvidia-smi nvlink -s`"
             return round(per * link.nvlinks, 2), f"theoretical: {link.nvlinks} NVLink(s) x {per:g} GB/s per direction"
         pcie = [g.pcie_gbps() for g in (a, b)]

@@ -22,6 +22,7 @@ NVMLError_DriverNotLoaded = _err("DriverNotLoaded", 9)
 NVMLError_LibraryNotFound = _err("LibraryNotFound", 12)
 NVMLError_GpuIsLost = _err("GpuIsLost", 15)
 NVMLError_NoPermission = _err("NoPermission", 4)
+NVMLError_NotFound = _err("NotFound", 6)
 
 GIB = 1024 ** 3
 
@@ -116,7 +117,23 @@ class FakeNvml(types.ModuleType):
         return {**self.s["gpus"][h], **self.hot.get(h, {})}
 
     def nvmlDeviceGetName(self, h):
+        if isinstance(h, tuple):   # a MIG instance's handle: its parent's name and its profile, as NVML names it
+            return f"{self._g(h[0], 'nvmlDeviceGetName')['name']} MIG {self.s['gpus'][h[0]]['mig'][h[1]]}"
         return self._g(h, "nvmlDeviceGetName")["name"]
+
+    def nvmlDeviceGetMigMode(self, h):
+        g = self._g(h, "nvmlDeviceGetMigMode")
+        if "mig" not in g:   # a GPU without MIG (a GeForce): NVML says not supported
+            raise NVMLError_NotSupported()
+        return [1, 1]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7 if "mig" in self._g(h, "nvmlDeviceGetMaxMigDeviceCount") else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, i):
+        if i >= len(self._g(h, "nvmlDeviceGetMigDeviceHandleByIndex").get("mig", ())):
+            raise NVMLError_NotFound()
+        return (h, i)
 
     def nvmlDeviceGetUUID(self, h):
         return self._g(h, "nvmlDeviceGetUUID")["uuid"]
