@@ -38,7 +38,9 @@ def interconnect(topo: Topology, names: list[str]) -> Advice:
             f"every pair of the {len(names)} GPUs is joined by NVLink (weakest {weakest.type}): ZeRO-1/2/3 each"
             " move about 1.5x the elements DDP's all-reduce moves (DeepSpeed all-reduces gradient buckets and"
             " gathers parameters), which is cheap here, so shard (ZeRO-2/3) freely when memory asks for it;",
-            "DDP stays the fastest choice while the model, its gradients and optimizer states fit on one GPU."))
+            "DDP moves the fewest elements while the model, its gradients and optimizer states fit on one GPU;"
+            " in bytes a 16-bit ZeRO stage can move fewer than DDP's fp32 gradients: with --model the plan prices"
+            " each, and its recommendation stands over this one."))
     return Advice("ddp", "mixed" if nv else "pcie", "high", (
         f"the weakest link is {weakest.a}-{weakest.b} {weakest.type} ({explain(weakest.type)}): every all-reduce"
         " waits for it;",

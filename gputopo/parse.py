@@ -462,4 +462,7 @@ def merge(topo: Topology, listed: list[Gpu], p2p: dict, gpu_model: str | None = 
     for l in topo.links:
         status = p2p.get((l.a, l.b)) or p2p.get((l.b, l.a))
         links.append(replace(l, p2p={**(l.p2p or {}), **status}) if status else l)
-    return replace(topo, gpus=tuple(gpus), links=tuple(links))
+    named = sorted({g.model for g in gpus if g.model and g.model != gpu_model}) if gpu_model else []
+    notes = (f"--gpu-model {gpu_model} not used: the paste names the GPUs ({', '.join(named)}); it names only"
+             " GPUs a paste leaves unnamed",) if named else ()
+    return replace(topo, gpus=tuple(gpus), links=tuple(links), notes=topo.notes + notes)

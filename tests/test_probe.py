@@ -240,3 +240,15 @@ def test_mig_instances_read_from_a_pasted_list():
     assert topo.gpus[0].mig == ("3g.40gb", "2g.20gb") and topo.gpus[1].mig is None
     assert topo.gpus[0].nvlinks and topo.gpus[0].nvlinks[0].speed_gbps == 25
     assert any(f.code == "mig_mode" for f in health.check(topo, ["GPU0", "GPU1"], {}))
+
+
+def test_gpu_model_a_paste_overrides_is_said():
+    """--gpu-model names GPUs a paste leaves unnamed; where the paste names them, a note says it was not used."""
+    topo_m = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV12\t0-63\t0\nGPU1\tNV12\t X \t0-63\t0\n"
+    listing = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-2)\n"
+    named = parse.texts([topo_m, listing], gpu_model="A100-80GB")
+    assert [g.model for g in named.gpus] == ["NVIDIA H100 80GB HBM3"] * 2
+    assert any("--gpu-model A100-80GB not used: the paste names the GPUs (NVIDIA H100 80GB HBM3)" in n
+               for n in named.notes)
+    unnamed = parse.texts([topo_m], gpu_model="A100-80GB")
+    assert [g.model for g in unnamed.gpus] == ["A100-80GB"] * 2 and not any("--gpu-model" in n for n in unnamed.notes)
