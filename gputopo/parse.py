@@ -94,10 +94,13 @@ def _header(lines: list[str]) -> tuple[int, list[str], list[str]] | None:
         trailers = []
         while rest:
             title = next((t for t in TRAILERS if rest.startswith(t)), None)
-            if title is None:
-                raise BadInput(f"the matrix header ends in {rest!r}, not a column title nvidia-smi prints"
-                               " (CPU Affinity, NUMA Affinity, GPU NUMA ID): the line was cut at the right;"
-                               f" {FULL_COPY}")
+            if title is None and any(t.startswith(rest) for t in TRAILERS):
+                raise BadInput(f"the matrix header ends in {rest!r}, the start of a column title: the line was cut"
+                               f" at the right; {FULL_COPY}")
+            if title is None:   # whole words no driver gputopo knows prints: a newer one, or an edited paste
+                raise BadInput(f"the matrix header ends in {rest!r}, not a column title nvidia-smi is known to print"
+                               " (CPU Affinity, NUMA Affinity, GPU NUMA ID): a newer driver's column, or an edited"
+                               " paste? Remove that column to read the rest, and report it")
             trailers.append(title)
             rest = rest[len(title):].strip()
         last = labels[-1]

@@ -388,3 +388,13 @@ def test_quoted_reply_parses():
 def test_garbled_nvlink_speed_is_refused_not_read_as_inactive():
     with pytest.raises(BadInput, match=r"GPU 0, Link 0: '25..781 GB/s' is neither a speed"):
         parse.texts(["GPU 0: Tesla V100-SXM2-32GB (UUID: GPU-4b6e)\n\n   Link 0: 25..781 GB/s"])
+
+
+def test_an_unknown_whole_column_title_is_not_called_a_cut():
+    """A column no known driver prints (a newer one, an edited paste) is named as such, not as a cut line."""
+    lines = fixture_text("a100x2_nv12_5nic_sglang_check_env.txt").replace("\r", "").splitlines()
+    head = next(i for i, l in enumerate(lines) if "CPU Affinity" in l)
+    lines[head] += "\tFoo Col"
+    with pytest.raises(BadInput, match=r"header ends in 'Foo Col', not a column title nvidia-smi is known to print"
+                                       r".*a newer driver's column"):
+        parse.texts(["\n".join(lines)])
