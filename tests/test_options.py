@@ -505,7 +505,8 @@ def _walk(tmp):
                                             lambda d: d["config"]["train_micro_batch_size_per_gpu"]),
         ("deepspeed-config", "output"): _ds_output(tmp),
         ("deepspeed-config", "force"): _ds_force(tmp),
-        ("deepspeed-config", "launcher"): differs("deepspeed-config", DSL, DSL + ["--launcher", "torchrun"],
+        # without a launcher (nor a batch, nor --no-hf) --gpus changes nothing, so it is refused: not in the base
+        ("deepspeed-config", "launcher"): differs("deepspeed-config", DS, DSL + ["--launcher", "torchrun"],
                                                   lambda d: d["launch"]),
         ("deepspeed-config", "script"): differs("deepspeed-config", DSL + ["--launcher", "torchrun"],
                                                 DSL + ["--launcher", "torchrun", "--script", "mine.py"],
@@ -1110,3 +1111,18 @@ def test_help_speaks_one_metavar_style_and_summaries_are_whole():
         flag = "--" + name.replace("_", "-")
         assert flag in epilog.replace("--[no-]grad- checkpointing", "--grad-checkpointing").replace(
             "--[no-]grad-checkpointing", "--grad-checkpointing"), flag
+
+
+def test_gpus_without_launcher_or_batch_in_the_hf_form_is_refused():
+    """The HF form leaves the batch to the Trainer: --gpus/--nodes with no launcher and no batch change nothing."""
+    r = run("deepspeed-config", "--stage", "3", "--offload", "cpu", "--gpus", "4", "--nodes", "2")
+    assert r.exit_code == 2 and "--gpus and --nodes size the launch line and the batch" in r.output
+    assert r.output.count("\n") == 1
+    for more in (["--no-hf"], ["--global-batch", "64"], ["--launcher", "torchrun"]):
+        assert run("deepspeed-config", "--stage", "3", "--gpus", "4", *more).exit_code == 0, more
+
+
+def test_no_hf_says_the_micro_batch_global_batch_chose():
+    r = run("deepspeed-config", "--stage", "2", "--no-hf", "--gpus", "4", "--global-batch", "60")
+    assert r.exit_code == 0
+    assert "the config holds micro-batch 1 x 15 accumulation x 4 GPU(s) = 60 per step" in r.stderr
