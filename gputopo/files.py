@@ -16,7 +16,9 @@ def check_output(path: str | None, force: bool = False, what: str = "--output") 
     if os.path.isdir(path):
         raise BadInput(f"{what} {path}: is a directory; give a file name")
     if not os.path.isdir(folder):
-        raise BadInput(f"{what} {path}: folder {os.path.dirname(path) or folder} does not exist")
+        said = os.path.dirname(path) or folder
+        raise BadInput(f"{what} {path}: {said} is a file, not a folder" if os.path.exists(folder) else
+                       f"{what} {path}: folder {said} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise BadInput(f"{what} {path}: folder {os.path.dirname(path) or folder} is not writable")
     if os.path.exists(path) and not force:

@@ -939,6 +939,9 @@ def test_output_folder_checked_before_any_work(tmp_path):
     # checked first: a model that would fail later is not even looked at
     one_line_usage_error(run("deepspeed-config", "--auto", "--model", "nope", "-o", missing), "does not exist")
     one_line_usage_error(run("deepspeed-config", "--stage", "2", "-o", tmp_path), "is a directory")
+    (tmp_path / "ds.json").write_text("{}")   # a file where the path wants a folder
+    one_line_usage_error(run("deepspeed-config", "--stage", "2", "-o", tmp_path / "ds.json" / "x.json"),
+                         f"{tmp_path / 'ds.json'} is a file, not a folder")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
