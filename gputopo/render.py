@@ -237,7 +237,10 @@ def searched(found: dict) -> str:
 
 def _s(v) -> str:
     """Seconds as the step table prints them."""
-    return "?" if v is None else f"{v:.3f}s" if v < 100 else f"{v / 60:.1f}min"
+    if v is None:
+        return "?"
+    return (f"{v:.3f}s" if v < 100 else f"{v / 60:.1f}min" if v < 6000 else f"{v / 3600:.1f}h" if v < 172800
+            else f"{v / 86400:.1f}d")
 
 
 def step_times(data: dict) -> str:
