@@ -37,6 +37,7 @@ class ModelSpec:
     embd_dropout: float = 0.0      # after the embeddings
     sdpa: bool = True              # transformers runs this architecture with SDPA when not told otherwise
     rotary: bool = False           # rotary positions (RoPE): no learned table, so max_positions is not a wall
+    defaulted: tuple[str, ...] = ()  # what config.json left out, as transformers fills it: "layers (32)"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -160,17 +161,25 @@ def from_path(path: str) -> ModelSpec:
     # The config object, not config.json: it fills what the file leaves out with transformers' defaults.
     get = lambda *keys: next((getattr(cfg, k) for k in keys if getattr(cfg, k, None) is not None), None)  # noqa: E731
     h = get("hidden_size", "n_embd", "d_model")
-    layers = get("num_hidden_layers", "n_layer", "num_layers")
+    layers = get(*LAYER_KEYS)
     if raw.get("model_type") == "t5" or raw.get("num_decoder_layers"):
         layers = (layers or 0) + (get("num_decoder_layers") or layers or 0)
     heads = get("num_attention_heads", "n_head", "num_heads")
+    shape = {"hidden size": (("hidden_size", "n_embd", "d_model"), h), "layers": (LAYER_KEYS, layers),
+             "attention heads": (("num_attention_heads", "n_head", "num_heads"), heads),
+             "vocabulary": (("vocab_size",), get("vocab_size"))}
+    defaulted = tuple(f"{what} ({value})" for what, (keys, value) in shape.items()
+                      if value is not None and not any(k in raw for k in keys))
     return ModelSpec(name=str(path), family=raw.get("model_type", "custom"), params=params, hidden_size=h,
                      layers=layers, heads=heads, vocab_size=get("vocab_size"),
                      intermediate_size=get("intermediate_size", "n_inner", "d_ff") or (4 * h if h else None),
                      largest_layer_params=largest,
                      activation=get("activation_function", "hidden_act", "feed_forward_proj"),
                      max_positions=get("max_position_embeddings", "n_positions"), source="config.json",
-                     model_type=raw.get("model_type"), **structure(model, cfg))
+                     model_type=raw.get("model_type"), defaulted=defaulted, **structure(model, cfg))
+
+
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 
 
 def structure(model, cfg) -> dict:

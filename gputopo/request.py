@@ -381,6 +381,9 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
         gpu_name = str(gm) if gm else _named_model(topology, selected)
     spec = models.resolve(m.model, m.params, m.hidden_size, m.layers, m.vocab_size) \
         if need_model or m.model or m.params else None
+    if spec is not None and spec.defaulted:   # the model planned is then transformers' guess, not the user's
+        notes["model_defaulted"] = (f"{spec.name}/config.json does not give {', '.join(spec.defaulted)}: these are"
+                                    f" transformers' defaults for {spec.model_type or spec.family}, planned as given")
     chosen, note = precision(t.precision, gpu_name)
     if note:
         notes["precision"] = note

@@ -273,3 +273,13 @@ def test_config_json_given_for_its_folder(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     r = run("plan", "--model", str(tmp_path / "config.json"), "--gpus", "2", "--gpu-mem", "24GiB")
     assert r.exit_code == 2 and f"give the folder that holds the model's config.json ({tmp_path}/)" in r.output
+
+
+def test_what_config_json_leaves_out_is_said(tmp_path):
+    """A config.json without its depth plans transformers' default depth: the note says which and how much."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 256,
+                                                      "num_attention_heads": 4, "vocab_size": 1000}))
+    data = plan_json("--model", str(tmp_path), "--gpus", "2", "--gpu-mem", "24GiB")
+    assert data["model"]["defaulted"] == ["layers (32)"]
+    assert any(f"{tmp_path}/config.json does not give layers (32): these are transformers' defaults for llama" in n
+               for n in data["notes"])
