@@ -91,10 +91,11 @@ class Bandwidth(_Owned):
     name = "GB/S"
 
     def parse(self, text):
-        m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(GB/s|GBps|Gb/s|Gbps|Gbit/s)?\s*", text)
+        m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(?:([GT])(B/s|Bps|b/s|bps|bit/s))?\s*", text)
         if not m:
-            raise ValueError(f"{text}: expected GB/s per direction, like 12.5, 25GB/s or 100Gb/s")
-        n = float(m.group(1)) / (8 if (m.group(2) or "").startswith("Gb") else 1)
+            raise ValueError(f"{text}: expected GB/s per direction, like 12.5, 25GB/s, 100Gb/s or 3.2Tb/s")
+        # a lowercase b is bits (networks are sold so: 8 x 400Gb/s = 3.2Tb/s); T is a thousand G
+        n = float(m.group(1)) * (1000 if m.group(2) == "T" else 1) / (8 if (m.group(3) or "").startswith("b") else 1)
         if n <= 0:
             raise ValueError(f"{text}: a bandwidth must be above 0 GB/s")
         if n > 1e6:   # 1 PB/s: beyond any link (inf included)
@@ -241,7 +242,7 @@ host_options = group(
     click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
     click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
     click.option("--inter-node-gbps", type=BANDWIDTH,
-                 help="Network bandwidth between nodes, GB/s per direction, with --nodes 2 or more"
+                 help="Network bandwidth between nodes, GB/s per direction, with --nodes 2 or more (or bits: 400Gb/s, 3.2Tb/s)"
                       " [default: 12.5, i.e. 100Gb/s]."),
 )
 gpu_options = group(

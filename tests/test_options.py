@@ -108,6 +108,9 @@ def test_bandwidth_must_be_positive():
     bits = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--nodes", "2",
                           "--inter-node-gbps", "200Gb/s").output)
     assert bits["layout"]["inter_node_gbps"] == 25.0  # network speeds are sold in bits
+    tera = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--nodes", "2",
+                          "--inter-node-gbps", "3.2Tb/s").output)   # 8 x 400G NICs per node
+    assert tera["layout"]["inter_node_gbps"] == 400.0
 
 
 def test_unknown_gpu_model_refused_naming_the_known_ones():
