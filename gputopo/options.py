@@ -242,8 +242,8 @@ host_options = group(
     click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
     click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
     click.option("--inter-node-gbps", type=BANDWIDTH,
-                 help="Network bandwidth between nodes, GB/s per direction, with --nodes 2 or more (or bits: 400Gb/s, 3.2Tb/s)"
-                      " [default: 12.5, i.e. 100Gb/s]."),
+                 help="Network bandwidth between nodes, GB/s per direction, with --nodes 2 or more (or bits:"
+                      " 400Gb/s, 3.2Tb/s) [default: 12.5, i.e. 100Gb/s]."),
 )
 gpu_options = group(
     click.option("--gpus", type=GPU_COUNT, help="GPUs per node [default: those of this machine]."),
