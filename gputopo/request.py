@@ -201,12 +201,17 @@ def _mem_note(gpu_mem: int, gpu_model: catalog.GpuModel, notes: dict) -> None:
                                   " check --gpu-model (a MIG slice or a smaller card?)")
 
 
+def _variants(gm: catalog.GpuModel) -> BadInput:
+    """A GPU model sold in several memory sizes, named without one: which to name."""
+    return BadInput(f"--gpu-model {gm}: {gm.key} is sold as {' or '.join(f'{s}GB' for s in gm.variants)}: name one"
+                    f" (e.g. --gpu-model {gm.key}-{gm.variants[-1]}GB) or give --gpu-mem")
+
+
 def _given_gpus(hw: HardwareAsk, gm: catalog.GpuModel | None, host_facts: dict, notes: dict) -> Layout:
     """--gpus with --gpu-mem and/or --gpu-model: GPUs described, not probed."""
     mem = hw.gpu_mem if hw.gpu_mem is not None else _catalog_mem(gm, notes, "--gpu-model")
     if mem is None:
-        raise BadInput(f"--gpu-model {gm}: {gm.key} is sold as {' or '.join(f'{s}GB' for s in gm.variants)}: name one"
-                       f" (e.g. --gpu-model {gm.key}-{gm.variants[-1]}GB) or give --gpu-mem")
+        raise _variants(gm)
     if gm is not None and hw.gpu_mem is not None:
         _mem_note(hw.gpu_mem, gm, notes)
     name = str(gm) if gm else None
@@ -261,7 +266,12 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
         _mem_note(mem, catalog.lookup(named), notes)  # --gpu-mem over what the topology's GPUs are sold with
     if mem is None and not any(topology.gpu(n).memory_total_bytes for n in selected):
         # A paste rarely says how much memory: the GPU model (the paste's, else --gpu-model) does.
-        mem = _catalog_mem(catalog.lookup(named) if named else gm, notes, "the GPU model")
+        model = catalog.lookup(named) if named else gm
+        mem = _catalog_mem(model, notes, "the GPU model")
+        if mem is None and model is not None and model.variants:   # "A100": 40GB or 80GB
+            raise _variants(gm) if gm is not None else BadInput(
+                f"GPU memory unknown: the paste names {named}, sold as"
+                f" {' or '.join(f'{v}GB' for v in model.variants)}: give --gpu-mem")
     return layout_from_topology(topology, selected, mem, **host_facts)
 
 

@@ -135,6 +135,10 @@ def test_gpu_model_fills_memory_and_precision(name, mib, bf16):
 def test_gpu_model_sold_in_several_sizes_asks_which():
     one_line_usage_error(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-model", "A100"),
                          "A100 is sold as 40GB or 80GB: name one (e.g. --gpu-model A100-80GB) or give --gpu-mem")
+    # the same answer for a paste that does not name its GPUs (inspect -f, its plan)
+    one_line_usage_error(run("inspect", "-f", str(TOPO / "consumer_x2_pcie_phb_numa_na.txt"), "--gpu-model", "A100",
+                             "--model", "gpt2"),
+                         "A100 is sold as 40GB or 80GB: name one (e.g. --gpu-model A100-80GB) or give --gpu-mem")
     ok = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "2", "--gpu-model", "A100",
                         "--gpu-mem", "40GB").output)
     assert ok["layout"]["gpu_mem_bytes"] == 40 * GIB and ok["training"]["precision"] == "bf16"
