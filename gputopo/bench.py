@@ -119,13 +119,13 @@ def check_ask(a: Ask) -> None:
 def check_model(name: str) -> None:
     """Refuse, before any process starts, a --model the workers could not build: not a folder with
     config.json, not in the local HF cache, not a causal LM of gputopo's catalog (gputopo.worker.build_model)."""
-    from .models import ALIASES, CATALOG, CAUSAL_FAMILIES
+    from .models import CATALOG, CAUSAL_FAMILIES, catalog_key
     path = Path(name)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise BadInput(f"--model {name}: no config.json in that folder")
         return
-    c = CATALOG.get(ALIASES.get(name, name).lower())
+    c = CATALOG.get(catalog_key(name))
     if c is not None and c["family"] in CAUSAL_FAMILIES:
         return
     hub = Path(os.environ.get("HF_HUB_CACHE", Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))

@@ -96,13 +96,6 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
         if unused:
             raise BadInput(f"{', '.join(unused)} only {'feeds' if len(unused) == 1 else 'feed'} the memory plan:"
                            " add --auto (with --model), or drop " + ("it" if len(unused) == 1 else "them"))
-        # the HF form leaves the batch to the Trainer ("auto"): GPUs count only in a launch line or a batch given
-        idle = [f"--{k}" for k in ("gpus", "nodes") if k in a.given]
-        if idle and a.hf and not a.launcher and not set(TOLD) & a.given:
-            raise BadInput(f"{' and '.join(idle)} {'sizes' if len(idle) == 1 else 'size'} the launch line and the"
-                           " batch; this config leaves its batch"
-                           " to the HF Trainer (\"auto\") and no --launcher is asked: add --launcher, --no-hf or a"
-                           " batch (--batch-size, --global-batch), or drop " + ("it" if len(idle) == 1 else "them"))
     launch.check_options(a.launcher, nodes, a.master_addr, a.master_port if "master_port" in a.given else None,
                          script_given="script" in a.given, cpus_given="cpus_per_task" in a.given)
     if a.launcher and a.output and os.path.basename(a.output) in launch.file_names(a.launcher, nodes):
@@ -215,11 +208,11 @@ def _trainer_note(a: Ask, req, targs: dict | None) -> list:
     """What reaches the "auto" values, said when the user set any of them; without the Trainer, the batch the
     config holds when --global-batch chose its micro-batch."""
     t = req.training
-    if not targs:
+    if not a.hf:   # concrete values in the config (an HF form, accelerate's too, holds "auto")
         return ([f"the config holds micro-batch {t.batch_size} x {t.grad_accum} accumulation x {req.world} GPU(s) ="
                  f" {req.global_batch} per step (--batch-size to choose the micro-batch)"]
                 if "global_batch" in a.given and "batch_size" not in a.given and req.global_batch else [])
-    if not (set(TOLD) & a.given or a.auto):
+    if not targs or not (set(TOLD) & a.given or a.auto):
         return []
     return ["the HF Trainer fills the \"auto\" values from TrainingArguments("
             + ", ".join(f"{k}={v!r}" for k, v in targs.items()) + ")"

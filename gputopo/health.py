@@ -178,10 +178,10 @@ def _env_findings(topo: Topology, names: list[str], env: dict) -> list[Finding]:
 def _mig_findings(topo: Topology, names: list[str]) -> list[Finding]:
     """GPUs in MIG mode: "GPU to GPU P2P (both PCIe and NVLink) is not supported" there (NVIDIA's MIG user guide,
     https://docs.nvidia.com/datacenter/tesla/mig-user-guide/), so the links above carry none of their traffic."""
-    mig = [g for g in (topo.gpu(n) for n in names) if g.mig]
+    mig = [g for g in (topo.gpu(n) for n in names) if g.mig is not None]
     if not mig:
         return []
-    said = "; ".join(f"{g.name}: {', '.join(g.mig)}" for g in mig)
+    said = "; ".join(f"{g.name}: {', '.join(g.mig) or 'no instance created'}" for g in mig)
     return [Finding("warn", "mig_mode", mig[0].name if len(mig) == 1 else "GPUs",
                     f"in MIG mode ({said}): MIG has no P2P between GPUs, over PCIe or NVLink, so the links listed"
                     " and the interconnect advice do not hold for training across instances; turn MIG off for"

@@ -114,13 +114,18 @@ def _count(family: str, h: int, L: int, a: int, V: int, P: int = 0, I: int | Non
     raise BadInput(f"unknown model family {family!r}")
 
 
+def catalog_key(name: str) -> str:
+    """The catalog's name for a model name or hub id (either in any case); the name itself when unknown."""
+    return {k.lower(): v for k, v in ALIASES.items()}.get(name.lower(), name.lower())
+
+
 def named(name: str) -> ModelSpec:
-    """A catalog model by name (e.g. gpt2, t5-3b, llama-2-7b)."""
-    key = ALIASES.get(name, name).lower()
+    """A catalog model by name (e.g. gpt2, t5-3b, llama-2-7b) or its hub id."""
+    key = catalog_key(name)
     if key not in CATALOG:
-        if "/" in name and not Path(name).exists():   # a hub id, as a user copies it from the model's page
-            raise BadInput(f"--model {name}: not a hub id gputopo knows, and it reads no hub: put the model's"
-                           " config.json in a folder and give the folder (or --params)")
+        if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not name.startswith("."):   # an owner/name hub id
+            raise BadInput(f"--model {name}: no such folder here, nor a hub id gputopo knows (it reads no hub: put"
+                           " the model's config.json in a folder and give the folder, or --params)")
         raise BadInput(f"--model {name}: not a known model and no such folder; known: {', '.join(CATALOG)}"
                        " (or give a folder with config.json, or --params)")
     c = dict(CATALOG[key])
@@ -168,8 +173,13 @@ def from_path(path: str) -> ModelSpec:
     shape = {"hidden size": (("hidden_size", "n_embd", "d_model"), h), "layers": (LAYER_KEYS, layers),
              "attention heads": (("num_attention_heads", "n_head", "num_heads"), heads),
              "vocabulary": (("vocab_size",), get("vocab_size"))}
+    # Left out: none of its names (nor the config's own alias, attribute_map) in the file, and the value the
+    # config class gives when nothing is said (BART's depth comes from encoder_layers: given, not defaulted).
+    bare = type(cfg)()
+    aliases = getattr(cfg, "attribute_map", {}) or {}
     defaulted = tuple(f"{what} ({value})" for what, (keys, value) in shape.items()
-                      if value is not None and not any(k in raw for k in keys))
+                      if value is not None and not any(k in raw or aliases.get(k) in raw for k in keys)
+                      and value == next((getattr(bare, k) for k in keys if getattr(bare, k, None) is not None), None))
     return ModelSpec(name=str(path), family=raw.get("model_type", "custom"), params=params, hidden_size=h,
                      layers=layers, heads=heads, vocab_size=get("vocab_size"),
                      intermediate_size=get("intermediate_size", "n_inner", "d_ff") or (4 * h if h else None),
@@ -253,11 +263,12 @@ def from_size(params: str, hidden_size: int | None, layers: int | None, vocab_si
         raise BadInput("--params needs --hidden-size and --layers too (activation memory depends on them)")
     if hidden_size <= 0 or layers <= 0:
         raise BadInput("--hidden-size and --layers must be positive")
-    least = layers * 2 * hidden_size ** 2 + (vocab_size or 0) * hidden_size
-    if n < least:   # every block has at least its attention's query and output projections, h x h each
-        raise BadInput(f"--params {params}: {layers} blocks of hidden size {hidden_size} hold at least {least:,}"
-                       " parameters (each block's attention query and output, h x h each"
-                       + (", and the embedding" if vocab_size else "") + "): check the three")
+    # Even blocks that share their weights (ALBERT) hold one block's attention query and output, h x h each
+    least = 2 * hidden_size ** 2 + (vocab_size or 0) * hidden_size
+    if n < least:
+        raise BadInput(f"--params {params}: a model of hidden size {hidden_size} holds at least {least:,} parameters"
+                       " (one block's attention query and output, h x h each, even shared by all blocks"
+                       + (", and the embedding" if vocab_size else "") + "): check --params and --hidden-size")
     largest = max(hidden_size * 4 * hidden_size, (vocab_size or 0) * hidden_size)
     return ModelSpec(name=f"{params} params", family="custom", params=n, hidden_size=hidden_size, layers=layers,
                      heads=max(1, hidden_size // 128), vocab_size=vocab_size, intermediate_size=4 * hidden_size,
@@ -274,6 +285,8 @@ def resolve(model: str | None, params: str | None, hidden_size: int | None, laye
                        " or --params 7B --hidden-size 4096 --layers 32")
     if Path(model).is_dir():
         return from_path(model)
+    if catalog_key(model) in CATALOG:   # before a file of that name in the current folder
+        return named(model)
     if Path(model).is_file():   # the folder is what transformers and the launched training load from
         folder = f" ({Path(model).parent}/)" if Path(model).name == "config.json" else ""
         raise BadInput(f"--model {model}: a file; give the folder that holds the model's config.json{folder}")

@@ -26,7 +26,7 @@ P2P_EXPLAIN = {"OK": "supported", "CNS": "chipset not supported", "GNS": "GPU no
                "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
 P2P_MODE = re.compile(r"-p2p\s+(rw|r|w|n|a)\b")
 GPU_LINE = re.compile(r"^\s*GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
-MIG_LINE = re.compile(r"^\s*MIG (\S+)\s+Device\s+\d+:")   # `nvidia-smi -L`: an instance under its GPU
+MIG_LINE = re.compile(r"^\s*MIG\s+(\S+)\s+Device\s+\d+:")   # `nvidia-smi -L`: an instance under its GPU
 NVLINK_LINE = re.compile(r"^\s*Link (\d+):\s*(.*?)\s*$")
 RUN_ON_ROW = re.compile(r"X(?:NV\d|NODE|SYS|PH|PX|PI|SOC|CPU|OK|CNS|GNS|TNS|NS|U)")
 QUOTE = re.compile(r"^>+ ?")

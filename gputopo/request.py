@@ -203,8 +203,9 @@ def _mem_note(gpu_mem: int, gpu_model: catalog.GpuModel, notes: dict) -> None:
 
 def _variants(gm: catalog.GpuModel) -> BadInput:
     """A GPU model sold in several memory sizes, named without one: which to name."""
+    example = f"{gm.key}-{gm.variants[-1]}GB"
     return BadInput(f"--gpu-model {gm}: {gm.key} is sold as {' or '.join(f'{s}GB' for s in gm.variants)}: name one"
-                    f" (e.g. --gpu-model {gm.key}-{gm.variants[-1]}GB) or give --gpu-mem")
+                    f" (e.g. --gpu-model {repr(example) if ' ' in example else example}) or give --gpu-mem")
 
 
 def _given_gpus(hw: HardwareAsk, gm: catalog.GpuModel | None, host_facts: dict, notes: dict) -> Layout:
@@ -267,6 +268,8 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
     if mem is None and not any(topology.gpu(n).memory_total_bytes for n in selected):
         # A paste rarely says how much memory: the GPU model (the paste's, else --gpu-model) does.
         model = catalog.lookup(named) if named else gm
+        if gm is not None and model is not None and gm.key == model.key and gm.memory_bytes:
+            model = gm   # the paste names an RTX 3080, --gpu-model says which: RTX3080-12GB
         mem = _catalog_mem(model, notes, "the GPU model")
         if mem is None and model is not None and model.variants:   # "A100": 40GB or 80GB
             raise _variants(gm) if gm is not None else BadInput(
@@ -334,7 +337,8 @@ def _seq_len(spec: ModelSpec | None, seq_len: int | None, notes: dict) -> int:
     if seq_len is None:
         seq = min(spec.max_positions or 512, DEFAULT_SEQ_CAP)  # 512: T5's relative positions were trained on it
         why = (f"the model's context, at most {DEFAULT_SEQ_CAP}" if spec.max_positions else
-               "the model names no context length; 512, what T5 was trained on")
+               "T5's relative positions were trained on 512" if spec.family == "t5" else
+               "the model names no context length, so 512 is assumed")
         notes["seq_len"] = f"sequence length {seq}: {why} (--seq-len to change)"
         return seq
     if not spec.max_positions or seq_len <= spec.max_positions:

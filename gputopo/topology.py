@@ -241,7 +241,7 @@ class Topology:
                 per = min(speeds)
             if per is None:
                 listed = [g.name for g in self.gpus if g.nvlinks]
-                if listed:   # a paste of `nvlink -s` cut to some GPUs
+                if listed and not (a.nvlinks and b.nvlinks):   # a paste of `nvlink -s` cut to some GPUs
                     return None, (f"NVLink generation unknown between GPUs the `nvidia-smi nvlink -s` text does not"
                                   f" list (it lists {', '.join(listed)}): paste all of it or give --gpu-model")
                 return None, "NVLink generation unknown: give --gpu-model or paste `nvidia-smi nvlink -s`"

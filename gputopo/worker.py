@@ -181,8 +181,8 @@ def build_model(name: str):
                 f"{name} (weights from the local HF cache)")
     except Exception:  # not cached: build the architecture from gputopo's catalog
         pass
-    from .models import ALIASES, CATALOG, CAUSAL_FAMILIES
-    key = ALIASES.get(name, name).lower()
+    from .models import CATALOG, CAUSAL_FAMILIES, catalog_key
+    key = catalog_key(name)
     c = CATALOG.get(key)
     if c is None or c["family"] not in CAUSAL_FAMILIES:
         raise SystemExit(f"error: --model {name}: no local copy, and not a causal LM in gputopo's catalog"

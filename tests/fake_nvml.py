@@ -125,13 +125,13 @@ class FakeNvml(types.ModuleType):
         g = self._g(h, "nvmlDeviceGetMigMode")
         if "mig" not in g:   # a GPU without MIG (a GeForce): NVML says not supported
             raise NVMLError_NotSupported()
-        return [1, 1]
+        return [0, 0] if g["mig"] is None else [1, 1]   # [current, pending]; None: MIG-capable, off
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h):
-        return 7 if "mig" in self._g(h, "nvmlDeviceGetMaxMigDeviceCount") else 0
+        return 0 if self._g(h, "nvmlDeviceGetMaxMigDeviceCount").get("mig") is None else 7
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h, i):
-        if i >= len(self._g(h, "nvmlDeviceGetMigDeviceHandleByIndex").get("mig", ())):
+        if i >= len(self._g(h, "nvmlDeviceGetMigDeviceHandleByIndex").get("mig") or ()):
             raise NVMLError_NotFound()
         return (h, i)
 

@@ -132,9 +132,16 @@ def test_gpu_model_fills_memory_and_precision(name, mib, bf16):
     assert any("GPU memory" in n and name in n for n in data["notes"])
 
 
-def test_gpu_model_sold_in_several_sizes_asks_which():
+def test_gpu_model_sold_in_several_sizes_asks_which(tmp_path_factory):
     one_line_usage_error(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-model", "A100"),
                          "A100 is sold as 40GB or 80GB: name one (e.g. --gpu-model A100-80GB) or give --gpu-mem")
+    # a paste that names an RTX 3080 (10GB or 12GB): --gpu-model says which
+    named = tmp_path_factory.mktemp("paste") / "topo.txt"
+    named.write_text("GPU 0: NVIDIA GeForce RTX 3080 (UUID: GPU-1)\nGPU 1: NVIDIA GeForce RTX 3080 (UUID: GPU-2)\n"
+                     "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-7\t0\nGPU1\tPHB\t X \t0-7\t0\n")
+    plan = json.loads(run("inspect", "-f", str(named), "--gpu-model", "RTX3080-12GB", "--model", "gpt2",
+                          "--json").output)["plan"]
+    assert plan["layout"]["gpu_mem_bytes"] == 12 * GIB
     # the same answer for a paste that does not name its GPUs (inspect -f, its plan)
     one_line_usage_error(run("inspect", "-f", str(TOPO / "consumer_x2_pcie_phb_numa_na.txt"), "--gpu-model", "A100",
                              "--model", "gpt2"),
@@ -512,8 +519,7 @@ def _walk(tmp):
                                             lambda d: d["config"]["train_micro_batch_size_per_gpu"]),
         ("deepspeed-config", "output"): _ds_output(tmp),
         ("deepspeed-config", "force"): _ds_force(tmp),
-        # without a launcher (nor a batch, nor --no-hf) --gpus changes nothing, so it is refused: not in the base
-        ("deepspeed-config", "launcher"): differs("deepspeed-config", DS, DSL + ["--launcher", "torchrun"],
+        ("deepspeed-config", "launcher"): differs("deepspeed-config", DSL, DSL + ["--launcher", "torchrun"],
                                                   lambda d: d["launch"]),
         ("deepspeed-config", "script"): differs("deepspeed-config", DSL + ["--launcher", "torchrun"],
                                                 DSL + ["--launcher", "torchrun", "--script", "mine.py"],
@@ -1123,16 +1129,9 @@ def test_help_speaks_one_metavar_style_and_summaries_are_whole():
             "--[no-]grad-checkpointing", "--grad-checkpointing"), flag
 
 
-def test_gpus_without_launcher_or_batch_in_the_hf_form_is_refused():
-    """The HF form leaves the batch to the Trainer: --gpus/--nodes with no launcher and no batch change nothing."""
-    r = run("deepspeed-config", "--stage", "3", "--offload", "cpu", "--gpus", "4", "--nodes", "2")
-    assert r.exit_code == 2 and "--gpus and --nodes size the launch line and the batch" in r.output
-    assert r.output.count("\n") == 1
-    for more in (["--no-hf"], ["--global-batch", "64"], ["--launcher", "torchrun"]):
-        assert run("deepspeed-config", "--stage", "3", "--gpus", "4", *more).exit_code == 0, more
-
-
 def test_no_hf_says_the_micro_batch_global_batch_chose():
     r = run("deepspeed-config", "--stage", "2", "--no-hf", "--gpus", "4", "--global-batch", "60")
     assert r.exit_code == 0
     assert "the config holds micro-batch 1 x 15 accumulation x 4 GPU(s) = 60 per step" in r.stderr
+    hf = run("deepspeed-config", "--stage", "2", "--launcher", "accelerate", "--gpus", "4", "--global-batch", "60")
+    assert hf.exit_code == 0 and "the config holds" not in hf.stderr   # "auto": accelerate's HF form fills it

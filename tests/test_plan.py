@@ -215,11 +215,11 @@ def test_8bit_adam_hint_when_optimizer_states_do_not_fit():
     (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--link", "QQ"], "--link QQ: not a link type"),
     (["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GiB", "--batch-size", "0"], "must be 1 or more"),
     (["--params", "7B", "--gpus", "2", "--gpu-mem", "24GiB"], "--hidden-size and --layers"),
-    # 7 parameters, or 100M for an 80-block 8192-wide shape: less than the blocks' attention alone holds
+    # 7 parameters, or 100M 8192 wide: less than one block's attention holds (ALBERT's 12M at 768 wide passes)
     (["--params", "7", "--hidden-size", "4096", "--layers", "32", "--gpus", "2", "--gpu-mem", "24GiB"],
-     "--params 7: 32 blocks of hidden size 4096 hold at least 1,073,741,824"),
+     "--params 7: a model of hidden size 4096 holds at least 33,554,432"),
     (["--params", "100M", "--hidden-size", "8192", "--layers", "80", "--gpus", "2", "--gpu-mem", "24GiB"],
-     "--params 100M: 80 blocks"),
+     "--params 100M: a model of hidden size 8192"),
     (["--model", "mistralai/Mistral-7B-v0.3", "--gpus", "2", "--gpu-mem", "24GiB"], "reads no hub: put the model's"),
 ])
 def test_impossible_requests_one_line(args, msg):
@@ -263,7 +263,8 @@ def test_cli_optimizer_choices_match_the_arithmetic():
                                       ("meta-llama/Llama-2-70b-chat-hf", "llama-2-70b"),
                                       ("meta-llama/Meta-Llama-3-70B-Instruct", "llama-3-70b"),
                                       ("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b"),
-                                      ("openai-community/gpt2-xl", "gpt2-xl"), ("google-t5/t5-11b", "t5-11b")])
+                                      ("openai-community/gpt2-xl", "gpt2-xl"), ("google-t5/t5-11b", "t5-11b"),
+                                      ("META-LLAMA/llama-2-7b-HF", "llama-2-7b")])
 def test_hub_ids_of_catalog_models(hub, name):
     """A hub id as copied from the model's page names the catalog's model (a chat tuning has its base's shape)."""
     assert models.named(hub) == models.named(name)
@@ -283,3 +284,16 @@ def test_what_config_json_leaves_out_is_said(tmp_path):
     assert data["model"]["defaulted"] == ["layers (32)"]
     assert any(f"{tmp_path}/config.json does not give layers (32): these are transformers' defaults for llama" in n
                for n in data["notes"])
+    # MPT names its depth n_layers (transformers' attribute_map): given, not defaulted
+    mpt = tmp_path / "mpt"
+    mpt.mkdir()
+    (mpt / "config.json").write_text(json.dumps({"model_type": "mpt", "architectures": ["MptForCausalLM"],
+                                                 "d_model": 128, "n_layers": 2, "n_heads": 4, "vocab_size": 1000}))
+    assert plan_json("--model", str(mpt), "--gpus", "2", "--gpu-mem", "24GiB")["model"]["defaulted"] == []
+
+
+@pytest.mark.parametrize("seconds,shown", [(12.3456, "12.346s"), (600, "10.0min"), (19494.7 * 60, "13.5d"),
+                                           (7200, "2.0h")])
+def test_run_times_in_readable_units(seconds, shown):
+    from gputopo import render
+    assert render._s(seconds) == shown

@@ -220,20 +220,23 @@ def test_one_gpu_from_the_nvidia_smi_binary_when_nvml_is_missing(fake_nvml, monk
 def test_mig_instances_are_read_live_and_warned(fake_nvml):
     """A GPU in MIG mode (NVML's MIG mode, its instances' names): each instance's profile, and a warning."""
     import fake_nvml as fm
-    scenario = fm.h100_nvswitch(2)
+    scenario = fm.h100_nvswitch(3)
     scenario["gpus"][0]["mig"] = ["3g.40gb", "2g.20gb"]
+    scenario["gpus"][1]["mig"] = None   # MIG-capable, MIG off
+    scenario["gpus"][2]["mig"] = []     # MIG on, no instance created yet: CUDA sees nothing on it
     fake_nvml(scenario)
     topo = probe.topology()
-    assert topo.gpus[0].mig == ("3g.40gb", "2g.20gb") and topo.gpus[1].mig is None
+    assert [g.mig for g in topo.gpus] == [("3g.40gb", "2g.20gb"), None, ()]
     found = [f for f in health.check(topo, [g.name for g in topo.gpus], {}) if f.code == "mig_mode"]
-    assert len(found) == 1 and found[0].subject == "GPU0" and "3g.40gb, 2g.20gb" in found[0].message
+    assert len(found) == 1 and "GPU0: 3g.40gb, 2g.20gb; GPU2: no instance created" in found[0].message
+    assert "GPU1" not in found[0].message
 
 
 def test_mig_instances_read_from_a_pasted_list():
     """`nvidia-smi -L` lists each MIG instance under its GPU; with `nvlink -s` too, neither hides the other."""
     topo_m = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV12\t0-63\t0\nGPU1\tNV12\t X \t0-63\t0\n"
     listing = ("GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n"
-               "  MIG 3g.40gb     Device  0: (UUID: MIG-a)\n  MIG 2g.20gb     Device  1: (UUID: MIG-b)\n"
+               "  MIG 3g.40gb     Device  0: (UUID: MIG-a)\n  MIG  2g.20gb Device 1: (UUID: MIG-b)\n"
                "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-2)\n")
     links = "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)\n\t Link 0: 25 GB/s\n"
     topo = parse.texts([topo_m, listing, links])
