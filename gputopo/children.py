@@ -42,6 +42,7 @@ def stoppable():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    import sys
     raised = []
 
     def handler(signum, frame):
@@ -49,10 +50,21 @@ def stoppable():
             return
         raised.append(signum)
         raise KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
+
+    def dropped(unraisable, previous=sys.unraisablehook):
+        """Raised while a finalizer ran (__del__, a GC callback), the signal's exception is dropped ("Exception
+        ignored in ..."), and the command would run on to exit 0: deliver the signal again, to land after it."""
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and raised:
+            # from another thread, so the handler runs in the main thread once it is out of the finalizer
+            threading.Timer(0.05, os.kill, (os.getpid(), raised.pop())).start()
+        else:
+            previous(unraisable)
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    old_hook, sys.unraisablehook = sys.unraisablehook, dropped
     try:
         yield
     finally:
+        sys.unraisablehook = old_hook
         if not raised:   # once stopped, repeats stay ignored until the process exits with the first one's status
             for s, h in old.items():
                 signal.signal(s, h)
