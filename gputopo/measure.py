@@ -30,22 +30,19 @@ def request(model, training, attention: str) -> dict:
             "grad_checkpointing": training.grad_checkpointing}
 
 
-def run(req: dict, *, need_bytes: int, timeout: float = 3600) -> dict:
-    """Run the child; refuse first when its step would not fit in this machine's free RAM."""
-    return run_many([req], need_bytes=need_bytes, timeout=timeout)[0]
+def run(req: dict, *, timeout: float = 3600, **need) -> dict:
+    """Run the child; refuse first when its step would not fit in the memory it will use (room)."""
+    return run_many([req], timeout=timeout, **need)[0]
 
 
-def run_many(reqs: list[dict], *, need_bytes: int, timeout: float = 3600, malloc: bool = True) -> list[dict]:
+def run_many(reqs: list[dict], *, need_bytes: int, gpu: dict | None = None, gpu_bytes: int = 0,
+             timeout: float = 3600, malloc: bool = True) -> list[dict]:
     """Measure several steps one after the other in one child (the high-water mark is reset for each).
+    need_bytes: host RAM the child needs; gpu_bytes: memory on `gpu` (target()) when it trains on one.
     malloc=False: glibc as a training process has it (the memory measurement's settings slow allocation)."""
-    import psutil
     if any(r["optimizer"] == "adamw-8bit" for r in reqs):
         raise BadInput("--measure: 8-bit Adam needs bitsandbytes on CUDA; measure with --optimizer adamw instead")
-    avail = psutil.virtual_memory().available
-    if need_bytes > 0.8 * avail:
-        from .units import gib
-        raise BadInput(f"--measure: the step needs about {gib(need_bytes)} and this machine has {gib(avail)} free;"
-                       " lower --batch-size/--seq-len or measure a smaller model")
+    room(need_bytes, gpu, gpu_bytes)
     env = {**os.environ, **(MALLOC_ENV if malloc else {})}
     env.setdefault("OMP_NUM_THREADS", str(min(os.cpu_count() or 1, 4)))
     try:
@@ -65,30 +62,71 @@ def run_many(reqs: list[dict], *, need_bytes: int, timeout: float = 3600, malloc
 RUNTIME_BYTES = 2 ** 30   # torch, transformers and the interpreter in the child, besides the tensors
 
 
+def room(need_bytes: int, gpu: dict | None = None, gpu_bytes: int = 0) -> None:
+    """Refuse a step that would not fit: in the GPU's free memory as plan judges a fit (allocated peak and CUDA
+    context within it; a GPU that runs short only raises), and in 80 % of the host's free RAM for what stays on
+    the host (a host that runs short swaps, or its OOM killer ends a process)."""
+    import psutil
+
+    from .units import gib
+    free = gpu["memory_free_bytes"] if gpu else None
+    if free is not None and gpu_bytes > free:
+        name = gpu["name"] + (f" ({gpu['model']})" if gpu["model"] else "")
+        raise BadInput(f"--measure: the step needs about {gib(gpu_bytes)} of GPU memory and {name}, where it runs,"
+                       f" has {gib(free)} free; lower --batch-size/--seq-len, pick a freer GPU with"
+                       " CUDA_VISIBLE_DEVICES or measure a smaller model")
+    avail = psutil.virtual_memory().available
+    if need_bytes > 0.8 * avail:
+        what = f"the process beside its step on {gpu['name']}" if gpu else "the step"
+        raise BadInput(f"--measure: {what} needs about {gib(need_bytes)} of host RAM and this machine has"
+                       f" {gib(avail)} free; " + ("free some RAM" if gpu else "lower --batch-size/--seq-len or"
+                                                  " measure a smaller model"))
+
+
+def target() -> dict | None:
+    """The GPU the child will train on (probe.cuda_device()), None for the CPU: decided as the child decides
+    (torch.cuda.is_available(): a CUDA build of torch and a GPU CUDA sees), without importing torch."""
+    from . import probe, system
+    from .errors import NvmlUnavailable
+    build = system.torch_build()
+    if not build or not build["cuda"]:
+        return None
+    try:
+        return probe.cuda_device()
+    except NvmlUnavailable:   # no driver, or no nvidia-ml-py: judged as a CPU step, all of it in host RAM
+        return None
+
+
 def check(data: dict) -> dict:
     """Measure the planned step on this machine and compare it with the prediction, per component."""
     from dataclasses import fields
 
     from .models import ModelSpec
-    from .plan import Training
+    from .plan import CUDA_CONTEXT_BYTES, Training
     model = ModelSpec(**data["model"])
     training = Training(**{f.name: data["training"][f.name] for f in fields(Training)})
     req = request(model, training, training.attention)
-    predicted = _predict(model, training, training.attention, "cpu")
-    need = predicted["weights"] + predicted["optimizer"] + predicted["step"] + RUNTIME_BYTES
-    result = run(req, need_bytes=need)
+    gpu = target()
+    predicted = _predict(model, training, training.attention, "cuda" if gpu else "cpu")
+    step = predicted["weights"] + predicted["optimizer"] + predicted["step"]
+    # The child builds the model on its device (calibrate.build_model: `with device:`): on a GPU only the
+    # runtime stays on the host.
+    need = ({"need_bytes": RUNTIME_BYTES, "gpu": gpu, "gpu_bytes": step + CUDA_CONTEXT_BYTES} if gpu
+            else {"need_bytes": step + RUNTIME_BYTES})
+    result = run(req, **need)
     out = compare(model, training, result)
     out["time"] = step_time(model, training, req, need)
     return out
 
 
-def step_time(model, training, req: dict, need: int) -> dict:
+def step_time(model, training, req: dict, need: dict) -> dict:
     """One process's step, predicted from this machine's calibration (gputopo.calibrate) and measured: the
-    median of TIMED_STEPS steps after two warm-up steps, in a child with glibc's usual settings."""
+    median of TIMED_STEPS steps after two warm-up steps, in a child with glibc's usual settings (need: run_many's
+    memory arguments)."""
     from . import calibrate, speed
     from .plan import Layout
     threads = int(os.environ.get("OMP_NUM_THREADS") or min(os.cpu_count() or 1, 4))
-    timed = run_many([{**req, "time_only": True}], need_bytes=need, malloc=False)[0]
+    timed = run_many([{**req, "time_only": True}], **need, malloc=False)[0]
     cal = calibrate.run(calibrate.request(model, training, threads, device=timed["device"]))
     rates = calibrate.rates(cal)
     p = speed.step("single", model, Layout(gpus_per_node=1, gpu_mem_bytes=0), training, rates,

@@ -187,6 +187,49 @@ def nvml_topology() -> Topology:
         _safe(nvml, "nvmlShutdown")
 
 
+def cuda_device() -> dict | None:
+    """The GPU a CUDA process started here computes on (device LOCAL_RANK of those CUDA_VISIBLE_DEVICES leaves),
+    as NVML sees it: {"name", "model", "memory_free_bytes"}, unknown fields None; None when CUDA would see none."""
+    nvml = _nvml()
+    try:
+        handles = [_safe(nvml, "nvmlDeviceGetHandleByIndex", i) for i in range(_safe(nvml, "nvmlDeviceGetCount",
+                                                                                     default=0))]
+        uuids = [_text(_safe(nvml, "nvmlDeviceGetUUID", h)) if h is not None else None for h in handles]
+        visible = cuda_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
+        rank = int(os.environ.get("LOCAL_RANK") or 0)
+        if rank >= len(visible):
+            return None
+        i = visible[rank]
+        if isinstance(i, str):   # a MIG instance: NVML's figures for its GPU are not the instance's
+            return {"name": i, "model": None, "memory_free_bytes": None}
+        h = handles[i]
+        mem = _safe(nvml, "nvmlDeviceGetMemoryInfo", h) if h is not None else None
+        return {"name": f"GPU{i}", "model": _text(_safe(nvml, "nvmlDeviceGetName", h)) if h is not None else None,
+                "memory_free_bytes": getattr(mem, "free", None)}
+    finally:
+        _safe(nvml, "nvmlShutdown")
+
+
+def cuda_visible(value: str | None, uuids: list[str | None]) -> list[int | str]:
+    """CUDA_VISIBLE_DEVICES as CUDA reads it: the NVML indices (a MIG instance: its id) in CUDA's order, every GPU
+    when unset. An entry naming no GPU ends the list ("" and "-1" hide them all), as CUDA's own parsing does.
+    Indices are NVML's PCI order, which CUDA's default FASTEST_FIRST order keeps among GPUs of one model."""
+    if value is None:
+        return list(range(len(uuids)))
+    out = []
+    for entry in (e.strip() for e in value.split(",")):
+        if entry.isdigit() and int(entry) < len(uuids):
+            out.append(int(entry))
+        elif entry.startswith("MIG-"):
+            out.append(entry)
+        else:   # a GPU's UUID, or a prefix of it naming one GPU only
+            match = [i for i, u in enumerate(uuids) if entry and u and u.startswith(entry)]
+            if len(match) != 1:
+                break
+            out.append(match[0])
+    return out
+
+
 def smi_text(*args: str) -> str | None:
     """Output of `nvidia-smi ARGS`, or None when the binary is absent or fails."""
     import subprocess  # here, not at the top: inspect of a paste never runs nvidia-smi (fast start)

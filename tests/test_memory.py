@@ -256,7 +256,8 @@ def test_text_shows_peak_phase_and_nvidia_smi():
      "builds causal LMs"),
     (["--model", "gpt2", "--gpus", "1", "--gpu-mem", "80GiB", "--optimizer", "adamw-8bit"], "8-bit Adam"),
 ])
-def test_measure_refuses_in_one_line(args, msg):
+def test_measure_refuses_in_one_line(monkeypatch, args, msg):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")   # no GPU for the child: host RAM is judged, on a GPU machine too
     r = run("plan", *args, "--measure")
     assert r.exit_code == 2 and msg in r.output and r.output.count("\n") == 1, r.output
 
@@ -299,3 +300,76 @@ def test_measure_default_dropout_bf16_sdpa_on_cpu(tmp_path):
     step = {row["component"]: row for row in m["rows"]}["step (peak above weights and optimizer)"]
     assert step["measured"] > 30 * 2 ** 20
     assert abs(step["error"]) < 0.03, step
+
+
+# The issue's H200 (issue 41, item 5): gpt2-large at 8 x 1024 in bf16 without checkpointing took 46.6 GiB of the
+# GPU; judged as a CPU step (107.9 GiB predicted) against the host's 124.7 GiB free, it was refused.
+H200_CASE = ["plan", "--model", "gpt2-large", "--batch-size", "8", "--seq-len", "1024", "--no-grad-checkpointing",
+             "--precision", "bf16", "--measure"]
+GIB = 2 ** 30
+
+
+@pytest.fixture
+def measure_here(monkeypatch, fake_nvml):
+    """plan --measure up to the child's start, on a faked machine: torch's build (None: a CPU build), NVML's GPUs,
+    the host's free RAM. The child never runs: its start is recorded and fails."""
+    import subprocess
+    import types
+
+    import psutil
+    from fake_nvml import h100_single
+
+    from gputopo import measure, system
+    spawn, spawned = subprocess.run, []
+
+    def fake_run(cmd, *a, **k):
+        if cmd[1:3] != ["-m", "gputopo.measure"]:
+            return spawn(cmd, *a, **k)
+        spawned.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "stopped by the test")
+
+    def machine(torch_cuda: str | None, gpu_used_gib: float | None, host_free_gib: float = 124.7):
+        monkeypatch.setattr(system, "torch_build", lambda: {"version": "2.9.0", "cuda": torch_cuda, "hip": None})
+        s = h100_single()
+        s["gpus"][0].update(name="NVIDIA H200", mem_total=143771 * 2 ** 20, mem_used=int((gpu_used_gib or 0) * GIB))
+        fake_nvml(s if gpu_used_gib is not None else {"gpus": [], "ancestor": {}, "p2p": {}})
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(
+            total=128 * GIB, available=int(host_free_gib * GIB)))
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+        monkeypatch.setattr(measure.subprocess, "run", fake_run)
+        return spawned
+    return machine
+
+
+def test_measure_on_cuda_judges_the_gpu_not_the_host(measure_here):
+    from gputopo import measure
+    spawned = measure_here("12.8", gpu_used_gib=0.5)
+    free = 143771 * 2 ** 20 - GIB // 2
+    assert measure.target() == {"name": "GPU0", "model": "NVIDIA H200", "memory_free_bytes": free}
+    r = run(*H200_CASE)
+    # not refused: the GPU's 139.9 GiB free hold the step's ~46 GiB, and 1 GiB stays on the host
+    assert len(spawned) == 1 and "the measuring process failed (exit 1): stopped by the test" in r.output, r.output
+
+
+def test_measure_on_cuda_refuses_a_step_over_the_gpus_free_memory(measure_here):
+    measure_here("12.8", gpu_used_gib=100)   # another process holds 100 GiB of the H200
+    r = run(*H200_CASE)
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "of GPU memory and GPU0 (NVIDIA H200), where it runs, has 40.4 GiB free" in r.output
+    assert "the step needs about 46.2 GiB" in r.output   # predicted for CUDA, with the CUDA context
+
+
+def test_measure_on_cuda_judges_the_host_for_what_stays_there(measure_here):
+    measure_here("12.8", gpu_used_gib=0.5, host_free_gib=1)
+    r = run(*H200_CASE)
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "the process beside its step on GPU0 needs about 1.0 GiB of host RAM and this machine has 1.0" in r.output
+
+
+@pytest.mark.parametrize("torch_cuda,gpu_used_gib", [(None, 0.5), ("12.8", None)])   # a CPU torch; no GPU
+def test_measure_on_cpu_judges_host_ram(measure_here, torch_cuda, gpu_used_gib):
+    measure_here(torch_cuda, gpu_used_gib)
+    r = run(*H200_CASE, "--gpus", "1", "--gpu-mem", "141GB")
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "the step needs about 107.9 GiB of host RAM and this machine has 124.7 GiB free" in r.output

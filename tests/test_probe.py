@@ -255,3 +255,34 @@ def test_gpu_model_a_paste_overrides_is_said():
                for n in named.notes)
     unnamed = parse.texts([topo_m], gpu_model="A100-80GB")
     assert [g.model for g in unnamed.gpus] == ["A100-80GB"] * 2 and not any("--gpu-model" in n for n in unnamed.notes)
+
+
+@pytest.mark.parametrize("visible,rank,gpu", [
+    (None, None, "GPU0"), (None, "1", "GPU1"), ("1", None, "GPU1"), ("1,0", "1", "GPU0"),
+    ("GPU-6e5b9f3c-1d2a-4c8e-9f0a-7b3c2d1e4f51", None, "GPU1"),   # a UUID, as nvidia-smi -L prints it
+    ("GPU-6e5b9f3c", None, None),                                  # a prefix of both UUIDs names neither
+    ("", None, None), ("-1", None, None), ("5,0", None, None),    # an entry naming no GPU ends the list
+    ("0", "1", None),                                              # LOCAL_RANK past what is visible
+])
+def test_cuda_device_is_the_one_cuda_would_use(fake_nvml, monkeypatch, visible, rank, gpu):
+    # `plan --measure` judges the GPU its child trains on (device LOCAL_RANK of CUDA_VISIBLE_DEVICES) by its free memory
+    s = rtx3090_pair()
+    s["gpus"][1]["mem_used"] = 20 * 1024 ** 3
+    fake_nvml(s)
+    for name, value in (("CUDA_VISIBLE_DEVICES", visible), ("LOCAL_RANK", rank)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    d = probe.cuda_device()
+    assert (d and d["name"]) == gpu
+    if gpu:
+        free = {"GPU0": 24 * 1024 ** 3 - 512 * 1024 ** 2, "GPU1": 4 * 1024 ** 3}[gpu]
+        assert d == {"name": gpu, "model": "NVIDIA GeForce RTX 3090", "memory_free_bytes": free}
+
+
+def test_cuda_device_without_nvml_says_so(fake_nvml):
+    import fake_nvml as fm
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    with pytest.raises(NvmlUnavailable):
+        probe.cuda_device()
