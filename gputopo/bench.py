@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import children
+from . import children, dsops
 from .errors import BadInput, BenchmarkFailed, TooFewGpus
 from .worker import OFFLINE, PROGRESS, RESULT, WIKITEXT
 
@@ -240,6 +240,7 @@ def prepare(a: Ask) -> Prepared:
     if o.train:
         o.dataset, note = resolve_dataset(a.dataset)
         o.notes += [note] if note else []
+    o.notes += dsops.arch_notes(os.environ)   # said once: child_env mends it for every child
     if o.train and o.device == "cpu" and a.steps is None:
         notes.append(f"CPU: {o.steps} steps per arm, batch {o.batch_size} x {o.seq_len} (about two minutes for gpt2"
                      " on 2 cores); --steps to change")
@@ -326,7 +327,7 @@ def child_env(o: Options, p2p_disable: str | None, log_dir: Path | None = None) 
     """The arm's environment: NCCL_P2P_DISABLE only where the arm sets it, the GPUs selected, one thread per
     process's share of the cores; with log_dir, NCCL's INFO lines of init, graph and environment go to one file
     per process there (read back by nccl_report)."""
-    env = dict(os.environ)
+    env = dsops.deepspeed_env(os.environ)
     if log_dir is not None:
         env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,GRAPH,ENV",
                    NCCL_DEBUG_FILE=str(log_dir / "nccl.%h.%p.log"))

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import children
+from . import children, dsops
 from .errors import BenchmarkFailed
 
 RESULT = "GPUTOPO_CALIBRATE "
@@ -99,7 +99,7 @@ def run(req: dict, copies: int = 1, timeout: float | None = None, env: dict | No
             + (f"; within {budget:g} s (--calibrate-seconds)" if budget else "")
             + f", about {gib(copies * req.get('need_bytes', 0))} of memory")
     started, before = time.monotonic(), cpu_seconds()
-    env = dict(env or os.environ)
+    env = dsops.deepspeed_env(env or os.environ, say)
     if req.get("threads"):
         env["OMP_NUM_THREADS"] = str(req["threads"])
     barrier = tempfile.TemporaryDirectory(prefix="gputopo-calibrate-")

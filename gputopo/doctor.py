@@ -329,6 +329,31 @@ def cuda_stack(host, topo: Topology | None, driver: dict) -> tuple[list[Check], 
     return out, tc
 
 
+def check_arch_list(env: dict, torch_cuda: str | None, jit: bool | None) -> list[Check]:
+    """TORCH_CUDA_ARCH_LIST against the installed DeepSpeed's parser (dsops.arch_unparsed); nothing when unset or
+    without DeepSpeed. jit: whether the config loads an op DeepSpeed JIT-builds (None: no config, so assume so)."""
+    value = env.get(dsops.ARCH_VAR)
+    version = dsops.installed_version() if (value or "").strip() else None  # 50 ms of metadata: only when set
+    if version is None:
+        return []
+    shown, bad = f'{dsops.ARCH_VAR}="{value}"', dsops.arch_unparsed(value)
+    why = ("DeepSpeed's op builder int()s each part of every entry (compute_capability_args) before each JIT build"
+           " of an op on CUDA (FusedAdam, FusedLamb, async_io...), even one built before, where PyTorch itself"
+           " accepts arch-specific targets such as 9.0a: \"ValueError: invalid literal for int()\"")
+    if not bad:
+        return [Check("ds_arch_list", "ok", "env", f"{shown}: DeepSpeed {version} parses it", why)]
+    mended = dsops.arch_for_deepspeed(value)
+    fix = (f'set {dsops.ARCH_VAR}="{mended}" (drop the arch-specific suffix) before building ops' if mended else
+           f'unset {dsops.ARCH_VAR} (DeepSpeed then builds for the GPUs it sees) or give versions: "8.0;9.0"')
+    found = f"{shown}: DeepSpeed {version} cannot parse {', '.join(bad)} (its op builder int()s each part)"
+    if not torch_cuda:  # a CPU or ROCm torch: DeepSpeed's builders never read the list
+        return [Check("ds_arch_list", "info", "env", found + "; unused here: torch has no CUDA", why, fix)]
+    if jit is False:
+        return [Check("ds_arch_list", "warn", "env", found + "; this config loads no op DeepSpeed"
+                      " JIT-builds, any other would fail", why, fix)]
+    return [Check("ds_arch_list", "fail", "env", found, why, fix)]
+
+
 def check_gpus(topo: Topology | None, reason: str | None, names: list[str], env: dict,
                persistence: dict, rdma: list[str], modules: set[str], sysfs_gpus: list[str]) -> list[Check]:
     """Degraded GPUs (health), persistence mode, GPUDirect RDMA; or why none of it could be checked."""
@@ -444,6 +469,8 @@ def run(cfg: dict | None = None, *, config_path: str | None = None, host=None, t
         if not needs:
             checks.append(Check("ds_op", "ok", "DeepSpeed ops", "this config needs no compiled optimizer or I/O op",
                                 "torch's optimizer, or the training script's own"))
+    jit = None if cfg is None else any(s.state != "prebuilt" for s in ops_report)
+    checks += check_arch_list(host.env, toolchain.get("torch_cuda"), jit)
     checks.sort(key=lambda c: ORDER[c.status])
     counts = {s: sum(1 for c in checks if c.status == s) for s in ORDER}
     return {"schema_version": SCHEMA_VERSION, "ok": counts["fail"] == 0, "exit_code": 1 if counts["fail"] else 0,
@@ -525,10 +552,11 @@ def known_topology(topo, status: str | None):
     return topo_fn
 
 
-def preflight(what: str, cfg=None, topo=None, status=None, nvme_need=None) -> dict:
-    """`gputopo doctor` before launching or writing: its report, or GputopoError naming each blocking check."""
+def preflight(what: str, cfg=None, topo=None, status=None, nvme_need=None, own_children=False) -> dict:
+    """`gputopo doctor` before launching or writing: its report, or GputopoError naming each blocking check.
+    own_children: only gputopo's processes run, and they get TORCH_CUDA_ARCH_LIST mended (dsops.deepspeed_env)."""
     data = run(cfg, topo_fn=known_topology(topo, status) if (topo or status) else None, nvme_need=nvme_need)
-    stop = blocking(data)
+    stop = [c for c in blocking(data) if not (own_children and c["id"] == "ds_arch_list")]
     if stop:
         lines = [f"doctor: {c['subject']}: {c['found']}" + (f" - fix: {c['fix']}" if c["fix"] else "") for c in stop]
         raise GputopoError(f"{what}: {len(stop)} blocking problem(s) found by `gputopo doctor` (listed above)", lines)

@@ -265,3 +265,83 @@ def _busy_folders() -> set:
             except OSError:
                 pass
     return out
+
+
+# --- TORCH_CUDA_ARCH_LIST as DeepSpeed reads it ------------------------------------------------------------------
+
+ARCH_VAR = "TORCH_CUDA_ARCH_LIST"
+# PyTorch's arch-specific targets: 9.0a (Hopper's wgmma), 10.0a, 12.0a; CUDA 12.9's family-specific ones end in f.
+ARCH_SPECIFIC = r"(\d+\.\d+)[a-z](\+PTX)?"
+
+
+def installed_version() -> str | None:
+    """The installed DeepSpeed's version from its package metadata (no import); None without deepspeed."""
+    import importlib.metadata
+    try:
+        return importlib.metadata.version("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def arch_entries(value: str) -> list[str]:
+    """TORCH_CUDA_ARCH_LIST's entries split as DeepSpeed and PyTorch split them: on ';' and ' ', blanks dropped."""
+    return [cc.strip() for cc in value.strip().replace(" ", ";").split(";") if cc.strip()]
+
+
+def arch_unparsed(value: str) -> list[str]:
+    """The entries DeepSpeed's op builder cannot read: it raises ValueError at every JIT build of a CUDA op.
+
+    Mirrors CUDAOpBuilder.compute_capability_args and filter_ccs (deepspeed/ops/op_builder/builder.py, 0.19.8,
+    JIT mode): entries are sorted by int() of each '.'-part cut at '+', then read as int(major), int(minor cut at
+    '+'). So '9.0+PTX' passes and '9.0a' (which PyTorch accepts), 'Hopper', 'native' or '8.0,9.0' do not.
+    tests/test_doctor.py holds this to the installed DeepSpeed's own function."""
+    def reads(cc: str) -> bool:
+        parts = cc.split(".")
+        try:
+            [int(p.split("+")[0]) for p in parts]
+        except ValueError:
+            return False
+        return len(parts) >= 2
+    return [cc for cc in arch_entries(value) if not reads(cc)]
+
+
+def arch_for_deepspeed(value: str) -> str | None:
+    """TORCH_CUDA_ARCH_LIST as DeepSpeed can read it: '9.0a' becomes '9.0' and '9.0a+PTX' '9.0+PTX', duplicates
+    dropped; None (unset: DeepSpeed then builds for the GPUs it sees) when an entry cannot be mended so."""
+    import re
+    bad, out = set(arch_unparsed(value)), []
+    for cc in arch_entries(value):
+        if cc in bad:
+            m = re.fullmatch(ARCH_SPECIFIC, cc)
+            if not m:
+                return None
+            cc = m.group(1) + (m.group(2) or "")
+        if cc not in out:
+            out.append(cc)
+    return ";".join(out) or None
+
+
+def arch_notes(env) -> list[str]:
+    """The line saying what deepspeed_env changes in env's TORCH_CUDA_ARCH_LIST; [] when nothing."""
+    value = env.get(ARCH_VAR)
+    bad = arch_unparsed(value or "")
+    version = installed_version() if bad else None
+    if version is None:
+        return []
+    mended = arch_for_deepspeed(value)
+    given = f"as {mended}" if mended else "unset (DeepSpeed then builds for the GPUs it sees)"
+    return [f"{ARCH_VAR} {value} given to the processes gputopo starts {given}: DeepSpeed {version} cannot parse"
+            f" {', '.join(bad)}"]
+
+
+def deepspeed_env(env, say=None) -> dict:
+    """A copy of env whose TORCH_CUDA_ARCH_LIST DeepSpeed can read (arch_for_deepspeed), for the processes gputopo
+    starts; `say` gets arch_notes' line when it changed."""
+    env, notes = dict(env), arch_notes(env)
+    if notes:
+        mended = arch_for_deepspeed(env.pop(ARCH_VAR))
+        if mended:
+            env[ARCH_VAR] = mended
+        if say:
+            say(notes[0])
+    return env

@@ -570,3 +570,110 @@ def test_check_and_doctor_agree_on_an_op_built_for_another_environment(tmp_path)
     assert s.state == "buildable" and "for another environment (/other/venv/lib/python3.11/site-packages)" in s.detail
     shared = doctor.check_jit_builds(dsops.jit_builds(None, root=str(tmp_path), busy=set()), dsops.this_site(), {})
     assert [c.id for c in shared] == ["jit_shared"] and "/other/venv" in shared[0].found
+
+
+# --- TORCH_CUDA_ARCH_LIST as DeepSpeed's op builder parses it (issue 41, item 7) --------------------------------
+
+CUDA_TORCH = {"version": "2.5.1+cu124", "cuda": "12.4", "hip": None}
+ARCH_LISTS = ["8.0;9.0a", "9.0a+PTX;9.0", "12.0a;10.0f", "Hopper", "native", "8.0,9.0", "9", "+PTX",
+              "9.0+PTX", "8.0 9.0", " 8.0 ; 9.0 ", "8.0;;9.0", "7.5;8.6+PTX;9.0", "9.0+ptx"]
+
+
+@pytest.mark.parametrize("value", ARCH_LISTS)
+def test_arch_list_rule_is_deepspeeds_own(value, monkeypatch):
+    """dsops mirrors DeepSpeed's parser (doctor imports no DeepSpeed without --config); here the installed
+    DeepSpeed's own FusedAdamBuilder.compute_capability_args (JIT mode: no GPU, no build) decides, and it reads
+    every mended list in JIT mode and in its prebuild (DS_BUILD_*) mode alike."""
+    pytest.importorskip("deepspeed")
+    from deepspeed.ops.op_builder.fused_adam import FusedAdamBuilder
+
+    def parses(arch, jit=True):
+        b = FusedAdamBuilder()
+        b.jit_mode = jit
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch)   # it rewrites the variable; monkeypatch restores it
+        try:
+            b.compute_capability_args()
+        except (ValueError, IndexError):
+            return False
+        return True
+    assert parses(value) == (not dsops.arch_unparsed(value))
+    mended = dsops.arch_for_deepspeed(value)
+    assert mended is None or (parses(mended) and parses(mended, jit=False))
+
+
+@pytest.mark.parametrize("value,mended", [
+    ("8.0;9.0a", "8.0;9.0"), ("9.0a", "9.0"), ("9.0;9.0a", "9.0"), ("8.0 9.0a+PTX", "8.0;9.0+PTX"),
+    ("12.0a;10.0f;9.0", "12.0;10.0;9.0"), ("9.0+PTX", "9.0+PTX"), ("8.0 9.0", "8.0;9.0"),
+    ("Hopper", None), ("8.0;native", None), ("8.0,9.0a", None), ("", None)])
+def test_arch_list_mended_for_deepspeed(value, mended):
+    assert dsops.arch_for_deepspeed(value) == mended
+
+
+def test_arch_list_matters_only_where_deepspeed_builds_cuda_ops(monkeypatch):
+    env = {"TORCH_CUDA_ARCH_LIST": "8.0;9.0a"}
+    monkeypatch.setattr(dsops, "installed_version", lambda: None)
+    assert doctor.check_arch_list(env, "12.4", None) == []           # no DeepSpeed: nothing parses it so
+    monkeypatch.setattr(dsops, "installed_version", lambda: "0.19.8")
+    assert doctor.check_arch_list({}, "12.4", None) == []            # unset: it builds for the GPUs it sees
+    c, = doctor.check_arch_list(env, None, None)
+    assert c.status == "info" and c.found.endswith("unused here: torch has no CUDA")
+    assert doctor.check_arch_list(env, "12.4", False)[0].status == "warn"   # the config's ops all prebuilt
+    assert doctor.check_arch_list(env, "12.4", True)[0].status == "fail"
+    c, = doctor.check_arch_list({"TORCH_CUDA_ARCH_LIST": "Hopper"}, "12.4", None)
+    assert c.status == "fail" and c.fix.startswith("unset TORCH_CUDA_ARCH_LIST")
+
+
+def _image(tree, tmp_path, arch):
+    """This build machine's recorded tree, its process environment holding TORCH_CUDA_ARCH_LIST."""
+    import shutil
+    root = tmp_path / "host"
+    if not root.exists():
+        shutil.copytree(VM, root)
+    (root / "proc/self/environ").write_text(f"TORCH_CUDA_ARCH_LIST={arch}\0")
+    tree(root)
+
+
+def test_doctor_blocks_an_arch_list_deepspeed_cannot_parse(tree, fake_nvml, monkeypatch, tmp_path):
+    """On an H200 image TORCH_CUDA_ARCH_LIST="8.0;9.0a" stopped FusedAdam's build (ValueError: invalid literal
+    for int() with base 10: '0a') where doctor had said nothing blocks."""
+    import fake_nvml as fm
+
+    from gputopo.errors import GputopoError
+    fake_nvml(init_error=fm.NVMLError_LibraryNotFound)
+    monkeypatch.setattr(system, "torch_build", lambda: CUDA_TORCH)
+    monkeypatch.setattr(dsops, "installed_version", lambda: "0.19.8")
+    _image(tree, tmp_path, "8.0;9.0a")
+    r = run("doctor")
+    assert r.exit_code == 1 and "Exit 1: something above will break a run." in r.stdout, r.output
+    c, = [c for c in json.loads(run("doctor", "--json").stdout)["checks"] if c["blocking"]]
+    line = ('doctor: env: TORCH_CUDA_ARCH_LIST="8.0;9.0a": DeepSpeed 0.19.8 cannot parse 9.0a (its op builder'
+            ' int()s each part) - fix: set TORCH_CUDA_ARCH_LIST="8.0;9.0" (drop the arch-specific suffix)'
+            ' before building ops')
+    assert c["id"] == "ds_arch_list" and f"doctor: {c['subject']}: {c['found']} - fix: {c['fix']}" == line
+    with pytest.raises(GputopoError) as e:   # what deepspeed-config --check runs before it writes
+        doctor.preflight("deepspeed-config --check")
+    assert e.value.details == (line,)
+    assert doctor.preflight("bench-nvlink", own_children=True)["exit_code"] == 1   # its children get 8.0;9.0
+    for good in ("8.0;9.0", "9.0+PTX"):
+        _image(tree, tmp_path, good)
+        r = run("doctor", "--json")
+        assert r.exit_code == 0, r.output
+        assert {c["id"]: c["status"] for c in json.loads(r.stdout)["checks"]}["ds_arch_list"] == "ok"
+
+
+def test_children_get_the_mended_list_and_it_is_said_once(monkeypatch):
+    from gputopo import bench
+    monkeypatch.setattr(dsops, "installed_version", lambda: "0.19.8")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0a")
+    # every torchrun arm and bench's calibration copies
+    assert bench.child_env(bench.Options(), None)["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0"
+    said = []
+    env = dsops.deepspeed_env(os.environ, said.append)   # calibrate.run's copies (plan --calibrate)
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0" and os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0a"
+    assert said == dsops.arch_notes(os.environ) == ["TORCH_CUDA_ARCH_LIST 8.0;9.0a given to the processes gputopo"
+                                                    " starts as 8.0;9.0: DeepSpeed 0.19.8 cannot parse 9.0a"]
+    assert dsops.deepspeed_env(env, said.append) == env and len(said) == 1   # bench's env, mended already
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;Hopper")
+    assert "TORCH_CUDA_ARCH_LIST" not in dsops.deepspeed_env(os.environ)
+    monkeypatch.setattr(dsops, "installed_version", lambda: None)   # no DeepSpeed: left as it is
+    assert dsops.deepspeed_env(os.environ)["TORCH_CUDA_ARCH_LIST"] == "8.0;Hopper" and not dsops.arch_notes(os.environ)

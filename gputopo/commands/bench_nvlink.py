@@ -102,7 +102,8 @@ def _run(prepared, output: str | None, verbose: bool, quiet: bool) -> dict:
         if output:
             files.write_atomic(output, render.to_json(results) + "\n")
     topo = prepared.topology
-    report = doctor.preflight("bench-nvlink", topo=topo, status=None if topo else "no NVIDIA GPU visible")
+    report = doctor.preflight("bench-nvlink", topo=topo, status=None if topo else "no NVIDIA GPU visible",
+                              own_children=True)
     if report["counts"]["warn"]:
         notes([f"`gputopo doctor` has {report['counts']['warn']} warning(s) about this machine"])
     log_dir = prepared.options.log_dir = bench.new_log_dir()
