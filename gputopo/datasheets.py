@@ -322,6 +322,29 @@ GEMM = {
                          TORCH_MM), "fp32": (0.698, "24.84 of 35.6", TORCH_MM)},
     "RTX A6000": {"b16": (0.797, "bf16 123.34 of 154.8 TFLOPS", TORCH_MM), "fp32": (0.618, "23.92 of 38.7", TORCH_MM)},
 }
+GPU_BENCHES = "te42kyfo/gpu-benches @1c36d509"
+# The share of the datasheet's memory bandwidth a streaming kernel reaches, measured: gpu-stream's "scale" (read
+# one array, write one) and "triad" (read two, write one) on 1 GiB arrays, the best block size of each, averaged:
+# {key: (share, what was measured, source)}. A GPU without a measurement gets gputopo.speed.MEMORY_EFFICIENCY.
+STREAM = {
+    "V100": (0.899, "scale 804, triad 814 of 900 GB/s (gpu-stream/v100.txt)", GPU_BENCHES),
+    "A100": (0.856, "scale 1732, triad 1759 of 2039 GB/s (gpu-stream/a100_80.txt)", GPU_BENCHES),
+    "H200": (0.698, "scale 3165, triad 3534 of 4800 GB/s (gpu-stream/h200.txt)", GPU_BENCHES),
+    "A40": (0.949, "scale 658, triad 663 of 696 GB/s (gpu-stream/a40.txt)", GPU_BENCHES),
+    "L40": (0.937, "scale 816, triad 803 of 864 GB/s (gpu-stream/l40.txt)", GPU_BENCHES),
+}
+STREAM_VARIANTS = {
+    "A100 SXM4 40GB": (0.886, "scale 1381, triad 1375 of 1555 GB/s (gpu-stream/a100_40.txt)", GPU_BENCHES),
+    "A100 PCIe 40GB": (0.886, "scale 1381, triad 1375 of 1555 GB/s (gpu-stream/a100_40.txt)", GPU_BENCHES),
+    "H100 PCIe 80GB": (0.884, "scale 1704, triad 1832 of 2000 GB/s (gpu-stream/h100_pcie.txt)", GPU_BENCHES),
+}
+# A kernel's time beyond its bytes, measured: gpu-small-kernels queues 10000 dependent launches of a streaming
+# kernel on 64 kB (the smallest size; "4096 64kB" rows): 26 GB/s on an H200, 25 on an A100 80GB, i.e. 2.5 and
+# 2.6 us a kernel; 40 (L40: 1.6 us) and 32 (A40: 2.0 us). Another GPU gets gputopo.speed.KERNEL_S.
+KERNEL_S = {"H200": (2.5e-6, "gpu-small-kernels/h200.txt: 26 GB/s on 64 kB"),
+            "A100": (2.6e-6, "gpu-small-kernels/a100_80.txt: 25 GB/s on 64 kB"),
+            "L40": (1.6e-6, "gpu-small-kernels/l40.txt: 40 GB/s on 64 kB"),
+            "A40": (2.0e-6, "gpu-small-kernels/a40.txt: 32 GB/s on 64 kB")}
 # Variants measured apart from their key (matched as VARIANTS is).
 GEMM_VARIANTS = {
     "A100 PCIe 40GB": {"b16": (0.811, "bf16 252.9 of 312 TFLOPS (A100 PCIe)", MAMF),
@@ -329,6 +352,10 @@ GEMM_VARIANTS = {
     "A100 PCIe 80GB": {"b16": (0.811, "bf16 252.9 of 312 TFLOPS (A100 PCIe)", MAMF)},
     "H100 PCIe 80GB": {"b16": (0.656, "bf16 495.93 of 756 TFLOPS", TORCH_MM), "fp32": (0.725, "36.95 of 51", TORCH_MM)},
 }
+
+
+# Variants with other memory than their key's measured one: the key's stream share is not theirs.
+_OWN_MEMORY = {"A100 PCIe 80GB", "H800 PCIe 80GB", "A800 40GB PCIe", "A800 PCIe 80GB"}
 
 
 def sheet(name: str | None, mem_bytes: int | None = None) -> dict | None:
@@ -348,9 +375,11 @@ def sheet(name: str | None, mem_bytes: int | None = None) -> dict | None:
             continue
         figures = {k: x for k, x in v.items() if k not in ("form", "mem_gb")}
         return {**PEAKS[g.key], "key": g.key, "arch": g.arch, "sms": SMS.get(g.key),
-                "gemm": GEMM_VARIANTS.get(v["variant"], GEMM.get(g.key)), **figures}
+                "gemm": GEMM_VARIANTS.get(v["variant"], GEMM.get(g.key)),
+                "stream": STREAM_VARIANTS.get(v["variant"], None if v["variant"] in _OWN_MEMORY else STREAM.get(g.key)),
+                "kernel": KERNEL_S.get(g.key), **figures}
     return {**PEAKS[g.key], "key": g.key, "arch": g.arch, "variant": g.key, "sms": SMS.get(g.key),
-            "gemm": GEMM.get(g.key)}
+            "gemm": GEMM.get(g.key), "stream": STREAM.get(g.key), "kernel": KERNEL_S.get(g.key)}
 
 
 def pcie_gbps(figures: dict | None) -> tuple[float | None, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from typing import NamedTuple
 
 from . import memory
 from .plan import TORCH_STRATEGIES, comm_split, value_bytes, weight_bytes, zero3_buckets
@@ -54,6 +55,16 @@ class Rates:
                                            # an all-reduce pass's at the same size (None: 1, as NCCL's rings)
     deepspeed_sampled: dict | None = None  # calibrated: strategy -> {"one_s", "more_s", "blocks", "processes"},
                                            # its DeepSpeed step on the model cut to 1 and `blocks` blocks
+    attention_bwd_flops: float | None = None   # fused attention's backward (its 5 matmuls) on a GPU
+    attention_s: tuple | None = None       # calibrated: (forward, backward) seconds of one block's fused attention
+                                           # at the step's shape (SDPA timed on the GPU)
+    kernel_s: float = 0.0                  # a GPU's time per kernel beyond its work (launch, ramp, tail)
+    host_op_s: float = 0.0                 # the host's time to dispatch one kernel (eager PyTorch, autograd, launch)
+    overlap_slowdown: float = 0.0          # compute slowed by collectives running beside it (shared SMs, memory)
+    flash_curve: bool = False              # fused attention is FlashAttention-2 (16 bits, Ampere or newer): its
+                                           # rate follows the sequence length and head dim (flash_share)
+    unaligned: float = 1.0                 # a matmul with a contiguous dimension not a multiple of ALIGN: this
+                                           # many times slower (16-bit tensor cores)
     basis: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -99,6 +110,14 @@ def matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[int, int, 
     if x.V:
         out.append((1, x.T, x.V, x.h))
     return out
+
+
+def matmul_names(m) -> list[str]:
+    """What each of matmuls()'s entries is, in its order."""
+    qkv = ["Q, K, V projection"] if m.fused_qkv else ["Q projection", "K, V projections"]
+    up = ["MLP gate and up projections" if m.gated_mlp else "MLP up projection"]
+    return (qkv + ["attention output projection"] + up + ["MLP down projection", "attention scores",
+                                                          "attention values"] + (["LM head"] if m.vocab_size else []))
 
 
 def backward_shapes(M: int, N: int, K: int) -> list[tuple[int, int, int]]:
@@ -151,20 +170,77 @@ def k_factor(K: int, rates: Rates) -> float:
     return K / (K + rates.k_half) if rates.k_half else 1.0
 
 
-def matmul_seconds(shapes, rates: Rates, elem: int, attention: frozenset = frozenset()) -> float:
+def matmul_seconds(shapes, rates: Rates, elem: int) -> float:
     """Each shape at its calibrated time, else by the roofline: the larger of FLOPs / rate (in waves over the
-    SMs) and bytes / bandwidth. Shapes in `attention` run inside a fused attention kernel at its own rate."""
+    SMs) and bytes / bandwidth."""
     total = 0.0
     for c, M, N, K in shapes:
         known = (rates.matmul_seconds or {}).get(key(M, N, K))
         if known is None:
-            if key(M, N, K) in attention and rates.attention_flops:
-                flops = 2 * M * N * K / rates.attention_flops
-            else:
-                flops = 2 * M * N * K / rates.matmul_flops * wave_factor(M, N, K, rates.sms) / k_factor(K, rates)
+            flops = 2 * M * N * K / rates.matmul_flops * wave_factor(M, N, K, rates.sms) / k_factor(K, rates)
+            if N % ALIGN or K % ALIGN:
+                flops *= rates.unaligned
             known = max(flops, (M * K + K * N + M * N) * elem / rates.mem_bytes_per_s)
         total += c * known
     return total
+
+
+# FlashAttention-2's backward recomputes the scores: "5 matrix multiples in the backward pass, compared to just 2
+# matrix multiples in the forward pass" (arXiv 2307.08691, section 3.1.2), at "up to 73% of the theoretical maximum
+# FLOPs/s in the forward pass, and up to 63% in the backward pass" (section 4.1, A100); on an H100 its best
+# backward is 322 TFLOPS against 370 forward (FLASH_H100), the same share.
+FLASH_BWD_MATMULS = 5 / 2
+FLASH_BWD_SHARE = 63 / 73
+# FlashAttention-2 on an H100 SXM5 in 16 bits, TFLOPS by sequence length (512, 1k, 2k, 4k, 8k, 16k), head dim 64 and
+# 128, causal or not: the FA2 bars of the FlashAttention-3 paper's Figures 5 and 6 (arXiv 2407.08608; 16k tokens a
+# batch, 2048 wide; FLOPs counted 4 b s^2 h d, halved when causal, backward 2.5x: as attention_seconds counts
+# them). The backward was charted without a causal mask only (flash-attention PR #1791 printed 287 causal and
+# 291 not at 8k, head dim 128). flash-attention PR #2688 printed 294.78 forward, 238.75 backward at 1k, head dim
+# 64, not causal. A fused kernel's rate at the step's shape is the GPU's best (Rates.attention_flops) times the
+# curve's value there over its best.
+FLASH_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+FLASH_H100 = {("fwd", 64, False): (282, 306, 318, 321, 322, 324), ("fwd", 64, True): (180, 229, 262, 284, 295, 299),
+              ("fwd", 128, False): (309, 350, 362, 368, 370, 370), ("fwd", 128, True): (191, 260, 298, 319, 333, 335),
+              ("bwd", 64, False): (198, 238, 264, 279, 287, 291), ("bwd", 128, False): (214, 260, 291, 310, 318, 322)}
+
+
+def flash_share(direction: str, seq: int, head_dim: int, causal: bool) -> float:
+    """FlashAttention-2's rate at this shape over its best (FLASH_H100): in log sequence length and head dim
+    between the measured ones, the nearest beyond them."""
+    def at(d):
+        ys = FLASH_H100[(direction, d, causal and direction == "fwd")]
+        x = min(max(math.log2(seq), math.log2(FLASH_SEQ[0])), math.log2(FLASH_SEQ[-1]))
+        i = min(int(x - math.log2(FLASH_SEQ[0])), len(ys) - 2)
+        w = x - math.log2(FLASH_SEQ[i])
+        return ys[i] + w * (ys[i + 1] - ys[i])
+    w = min(max((head_dim - 64) / 64, 0.0), 1.0)
+    best = max(max(v) for (d, _, _), v in FLASH_H100.items() if d == direction)
+    return (at(64) * (1 - w) + at(128) * w) / best
+
+
+def attention_parts(m, t, rates: Rates, device: str = "cuda") -> tuple[float, float]:
+    """A fused attention kernel's (SDPA on a GPU) (forward, backward) seconds in one micro-step: its forward's two
+    matmuls (the blocks' forward again under full checkpointing; selective keeps SDPA's output) at the forward's
+    rate, its backward's five at the backward's; a calibration's own timing of the kernel at the step's shape where
+    there is one."""
+    fused = attention_shapes(m, t, device)
+    if not fused:
+        return 0.0, 0.0
+    forwards = 2 if t.grad_checkpointing else 1
+    if rates.attention_s:
+        return m.layers * forwards * rates.attention_s[0], m.layers * rates.attention_s[1]
+    flops = sum(2 * c * M * N * K for c, M, N, K in matmuls(m, t, t.attention, device) if key(M, N, K) in fused)
+    x = memory.shape(m, t, device)
+    fwd = (rates.attention_flops or rates.matmul_flops) * (flash_share("fwd", x.s, x.d, True) if rates.flash_curve
+                                                           else 1.0)
+    bwd = (rates.attention_bwd_flops or rates.attention_flops or rates.matmul_flops) * (
+        flash_share("bwd", x.s, x.d, True) if rates.flash_curve else 1.0)
+    return flops * forwards / fwd, flops * FLASH_BWD_MATMULS / bwd
+
+
+def attention_seconds(m, t, rates: Rates, device: str = "cuda") -> float:
+    """A fused attention kernel's time in one micro-step, forward and backward (attention_parts)."""
+    return sum(attention_parts(m, t, rates, device))
 
 
 def score_shapes(m, t, device: str = "cuda") -> list[tuple[int, int, int]]:
@@ -181,126 +257,150 @@ def attention_shapes(m, t, device: str = "cuda") -> frozenset:
 
 
 # ---- elementwise work, op by op as transformers runs the model ----------------------------------------------
-# An op is (what, elements, bytes per element, forward passes, backward passes, kind): a pass reads or writes
-# the whole tensor once. kind "stream" (add, multiply, copy, cast) or "math" (tanh, softmax, norms): both are
-# memory-bound on a GPU; on a CPU core the math kind is bound by its arithmetic, so calibration times each.
+# An op is what, elements, bytes per element, forward and backward passes (a pass reads or writes the whole tensor
+# once), kind, and the kernels it launches forward and backward. kind "stream" (add, multiply, copy, cast) or
+# "math" (tanh, softmax, norms): both are memory-bound on a GPU; on a CPU core the math kind is bound by its
+# arithmetic, so calibration times each. The kernels are counted from the ops transformers and torch's autograd
+# run (each a launch: a GPU pays its per-kernel time, Rates.kernel_s, and the host its dispatch, Rates.host_op_s).
 
-def norm_op(m, x) -> tuple:
+
+class Op(NamedTuple):
+    what: str
+    n: int
+    bpe: float
+    fwd: float
+    bwd: float
+    kind: str
+    kernels: tuple = (1, 1)
+
+
+def norm_op(m, x) -> Op:
     """LayerNorm is one kernel (forward: read, write; backward: the gradient, the input and the weights'
-    gradients); HF's RMSNorm is Python: pow, mean, rsqrt, two multiplies, and their gradients one by one."""
+    gradients, in two kernels); HF's RMSNorm is Python: pow, mean, add eps, rsqrt, two multiplies, and their
+    gradients one by one (the weight's a multiply and a sum)."""
     if m.norm == "layernorm":
-        return ("layernorm", x.T * x.h, 4, 2, 5, "math")
-    return ("rmsnorm", x.T * x.h, 4, 7, 19, "stream")
+        return Op("layernorm", x.T * x.h, 4, 2, 5, "math", (1, 2))
+    return Op("rmsnorm", x.T * x.h, 4, 7, 19, "stream", (6, 11))
 
 
-def norm_ops(m, x, consumers: int) -> list[tuple]:
-    """A norm before `consumers` projections, the residual add after the sublayer, the dropout before it."""
+def norm_ops(m, x, consumers: int) -> list[Op]:
+    """A norm before `consumers` projections, the residual add after the sublayer (backward: the two gradients
+    reaching the residual stream summed), the dropout before it."""
     Th, f, v = x.T * x.h, 4, x.v
-    ops = [norm_op(m, x), ("residual add", Th, f, 3, 3, "stream")]
+    ops = [norm_op(m, x), Op("residual add", Th, f, 3, 3, "stream")]
     if x.mixed:   # autocast casts the fp32 norm output for each projection (it caches weights, not activations)
-        ops.append(("autocast cast", Th * consumers, (f + v) / 2, 2, 2, "stream"))
+        ops.append(Op("autocast cast", Th * consumers, (f + v) / 2, 2, 2, "stream", (consumers, consumers)))
     if m.hidden_dropout:
-        ops.append(("dropout", Th, v, 2 + x.mask / v, 2 + x.mask / v, "stream"))
+        ops.append(Op("dropout", Th, v, 2 + x.mask / v, 2 + x.mask / v, "stream"))
     return ops
 
 
-def attention_ops(m, x, attention: str) -> list[tuple]:
+def attention_ops(m, x, attention: str) -> list[Op]:
     """Around the attention kernel. Eager (and PyTorch's math SDPA) materializes the scores: matmul copies the
     strided Q, K^T and V (or repeat_kv does), then scale, mask add, fp32 softmax, cast back, dropout
     (transformers' eager_attention_forward); a fused SDPA kernel does all of that inside. Rotary models
-    rotate Q and K first: q * cos + rotate_half(q) * sin (neg, cat, 2 multiplies, add)."""
+    rotate Q and K first: q * cos + rotate_half(q) * sin (neg, cat, 2 multiplies, add, each for q and k)."""
     T, v, f, hq, hkv = x.T, x.v, 4, x.a * x.d, x.kv * x.d
-    ops = [("attention output transpose", T * hq, v, 2, 2, "stream")]
+    ops = [Op("attention output transpose", T * hq, v, 2, 2, "stream")]
     if m.rotary:
-        ops.append(("rotary", T * (hq + hkv), f, 10, 11, "stream"))
+        ops.append(Op("rotary", T * (hq + hkv), f, 10, 11, "stream", (10, 11)))
         if x.mixed:
-            ops.append(("autocast cast", T * (hq + hkv), (f + v) / 2, 2, 2, "stream"))
+            ops.append(Op("autocast cast", T * (hq + hkv), (f + v) / 2, 2, 2, "stream", (2, 2)))
     if attention in ("eager", "math"):
         sv = f if attention == "math" else v     # the math kernel upcasts to fp32
-        ops += [("Q, K, V contiguous copies", 3 * T * hq, sv, 2, 2, "stream"),
-                ("scores: scale", x.S, sv, 2, 2, "stream"),
-                ("scores: mask add", x.S, (sv + f) / 2, 2, 2 if sv != f else 0, "stream"),
-                ("softmax", x.S, f, 2, 3, "math")]
+        ops += [Op("Q, K, V contiguous copies", 3 * T * hq, sv, 2, 2, "stream", (3, 3)),
+                Op("scores: scale", x.S, sv, 2, 2, "stream"),
+                Op("scores: mask add", x.S, (sv + f) / 2, 2, 2 if sv != f else 0, "stream", (1, int(sv != f))),
+                Op("softmax", x.S, f, 2, 3, "math")]
         if sv != f:
-            ops.append(("probabilities cast", x.S, (f + sv) / 2, 2, 2, "stream"))
+            ops.append(Op("probabilities cast", x.S, (f + sv) / 2, 2, 2, "stream"))
         if m.attn_dropout:
             mask = 4 if attention == "math" else memory.eager_dropout_mask(m, x)
-            ops.append(("attention dropout", x.S, sv, 2 + mask / sv, 2 + mask / sv, "stream"))
+            ops.append(Op("attention dropout", x.S, sv, 2 + mask / sv, 2 + mask / sv, "stream"))
     return ops
 
 
-def mlp_ops(m, x) -> list[tuple]:
-    """The activation between the MLP's projections. SwiGLU: act(gate), then gate x up. GPT-2's tanh GeLU
-    is Python (NewGELUActivation): 8 kernels forward (pow, 3 multiplies, 2 adds, tanh, the last multiply),
-    their gradients and the sums of the 3 gradients reaching x backward; CUDA autocast runs it in fp32."""
+def mlp_ops(m, x) -> list[Op]:
+    """The activation between the MLP's projections. SwiGLU: act(gate), then gate x up (backward: a multiply for
+    each). GPT-2's tanh GeLU is Python (NewGELUActivation): 8 kernels forward (pow, 3 multiplies, 2 adds, tanh,
+    the last multiply), their gradients and the sums of the 3 gradients reaching x backward; CUDA autocast runs it
+    in fp32."""
     TI, v = x.T * x.I, x.v
     act = (m.activation or "gelu").lower()
     if m.gated_mlp:
-        return [("activation(gate)", TI, v, 2, 3, "math"), ("gate x up", TI, v, 3, 6, "stream")]
+        return [Op("activation(gate)", TI, v, 2, 3, "math"), Op("gate x up", TI, v, 3, 6, "stream", (1, 2))]
     if act in memory.PYTHON_GELUS:
         g = 4 if x.mixed and x.cuda else v
-        return [("tanh GeLU: tanh", TI, g, 2, 3, "math"), ("tanh GeLU: multiplies and adds", TI, g, 16, 25, "stream")]
-    return [("activation", TI, v, 2, 3, "stream" if act == "relu" else "math")]
+        return [Op("tanh GeLU: tanh", TI, g, 2, 3, "math"),
+                Op("tanh GeLU: multiplies and adds", TI, g, 16, 25, "stream", (7, 12))]
+    return [Op("activation", TI, v, 2, 3, "stream" if act == "relu" else "math")]
 
 
-def head_ops(m, x) -> list[tuple]:
-    """Embeddings (their backward zeroes a vocabulary x hidden gradient and adds the rows), the final norm and
-    autocast's cast of its output (the loss: loss_ops)."""
+def head_ops(m, x) -> list[Op]:
+    """Embeddings (their backward zeroes a vocabulary x hidden gradient and adds the rows: torch's
+    embedding_dense_backward sorts the token ids first, a few kernels), the final norm and autocast's cast of its
+    output (the loss: loss_ops)."""
     Th, f, v = x.T * x.h, 4, x.v
-    ops = [("embedding", Th, f, 2, 2, "stream"), ("embedding gradient", x.V * x.h, f, 0, 1 + 2 * m.tied, "stream"),
-           norm_op(m, x)]
+    ops = [Op("embedding", Th, f, 2, 2, "stream", (1, 4)),
+           Op("embedding gradient", x.V * x.h, f, 0, 1 + 2 * m.tied, "stream", (0, 1 + m.tied)), norm_op(m, x)]
     if not m.rotary and m.family in ("gpt2", "bert"):
-        ops.append(("position embedding add", Th, f, 3, 2, "stream"))
+        ops.append(Op("position embedding add", Th, f, 3, 2, "stream"))
     if m.embd_dropout:
-        ops.append(("embedding dropout", Th, f, 2 + x.mask / f, 2 + x.mask / f, "stream"))
+        ops.append(Op("embedding dropout", Th, f, 2 + x.mask / f, 2 + x.mask / f, "stream"))
     if x.mixed:
-        ops.append(("autocast cast", Th, (f + v) / 2, 2, 2, "stream"))
+        ops.append(Op("autocast cast", Th, (f + v) / 2, 2, 2, "stream"))
     return ops
 
 
-def loss_ops(x, loss: str) -> list[tuple]:
+def loss_ops(x, loss: str) -> list[Op]:
     """The loss over the logits. hf: transformers upcasts them to fp32 (logits.float() in ForCausalLMLoss),
-    cross_entropy runs log-softmax, and its backward writes a dense gradient. fused: one kernel reads the 16-bit
-    logits (their log-sum-exp per row) and its backward reads them and writes the gradient (flash-attn's
-    cross_entropy: upcast only in registers). chunked: a chunk's kernel reads its logits and writes their
-    gradient in place in the forward (Liger's fused linear cross-entropy); nothing is left for backward."""
+    cross_entropy runs log-softmax and the NLL loss, and its backward writes a dense gradient and scatters into it.
+    fused: one kernel reads the 16-bit logits (their log-sum-exp per row) and its backward reads them and writes the
+    gradient (flash-attn's cross_entropy: upcast only in registers). chunked: a chunk's kernel reads its logits and
+    writes their gradient in place in the forward (Liger's fused linear cross-entropy); nothing is left for
+    backward."""
     TV, f, v = x.T * x.V, 4, x.v
     if loss == "fused":
-        return [("cross-entropy (fused)", TV, v, 1, 2, "stream")]
+        return [Op("cross-entropy (fused)", TV, v, 1, 2, "stream")]
     if loss == "chunked":
-        return [("cross-entropy (chunked)", TV, v, 2, 0, "stream")]
-    ops = [("logits.float()", TV, (f + v) / 2, 2, 2, "stream")] if x.mixed else []
-    return ops + [("log-softmax", TV, f, 2, 3, "math"), ("loss gradient", TV, f, 0, 1, "stream")]
+        chunks = max(1, math.ceil(x.V / max(x.h, 1)))
+        return [Op("cross-entropy (chunked)", TV, v, 2, 0, "stream", (chunks, 0))]
+    ops = [Op("logits.float()", TV, (f + v) / 2, 2, 2, "stream")] if x.mixed else []
+    # torch's log-softmax over rows this long (cunn_SoftMaxForward / cunn_SoftMaxBackward in SoftMax.cu) reads a row
+    # three times (max, sum of exponentials, the output) and writes it once, forward and backward alike
+    return ops + [Op("log-softmax", TV, f, 4, 4, "math"), Op("loss gradient", TV, f, 0, 1, "stream", (1, 2))]
 
 
-def fused_ops(m, x, attention: str) -> tuple[list[tuple], list[tuple]]:
+def fused_ops(m, x, attention: str) -> tuple[list[Op], list[Op]]:
     """(one block's ops, the ops outside the blocks) when each op is one kernel on 16-bit activations (torch.compile,
     Liger Kernel, Megatron, llm.c): a kernel reads its inputs once and writes its outputs once. The residual add
     and the norm after it are one kernel (forward: residual, input, sum, output; backward: the gradient in, the
-    sum, the residual's gradient, the gradient out); GeLU reads and writes once (backward: the gradient and the
-    input in, the gradient out); SwiGLU reads gate and up and writes their product (backward: 3 in, 2 out);
-    rotary rewrites Q and K once each way. Attention scores, where kept (eager: Megatron), get one fused scale,
-    mask and softmax (backward: the probabilities and their gradient in, the scores' gradient out)."""
+    sum, the residual's gradient, the gradient out; the norm's weights' gradient a second kernel); GeLU reads and
+    writes once (backward: the gradient and the input in, the gradient out); SwiGLU reads gate and up and writes
+    their product (backward: 3 in, 2 out); rotary rewrites Q and K once each way. Attention scores, where kept
+    (eager: Megatron), get one fused scale, mask and softmax (backward: the probabilities and their gradient in,
+    the scores' gradient out)."""
     T, Th, TI, v = x.T, x.T * x.h, x.T * x.I, x.v
-    block = [("residual add + norm (fused)", Th, v, 4, 4, "stream")] * 2
+    block = [Op("residual add + norm (fused)", Th, v, 4, 4, "stream", (1, 2))] * 2
     if m.rotary:
-        block.append(("rotary (fused)", T * (x.a + x.kv) * x.d, v, 2, 2, "stream"))
+        block.append(Op("rotary (fused)", T * (x.a + x.kv) * x.d, v, 2, 2, "stream"))
     if attention in ("eager", "math"):
-        block.append(("scores: scale, mask, softmax (fused)", x.S, v, 2, 3, "stream"))
+        block.append(Op("scores: scale, mask, softmax (fused)", x.S, v, 2, 3, "stream"))
         if m.attn_dropout:
-            block.append(("attention dropout", x.S, v, 2 + x.mask / v, 2 + x.mask / v, "stream"))
+            block.append(Op("attention dropout", x.S, v, 2 + x.mask / v, 2 + x.mask / v, "stream"))
     if m.hidden_dropout:   # dropped out inside the add + norm kernel: its mask written and read
-        block.append(("dropout mask", 2 * Th, x.mask, 1, 1, "stream"))
-    block.append(("SwiGLU (fused)", TI, v, 3, 5, "stream") if m.gated_mlp else ("activation (fused)", TI, v, 2, 3,
-                                                                                   "stream"))
-    head = [("embedding", Th, v, 2, 2, "stream"), ("embedding gradient", x.V * x.h, 4, 0, 1 + 2 * m.tied, "stream"),
-            ("norm (fused)", Th, v, 2, 3, "stream")]
+        block.append(Op("dropout mask", 2 * Th, x.mask, 1, 1, "stream", (0, 0)))
+    block.append(Op("SwiGLU (fused)", TI, v, 3, 5, "stream") if m.gated_mlp else
+                 Op("activation (fused)", TI, v, 2, 3, "stream"))
+    head = [Op("embedding", Th, v, 2, 2, "stream", (1, 4)),
+            Op("embedding gradient", x.V * x.h, 4, 0, 1 + 2 * m.tied, "stream", (0, 1 + m.tied)),
+            Op("norm (fused)", Th, v, 2, 3, "stream", (1, 2))]
     if not m.rotary and m.family in ("gpt2", "bert"):
-        head.append(("position embedding add", Th, v, 3, 2, "stream"))
+        head.append(Op("position embedding add", Th, v, 3, 2, "stream"))
     return block, head
 
 
-def elementwise_ops(m, t, attention: str, device: str) -> tuple[list[tuple], list[tuple]]:
+def elementwise_ops(m, t, attention: str, device: str) -> tuple[list[Op], list[Op]]:
     """(one block's ops, the ops outside the blocks) of one micro-step, as the kernels the training runs do them."""
     x = memory.shape(m, t, device)
     att = memory.resolve_attention(m, attention)
@@ -312,17 +412,25 @@ def elementwise_ops(m, t, attention: str, device: str) -> tuple[list[tuple], lis
         block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + attention_ops(m, x, att)
                  + norm_ops(m, x, 2 if m.gated_mlp else 1) + mlp_ops(m, x))
         head = head_ops(m, x)
-    return block, head + loss_ops(x, t.loss) if x.V else []
+    return block, head + (loss_ops(x, t.loss) if x.V else [])
+
+
+def _forwards(t) -> int:
+    """How often the blocks' forward runs per micro-step: twice under checkpointing (selective recomputes every
+    elementwise op)."""
+    return 2 if t.grad_checkpointing or t.selective else 1
 
 
 def elementwise_seconds(m, t, attention: str, rates: Rates, device: str) -> float:
-    """Every elementwise op of a micro-step (the blocks' forward twice under checkpointing) at its rate."""
+    """Every elementwise op of a micro-step (the blocks' forward twice under checkpointing) at its rate, each of
+    its kernels paying the device's per-kernel time besides its bytes."""
     block, head = elementwise_ops(m, t, attention, device)
-    runs = 2 if t.grad_checkpointing or t.selective else 1   # selective recomputes every elementwise op
     total = 0.0
-    for ops, times, forwards in ((block, m.layers, runs), (head, 1, 1)):
-        for _, n, bpe, fwd, bwd, kind in ops:
-            total += times * n * bpe * (fwd * forwards + bwd) / elementwise_rate(rates, n, kind)
+    for ops, times, forwards in ((block, m.layers, _forwards(t)), (head, 1, 1)):
+        for op in ops:
+            bytes_ = op.n * op.bpe * (op.fwd * forwards + op.bwd)
+            kernels = op.kernels[0] * forwards + op.kernels[1]
+            total += times * (bytes_ / elementwise_rate(rates, op.n, op.kind) + kernels * rates.kernel_s)
     return total
 
 
@@ -391,9 +499,39 @@ def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", na
             compute_seconds(m, at, attention, bare, device, name, gpus) - copy_bytes(name, m, at, gpus)
             / elementwise_rate(rates, m.params, "inplace") - _zero3_hooks(name, m, at, rates, gpus)) + copies
     copies += cast_bytes(name, m, t) / elementwise_rate(rates, m.params, "stream")
-    mm = matmul_seconds(training_matmuls(m, t, attention, device), rates, value_bytes(t.precision),
-                        attention_shapes(m, t, device))
-    return mm + elementwise_seconds(m, t, attention, rates, device) + copies
+    fused = attention_shapes(m, t, device)
+    mm = matmul_seconds([s for s in training_matmuls(m, t, attention, device) if key(*s[1:]) not in fused], rates,
+                        value_bytes(t.precision))
+    gpu = (mm + attention_seconds(m, t, rates, device) + elementwise_seconds(m, t, attention, rates, device) + copies
+           + matmul_kernels(m, t, attention, device) * rates.kernel_s)
+    # the host dispatches every kernel in turn: a GPU that runs them faster than that waits for it
+    return max(gpu, host_seconds(m, t, attention, rates, device))
+
+
+def host_seconds(m, t, attention: str, rates: Rates, device: str = "cuda") -> float:
+    """The host's time to dispatch a micro-step's kernels (0 where the rates do not say: a calibration's sample
+    has it in)."""
+    return kernels(m, t, attention, device) * rates.host_op_s
+
+
+def matmul_kernels(m, t, attention: str, device: str = "cuda") -> int:
+    """Matmul kernels of a micro-step: each projection forward and its two matmuls backward (a bias's gradient a
+    reduction more), the blocks' forward again under checkpointing; the scores' two batched matmuls forward and
+    four backward (eager), or the fused kernel (one forward; FlashAttention-2's backward launches three: its
+    preprocess, the main kernel, dQ's conversion); the LM head."""
+    mats, biased, _, _ = _block_matrices(m)
+    eager = not attention_shapes(m, t, device)
+    fwd = len(mats) + (2 if eager else 1)
+    bwd = 2 * len(mats) + len(biased) + (4 if eager else 3)
+    return m.layers * (fwd * _forwards(t) + bwd) + (3 if m.vocab_size else 0)
+
+
+def kernels(m, t, attention: str, device: str = "cuda") -> int:
+    """Every kernel a micro-step launches: its matmuls and its elementwise ops' kernels."""
+    block, head = elementwise_ops(m, t, attention, device)
+    ew = (m.layers * sum(op.kernels[0] * _forwards(t) + op.kernels[1] for op in block)
+          + sum(op.kernels[0] + op.kernels[1] for op in head))
+    return matmul_kernels(m, t, attention, device) + ew
 
 
 def block_tensors(m) -> list[tuple[int, bool]]:
@@ -401,6 +539,18 @@ def block_tensors(m) -> list[tuple[int, bool]]:
     projections and their biases. Biases are read from the parameter count: what the matrices, norms and
     embeddings leave of m.params is biases on every projection (GPT-2, BERT), on Q, K and V only (Qwen2), or
     none (Llama)."""
+    mats, biased, norm, attn = _block_matrices(m)
+    out = [(x, False) for x in norm]
+    for i, (fan_in, fan_out) in enumerate(mats):
+        if i == attn + 1:
+            out += [(x, False) for x in norm]
+        out += [(fan_in * fan_out, True)] + ([(fan_out, False)] if i in biased else [])
+    return out
+
+
+def _block_matrices(m) -> tuple[list, set, list, int]:
+    """(the block's projections as (fan_in, fan_out) in forward order, the indices of those with a bias, one norm's
+    tensors, how many of the projections are Q, K and V)."""
     h, I, a = m.hidden_size, m.intermediate_size or 4 * m.hidden_size, m.heads or 1
     d = m.head_dim or h // a
     hq, hkv = a * d, (m.kv_heads or a) * d
@@ -413,12 +563,7 @@ def block_tensors(m) -> list[tuple[int, bool]]:
     qkv = sum(o for _, o in attn)
     every = spare >= 0.99 * sum(o for _, o in mats)
     biased = {i for i in range(len(mats)) if every or (i < len(attn) and spare >= 0.99 * qkv)}
-    out = [(x, False) for x in norm]
-    for i, (fan_in, fan_out) in enumerate(mats):
-        if i == len(attn) + 1:
-            out += [(x, False) for x in norm]
-        out += [(fan_in * fan_out, True)] + ([(fan_out, False)] if i in biased else [])
-    return out
+    return mats, biased, norm, len(attn)
 
 
 def embedding_tensors(m) -> list[int]:
@@ -670,6 +815,46 @@ def sampled_extra(name: str, m, lay, t, rates: Rates, device: str = "cuda") -> f
     return one + (m.layers - 1) * per_block
 
 
+def parts(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, device: str = "cuda") -> dict[str, float]:
+    """Where one optimizer step's predicted time goes, by the parts a GPU profile can show
+    (benchmarks/gpu_truth.py --compare): each projection's matmuls (forward, backward, recomputed), the fused
+    attention forward and backward, the elementwise ops by what they do (with their kernels' fixed time), the
+    matmuls' fixed time, the framework's copies, the optimizer, offload and the communication the step waits for;
+    "waiting for the host" where the host dispatches slower than the GPU runs. Their sum is the step without
+    DeepSpeed's sampled surplus. Empty when the rates cannot time the compute."""
+    whole = _parts(name, m, lay, t, rates, p2p, device)
+    if whole.compute_s is None or rates.sampled:
+        return {}
+    out: dict[str, float] = {}
+    elem, fused = value_bytes(t.precision), attention_shapes(m, t, device)
+    fwd = matmuls(m, t, t.attention, device)
+    for what, (c, M, N, K) in zip(matmul_names(m), fwd):
+        if key(M, N, K) in fused:
+            continue
+        again = 1 if t.grad_checkpointing and what != "LM head" else 0.5 if t.selective and what != "LM head" else 0
+        shapes = [(c * (1 + again), M, N, K)] + [(c, *b) for b in backward_shapes(M, N, K)]
+        out[f"matmul: {what}"] = matmul_seconds(shapes, rates, elem)
+    if fused:
+        out["attention forward"], out["attention backward"] = attention_parts(m, t, rates, device)
+    out["matmul kernels' fixed time"] = matmul_kernels(m, t, t.attention, device) * rates.kernel_s
+    block, head = elementwise_ops(m, t, t.attention, device)
+    for ops, times, forwards in ((block, m.layers, _forwards(t)), (head, 1, 1)):
+        for op in ops:
+            part = f"elementwise: {op.what.split(':')[0]}"
+            bytes_ = op.n * op.bpe * (op.fwd * forwards + op.bwd)
+            out[part] = out.get(part, 0.0) + times * (bytes_ / elementwise_rate(rates, op.n, op.kind)
+                                                      + (op.kernels[0] * forwards + op.kernels[1]) * rates.kernel_s)
+    host = host_seconds(m, t, t.attention, rates, device)
+    out["framework copies"] = compute_seconds(m, t, t.attention, rates, device, name, lay.gpus) - max(
+        sum(out.values()), host)
+    if host > sum(out.values()):
+        out["waiting for the host"] = host - sum(out.values())
+    out = {k: v * t.grad_accum for k, v in out.items()}
+    out.update({"optimizer": whole.optimizer_s, "offload": whole.offload_s or 0.0,
+                "communication (exposed)": whole.exposed_comm_s or 0.0})
+    return out
+
+
 def _parts(name: str, m, lay, t, rates: Rates, p2p: bool, device: str) -> Time:
     """The step from its parts: compute, exposed communication, offload, optimizer."""
     comm, exposed = comm_seconds(name, m, lay, t, rates, p2p)
@@ -679,6 +864,8 @@ def _parts(name: str, m, lay, t, rates: Rates, p2p: bool, device: str) -> Time:
     compute = t.grad_accum * compute_seconds(m, t, t.attention, rates, device, name, lay.gpus)
     if exposed is not None:
         exposed = exposed_comm(name, m, lay, t, rates, comm, compute, p2p)
+        # what communication costs the step: the part not hidden, and the compute it slows while hidden
+        exposed += rates.overlap_slowdown * min(comm - exposed, compute)
     off = offload_seconds(name, m, lay, t, rates, compute)
     opt = optimizer_seconds(name, m, lay, t, rates) + zero_step_seconds(name, m, lay, t, rates)
     if exposed is None or off is None:
@@ -695,10 +882,30 @@ def _parts(name: str, m, lay, t, rates: Rates, p2p: bool, device: str) -> Time:
 # stream at about 0.8 of the memory bandwidth (STREAM-like copies on GPUs).
 GEMM_EFFICIENCY = 0.8
 MEMORY_EFFICIENCY = 0.8
+# A GPU without a measured per-kernel time (datasheets.KERNEL_S) gets the A100's and H200's: 2.5 us a kernel queued
+# behind the one before it, beyond its bytes (gpu-benches' gpu-small-kernels).
+KERNEL_S = 2.5e-6
+# The host's time per kernel of an eager HF forward and backward (Python, transformers' modules, torch's
+# dispatcher, autograd), measured by benchmarks/host_dispatch.py on this project's 2-vCPU VM (torch 2.13,
+# transformers 5.24, CPU tensors 64 wide, two runs): GPT-2 10.2-11.0 us and Llama 7.7-8.7 in fp32, 16.9-18.8 and
+# 13.2-13.6 under autocast (bf16); the means taken. A machine described, not at hand, is taken to dispatch as
+# fast; a GPU's launch adds to it (Meta's Holistic Trace Analysis docs put a launch's CPU side at "between 5-20
+# microseconds").
+HOST_OP_S = {"fp32": 9.4e-6, "mixed": 15.6e-6}
+# Compute running beside collectives is slowed by them (NCCL's kernels take SMs and memory bandwidth): "average
+# computational slowdown of 18.9%, with a maximum of 40.0%" over A100, H100, MI250 and MI210 (Characterizing
+# Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning, arXiv 2507.03114).
+OVERLAP_SLOWDOWN = 0.189
+# A 16-bit tensor-core matmul whose contiguous dimension (N, the output's row; K, the inner one) is not a multiple of
+# 8 elements (16 bytes) cannot take the vectorized (Ampere) or TMA (Hopper: strides a multiple of 16 bytes) kernels:
+# padding nanoGPT's LM head from 50257 to 50304 "achieves nearly a 3x speedup" of those matmuls on an A100 SXM4
+# 80GB (PyTorch blog, "Accelerating Large Language Models with Accelerated Transformers", 2023-04-18).
+UNALIGNED_SLOWDOWN = 3.0
+ALIGN = 8
 # Fused attention (FlashAttention-2 behind PyTorch's SDPA) runs its matmuls below a plain matmul's rate: "50-73%
 # of the theoretical maximum FLOPs/s on A100" (FlashAttention-2, arXiv 2307.08691; the middle taken), "only 35%
 # utilization on the H100 GPU" (FlashAttention-3, arXiv 2407.08608), never above the GPU's own matmul rate.
-FLASH_EFFICIENCY = {"Hopper": 0.35}
+FLASH_EFFICIENCY = {"Hopper": 370 / 989.4}   # FLASH_H100's best forward over the H100 SXM's peak
 FLASH_ARCHS = ("Ampere", "Ada", "Hopper", "Blackwell")   # FlashAttention-2 needs Ampere or newer, in 16 bits
 FLASH_EFFICIENCY_OTHER = 0.6
 # A tensor-core matmul's K at half rate on an H100 SXM (k_factor); another GPU's in proportion to its 16-bit rate
@@ -713,12 +920,18 @@ PCIE_P2P_BUSBW = 0.7
 # (https://github.com/NVIDIA/nccl/issues/384): that share of the PCIe link's 15.75 GB/s.
 SHM_BUSBW = 3.9 / 15.75
 NCCL_LATENCY_S = 10e-6         # an 8-byte all-reduce between 2 GPUs: 7.2 us (NVLink), 12 us (host memory)
-# DeepSpeed's host-side optimizer step (CPU Adam, and the 16-bit copy of the updated parameters), per core: the
-# ZeRO-Offload tutorial's log times it at 7612 ms for its 10.28B-parameter GPT-2 on one V100-SXM3, whose only
-# host is a DGX-2 (2 x 24-core Xeon Platinum 8168): 10.28e9 / 7.612 s / 48 cores (docs/sources.md#cpu-adam). The
-# Adam kernel alone is ~45x faster per core (benchmarks/cpu_adam_rate.py): the copies around it set the pace,
-# not the vector width.
-CPU_ADAM_PER_CORE = 10.28e9 / 7.612 / 48
+# DeepSpeed's host-side optimizer step of an offloaded optimizer (ZeRO-Offload: the gradient norm and clipping,
+# CPU Adam, the updated fp32 weights copied to the 16-bit model, and the host's side of the copies), as training
+# runs it. It streams the fp32 weights, gradients and moments through the node's memory, so past a few cores the
+# memory, not the cores, sets its pace: the ZeRO-Offload tutorial's log times it at 7612 ms for its 10.28B-parameter
+# GPT-2 on one V100-SXM3, whose host is a DGX-2 (48 Xeon Platinum 8168 cores; docs/sources.md#cpu-adam): 1.35G
+# parameters a second for the node, 28M a core (the paper's Table 4 times the CPU Adam kernel alone at 2.57 s for
+# 10B on the same kind of host: the step around it takes 3x the kernel). The H200 record's 16-core host stepped
+# gpt2-xl (1.56B) at about the same rate (1.372 s a step with the GPU's share in it). Below that node's rate, each
+# core steps what benchmarks/cpu_adam_rate.py --training measured here in ZeRO-2 CPU-offload training (bf16, a
+# 355M GPT-2, 2 cores of an AVX-512 VM): 376-398M parameters a second per core, the lowest taken.
+CPU_ADAM_NODE = 10.28e9 / 7.612
+CPU_ADAM_PER_CORE = 376e6
 # How the datasheet predictions fared against the published GPU runs of benchmarks/gpu_public.json (held equal
 # to what that corpus computes by tests/test_gpu_public.py): the median of predicted / published - 1, and how
 # many of the runs were within 25 %.
@@ -731,14 +944,82 @@ def gpu_rates(lay, t) -> Rates:
     """The layout's GPU at its datasheet peaks (the variant its name and memory pick) and measured matmul
     efficiency, its links and its host; what is unknown stays None (the link alone still times the traffic when
     the GPU model is not known). Every figure is said in basis."""
-    from .datasheets import pcie_gbps, sheet
+    from .datasheets import sheet
     fig = sheet(lay.gpu_model, lay.gpu_mem_bytes)
+    links, basis = _links_and_host(lay, fig)
+    if fig is None:
+        return Rates(None, None, **links,
+                     basis={"device": "GPU model unknown: give --gpu-model to predict step times", **basis})
+    b16 = t.precision != "fp32" and bool(fig["b16"])
+    peak = fig["b16"] if b16 else fig["fp32"]
+    measured = (fig["gemm"] or {}).get("b16" if b16 else "fp32")
+    eff = measured[0] if measured else GEMM_EFFICIENCY
+    stream = fig["stream"]
+    mem_eff = stream[0] if stream else MEMORY_EFFICIENCY
+    kernel_s = fig["kernel"][0] if fig["kernel"] else KERNEL_S
+    host_s = HOST_OP_S["fp32" if t.precision == "fp32" else "mixed"]
+    arch = fig["arch"]
+    flash = min(eff, FLASH_EFFICIENCY.get(arch, FLASH_EFFICIENCY_OTHER))
+    what = "16-bit tensor cores" if b16 else "fp32 CUDA cores"
+    basis = {"device": f"{fig['variant']}: {peak:g} TFLOPS ({what}), {fig['mem_gbps']:g} GB/s, datasheet"
+                       f" ({fig['source']})",
+             "matmul": (f"{eff:.0%} of the peak, measured: {measured[1]} ({measured[2]})" if measured else
+                        f"{eff:.0%} of the peak (no measurement of this GPU: assumed)")
+                       + f"; in waves of {TILE}x{TILE} tiles over its {fig['sms']} SMs",
+             "memory": (f"{mem_eff:.0%} of the bandwidth, measured: {stream[1]} ({stream[2]})" if stream else
+                        f"{mem_eff:.0%} of the bandwidth (no measurement of this GPU: assumed)")
+                       + f"; each kernel {kernel_s * 1e6:.1f} us beyond its bytes ("
+                       + (f"measured: {fig['kernel'][1]}, gpu-benches" if fig["kernel"] else
+                          "the A100's and H200's, measured by gpu-benches") + ")",
+             "host": (f"the host dispatches a kernel in {host_s * 1e6:.1f} us (eager PyTorch, measured on a 2-vCPU"
+                      " VM: benchmarks/host_dispatch.py); a step whose kernels run faster waits for it"),
+             "kernels": ("fused: one kernel per norm, activation and rotary, 16-bit activations" if t.kernels == "fused"
+                         else "hf: transformers' modeling code, op by op") + f"; loss {t.loss}",
+             **basis,
+             "accuracy": (f"against {GPU_TRUTH['runs']} published GPU runs these figures predicted a median"
+                          f" {GPU_TRUTH['median']:+.0%} of the measured step ({GPU_TRUTH['within_25']} within 25 %;"
+                          " benchmarks/gpu_public.py, docs/sources.md#gpu-truth): expect the real step slower"),
+             "summary": f"{fig['variant']} datasheet x measured efficiencies (docs/sources.md#step-time)"}
+    if t.attention == "sdpa":
+        kernel = ("FlashAttention-2 in SDPA" if b16 and arch in FLASH_ARCHS else
+                  "SDPA's memory-efficient kernel (FlashAttention-2 needs Ampere or newer, in 16 bits), taken at"
+                  " FlashAttention-2's rate")
+        which = ("FlashAttention-2's best on an H100 in the FlashAttention-3 paper" if arch in FLASH_EFFICIENCY else
+                 "the FlashAttention-2 paper's A100 figure" + ("" if arch in ("Ampere", "Ada") else
+                                                               f", no measurement on {arch}"))
+        at = (f"; at {t.seq_len} tokens, causal: {flash_share('fwd', t.seq_len, 64, True):.0%} of it forward at head"
+              f" dim 64, {flash_share('fwd', t.seq_len, 128, True):.0%} at 128, as FlashAttention-2 measured on an"
+              " H100" if b16 and arch in FLASH_ARCHS else "")
+        basis["attention"] = (f"fused attention ({kernel}) at {flash:.0%} of the peak at best ({which},"
+                              f" docs/sources.md#step-time), its backward's 5 matmuls (the scores recomputed) at"
+                              f" {FLASH_BWD_SHARE:.0%} of that (FlashAttention-2's 63 % against 73 %){at}")
+    k_half = K_HALF_H100 * peak / fig["sms"] / H100_PER_SM if b16 else None
+    if k_half:
+        basis["matmul"] += (f"; a K-loop of K reaches K / (K + {k_half:.0f}) of it (XLA's measured H100 table,"
+                            " in proportion to the rate per SM)")
+    if b16:
+        basis["matmul"] += (f"; {UNALIGNED_SLOWDOWN:g}x the time where a contiguous dimension is not a multiple of"
+                            f" {ALIGN} (an odd vocabulary: the PyTorch blog's nanoGPT LM head on an A100)")
+    if lay.gpus > 1:
+        basis["overlap"] += (f"; compute beside collectives {OVERLAP_SLOWDOWN:.1%} slower while they run"
+                             " (arXiv 2507.03114's average over A100, H100, MI250, MI210)")
+    return Rates(matmul_flops=peak * 1e12 * eff, mem_bytes_per_s=fig["mem_gbps"] * 1e9 * mem_eff,
+                 sms=fig["sms"], attention_flops=peak * 1e12 * flash, attention_bwd_flops=peak * 1e12 * flash
+                 * FLASH_BWD_SHARE, k_half=k_half, kernel_s=kernel_s, host_op_s=host_s,
+                 overlap_slowdown=OVERLAP_SLOWDOWN, unaligned=UNALIGNED_SLOWDOWN if b16 else 1.0,
+                 flash_curve=b16 and arch in FLASH_ARCHS, **links, basis=basis)
+
+
+def _links_and_host(lay, fig) -> tuple[dict, dict]:
+    """The layout's links (NVLink or PCIe, P2P or through host memory, between nodes), its host link, CPU Adam and
+    NVMe as Rates' keyword arguments, and the basis saying each."""
+    from .datasheets import pcie_gbps
     link, nv = lay.link_gbps, (lay.link_type or "").startswith("NV")
     pcie, pcie_what = pcie_gbps(fig)
     busbw = link * (NVLINK_BUSBW if nv else PCIE_P2P_BUSBW) * 1e9 if link else None
     no_p2p = pcie * 1e9 * SHM_BUSBW if pcie else None
     cores = lay.cpu_cores
-    cpu_adam = cores * CPU_ADAM_PER_CORE if cores else None
+    cpu_adam = min(cores * CPU_ADAM_PER_CORE, CPU_ADAM_NODE) if cores else None
     links = dict(busbw=busbw, busbw_no_p2p=no_p2p, inter_node=lay.inter_node_gbps * 1e9, latency_s=NCCL_LATENCY_S,
                  overlap=True, cpu_adam=cpu_adam, nvme=NVME_BYTES_PER_S,
                  host_link=pcie * 1e9 * HOST_LINK_PCIE if pcie else None)
@@ -756,47 +1037,12 @@ def gpu_rates(lay, t) -> Rates:
                         " through host memory (SHM), as the reference experiment measured",
              "host_link": f"{HOST_LINK_PCIE:.0%} of {pcie_what}, {pcie:g} GB/s per direction (offload's copies)"
                           if pcie else "unknown",
-             "cpu_adam": (f"{cores} cores x {CPU_ADAM_PER_CORE / 1e6:.0f}M params/s = {cpu_adam / 1e9:.2f}G params/s"
-                          " per node, DeepSpeed's host-side step of an offloaded optimizer (the ZeRO-Offload"
-                          " tutorial's log, docs/sources.md#cpu-adam)") if cores else "unknown (give --cpu-cores)",
+             "cpu_adam": (f"{cpu_adam / 1e9:.2f}G params/s per node: DeepSpeed's host step of an offloaded optimizer"
+                          f" as training runs it, {cores} cores x {CPU_ADAM_PER_CORE / 1e6:.0f}M (measured in training:"
+                          f" benchmarks/cpu_adam_rate.py --training) up to the node's memory-bound"
+                          f" {CPU_ADAM_NODE / 1e9:.2f}G (the ZeRO-Offload tutorial's 48-core DGX-2;"
+                          " docs/sources.md#cpu-adam)") if cores else "unknown (give --cpu-cores)",
              "nvme": f"{NVME_BYTES_PER_S / 1e9:g} GB/s per node (one PCIe gen3/4 NVMe under DeepSpeed's aio)"}
     if lay.nodes > 1:
         basis["inter_node"] = f"{lay.inter_node_gbps:g} GB/s per direction between nodes (--inter-node-gbps)"
-    if fig is None:
-        return Rates(None, None, **links,
-                     basis={"device": "GPU model unknown: give --gpu-model to predict step times", **basis})
-    b16 = t.precision != "fp32" and bool(fig["b16"])
-    peak = fig["b16"] if b16 else fig["fp32"]
-    measured = (fig["gemm"] or {}).get("b16" if b16 else "fp32")
-    eff = measured[0] if measured else GEMM_EFFICIENCY
-    arch = fig["arch"]
-    flash = min(eff, FLASH_EFFICIENCY.get(arch, FLASH_EFFICIENCY_OTHER))
-    what = "16-bit tensor cores" if b16 else "fp32 CUDA cores"
-    basis = {"device": f"{fig['variant']}: {peak:g} TFLOPS ({what}), {fig['mem_gbps']:g} GB/s, datasheet"
-                       f" ({fig['source']})",
-             "matmul": (f"{eff:.0%} of the peak, measured: {measured[1]} ({measured[2]})" if measured else
-                        f"{eff:.0%} of the peak (no measurement of this GPU: assumed)")
-                       + f"; in waves of {TILE}x{TILE} tiles over its {fig['sms']} SMs",
-             "memory": f"{MEMORY_EFFICIENCY:.0%} of the bandwidth",
-             "kernels": ("fused: one kernel per norm, activation and rotary, 16-bit activations" if t.kernels == "fused"
-                         else "hf: transformers' modeling code, op by op") + f"; loss {t.loss}",
-             **basis,
-             "accuracy": (f"against {GPU_TRUTH['runs']} published GPU runs these figures predicted a median"
-                          f" {GPU_TRUTH['median']:+.0%} of the measured step ({GPU_TRUTH['within_25']} within 25 %;"
-                          " benchmarks/gpu_public.py, docs/sources.md#gpu-truth): expect the real step slower"),
-             "summary": f"{fig['variant']} datasheet x measured efficiencies (docs/sources.md#step-time)"}
-    if t.attention == "sdpa":
-        kernel = ("FlashAttention-2 in SDPA" if b16 and arch in FLASH_ARCHS else
-                  "SDPA's memory-efficient kernel (FlashAttention-2 needs Ampere or newer, in 16 bits), taken at"
-                  " FlashAttention-2's rate")
-        which = ("the FlashAttention-3 paper's H100 figure" if arch in FLASH_EFFICIENCY else
-                 "the FlashAttention-2 paper's A100 figure" + ("" if arch in ("Ampere", "Ada") else
-                                                               f", no measurement on {arch}"))
-        basis["attention"] = (f"fused attention ({kernel}) at {flash:.0%} of the peak ({which},"
-                              " docs/sources.md#step-time)")
-    k_half = K_HALF_H100 * peak / fig["sms"] / H100_PER_SM if b16 else None
-    if k_half:
-        basis["matmul"] += (f"; a K-loop of K reaches K / (K + {k_half:.0f}) of it (XLA's measured H100 table,"
-                            " in proportion to the rate per SM)")
-    return Rates(matmul_flops=peak * 1e12 * eff, mem_bytes_per_s=fig["mem_gbps"] * 1e9 * MEMORY_EFFICIENCY,
-                 sms=fig["sms"], attention_flops=peak * 1e12 * flash, k_half=k_half, **links, basis=basis)
+    return links, basis
