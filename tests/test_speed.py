@@ -758,6 +758,13 @@ def test_a_calibration_that_cannot_fit_is_refused_and_an_oom_kill_is_named(tmp_p
     free(1)
     with pytest.raises(BadInput, match=r"2 copies of the model cut to 2 blocks at 4 x 1024 tokens need about"):
         calibrate.run(req, copies=2)
+    # issue 41: on a GPU each copy's sample is judged against its GPU's free memory, not the host's RAM
+    on_gpu = calibrate.request(GPT2, t, device="cuda")
+    monkeypatch.setattr(calibrate, "_gpu_free", lambda: 80 * 2 ** 30)
+    assert calibrate.sized(on_gpu, 8)[0]["sample_blocks"] == 6      # 1 GiB of host RAM free: not asked
+    monkeypatch.setattr(calibrate, "_gpu_free", lambda: on_gpu["need_bytes"]["3"] / 0.9 + 1)
+    sized, note = calibrate.sized(on_gpu, 8)
+    assert sized["sample_blocks"] == 3 and note.startswith(" (cut from 6 to fit in its GPU's")
     child = tmp_path / "python"
     child.write_text("#!/bin/sh\nkill -KILL $$\n")
     child.chmod(0o755)
@@ -841,3 +848,49 @@ def test_the_machine_load_is_read_from_proc_stat():
     time.sleep(0.3)
     load = calibrate.busy_share(before, calibrate.cpu_seconds(), time.monotonic() - start)
     assert 0.0 <= load["others"] <= 1.05 and 0.0 <= load["steal"] <= 1.05   # jiffies round to 10 ms
+
+
+def test_a_gpu_calibration_times_kernels_as_the_step_runs_them(monkeypatch):
+    """Issue 41: on the H200 `plan --calibrate` read 159 TFLOPS from the model's matmuls (a wait after every call,
+    and the attention timed as single small matmuls) and predicted 0.592 s for a 0.235 s step. On a GPU now:
+    calls back to back between two CUDA events (no wait per call), the fused attention timed whole at the step's
+    shape (SDPA forward and backward), the optimizer over 64 tensors, and 15 s kept after the model's sample."""
+    import torch
+
+    from gputopo import calibrate
+    t = Training(precision="bf16", batch_size=8, seq_len=1024, attention="sdpa")
+    req = calibrate.request(GPT2, t, device="cuda")
+    scores = speed.attention_shapes(GPT2, t)
+    assert scores and not scores & set(req["shapes"])
+    assert req["attention_shape"] == [8, 12, 12, 1024, 64, GPT2.attn_dropout]
+    assert calibrate.request(GPT2, t, device="cpu")["attention_shape"] is None
+    # the timer: fn called back to back between the events, one wait per batch of calls
+    log = []
+
+    class Event:
+        def __init__(self, **_):
+            self.at = None
+
+        def record(self):
+            self.at = len([x for x in log if x == "call"])
+
+        def synchronize(self):
+            log.append("wait")
+
+        def elapsed_time(self, end):
+            return (end.at - self.at) * 0.01   # 10 us a call, in ms
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    calibrate.BARRIER.clear()
+    took = calibrate._cuda_timed(lambda: log.append("call"), 0.05, None)
+    assert took == pytest.approx(1e-5)
+    assert log.count("call") > 10 * log.count("wait")
+    # what it measured reaches the prediction: the attention per block, forward and backward
+    cal = {"device": "cuda", "threads": 1, "matmul_seconds": {}, "matmul_flops": 5e14, "mem_bytes_per_s": 3e12,
+           "elementwise": {str(10 ** 6): {"stream": 3e12, "math": 3e12, "inplace": 3e12}},
+           "optimizer_params_per_s": 1e10, "attention_s": [2e-4, 5e-4]}
+    rates = calibrate.rates(cal)
+    assert speed.attention_parts(GPT2, t, rates) == pytest.approx((12 * 2e-4, 12 * 5e-4))
+    assert "0.20 ms forward and 0.50 ms backward" in rates.basis["attention"]
+    calibrate.BARRIER["cuda"] = True
+    assert calibrate._reserve() == calibrate.RESERVE_CUDA < calibrate.RESERVE
+    calibrate.BARRIER.clear()
