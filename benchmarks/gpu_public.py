@@ -1,7 +1,7 @@
 """Predicted vs published step time on published GPU training runs (the GPU truth gputopo is held against).
 
 Run: .venv/bin/python benchmarks/gpu_public.py [--only WORD ...] [--save JSON] [--baseline JSON] [--coverage]
-                                               [--compat]
+                                               [--compat] [--data JSON]
 
 Each case in gpu_public.json is one measured training run someone published (a paper's table, a framework's
 benchmark page, an issue thread with its full config): its citation and the numbers as published, the
@@ -14,6 +14,8 @@ offload, optimizer), and whether plan says the run fits (every run here trained,
 median and worst |error|. --coverage lists the corpus by GPU, strategy, nodes, model size and source.
 --save writes the results; --baseline prints a saved run's prediction beside today's (before/after a change).
 --compat drops the options this checkout's plan does not know (to run the corpus against an older gputopo).
+--data reads another set of cases in the same form: benchmarks/gpu_record.json holds gputopo's own measurements on
+real GPUs (docs/measurements/h200-2026-11-27.md), which the step-time model is held against the same way.
 """
 import argparse
 import json
@@ -149,8 +151,9 @@ def main():
     ap.add_argument("--baseline", metavar="JSON", help="results saved by --save, printed beside today's")
     ap.add_argument("--coverage", action="store_true", help="what the corpus spans, and stop")
     ap.add_argument("--compat", action="store_true", help="drop options this checkout's plan does not know")
+    ap.add_argument("--data", metavar="JSON", default=str(DATA), help="the cases (default: the published corpus)")
     args = ap.parse_args()
-    cases = json.loads(DATA.read_text())
+    cases = json.loads(Path(args.data).read_text())
     if args.only:
         cases = [c for c in cases if any(w in c["id"] for w in args.only)]
     if args.coverage:

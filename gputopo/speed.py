@@ -936,6 +936,8 @@ CPU_ADAM_PER_CORE = 376e6
 # to what that corpus computes by tests/test_gpu_public.py): the median of predicted / published - 1, and how
 # many of the runs were within 25 %.
 GPU_TRUTH = {"runs": 41, "median": -0.203, "within_25": 27}
+# ... and against gputopo's own steps on a real GPU (benchmarks/gpu_record.json: the H200 record's), the same way.
+GPU_RECORD = {"runs": 7, "median": -0.059, "gpu": "H200"}
 HOST_LINK_PCIE = 0.8           # pinned host<->device copies reach ~80 % of the PCIe link
 NVME_BYTES_PER_S = 2e9         # one PCIe gen3/4 NVMe drive under DeepSpeed's aio
 
@@ -978,7 +980,9 @@ def gpu_rates(lay, t) -> Rates:
              **basis,
              "accuracy": (f"against {GPU_TRUTH['runs']} published GPU runs these figures predicted a median"
                           f" {GPU_TRUTH['median']:+.0%} of the measured step ({GPU_TRUTH['within_25']} within 25 %;"
-                          " benchmarks/gpu_public.py, docs/sources.md#gpu-truth): expect the real step slower"),
+                          " benchmarks/gpu_public.py, docs/sources.md#gpu-truth), and against gputopo's own"
+                          f" {GPU_RECORD['runs']} steps on one {GPU_RECORD['gpu']} a median {GPU_RECORD['median']:+.0%}"
+                          " (docs/sources.md#gpu-record): expect the real step slower, most on many GPUs"),
              "summary": f"{fig['variant']} datasheet x measured efficiencies (docs/sources.md#step-time)"}
     if t.attention == "sdpa":
         kernel = ("FlashAttention-2 in SDPA" if b16 and arch in FLASH_ARCHS else

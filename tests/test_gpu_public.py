@@ -1,6 +1,7 @@
 """The published GPU runs plan is held against (benchmarks/gpu_public.json, issue 32): what the corpus spans, that
 every case says where its numbers come from, and that the accuracy plan prints under its table is the corpus's own.
 """
+import json
 import statistics
 import sys
 from collections import Counter
@@ -54,3 +55,18 @@ def test_the_accuracy_plan_prints_is_the_corpus_own():
     assert speed.GPU_TRUTH["within_25"] == sum(abs(e) <= 0.25 for e in errors)
     table = (Path(__file__).resolve().parent.parent / "docs" / "sources.md").read_text()
     assert f"median {speed.GPU_TRUTH['median']:+.1%}" in table
+
+
+def test_the_gpu_record_plan_prints_is_its_own():
+    """speed.GPU_RECORD, printed beside GPU_TRUTH, is what gputopo's own GPU steps (benchmarks/gpu_record.json, the
+    H200 record) compute today; each has its source and the plan arguments that express it."""
+    cases = json.loads((Path(gpu_public.__file__).with_name("gpu_record.json")).read_text())
+    results = [gpu_public.predict(c) for c in cases]
+    errors = [r["error"] for r in results]
+    assert None not in errors and all(r["fits"] for r in results)
+    assert speed.GPU_RECORD["runs"] == len(results)
+    assert speed.GPU_RECORD["median"] == pytest.approx(statistics.median(errors), abs=0.005)
+    record = (Path(__file__).resolve().parent.parent / "docs" / "measurements" / "h200-2026-11-27.md").read_text()
+    for case in cases:
+        assert case["source"]["url"] == "docs/measurements/h200-2026-11-27.md"
+        assert case["published"]["as_quoted"] in record
