@@ -523,8 +523,9 @@ def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", na
     fused = attention_shapes(m, t, device)
     mm = matmul_seconds([s for s in training_matmuls(m, t, attention, device) if key(*s[1:]) not in fused], rates,
                         value_bytes(t.precision))
-    gpu = (mm + attention_seconds(m, t, rates, device) + copies + matmul_kernels(m, t, attention, device) * rates.kernel_s
-           + elementwise_seconds(m, t, attention, rates, device, half_model(name, t)))
+    gpu = (mm + attention_seconds(m, t, rates, device) + copies + elementwise_seconds(m, t, attention, rates, device,
+                                                                                     half_model(name, t))
+           + matmul_kernels(m, t, attention, device) * rates.kernel_s)
     # the host dispatches every kernel in turn: a GPU that runs them faster than that waits for it
     return max(gpu, host_seconds(m, t, attention, rates, device, half_model(name, t)))
 
