@@ -1113,7 +1113,12 @@ def main(argv=None) -> int:
         print("\n".join(f"{c.name}  ({c.engine}, {c.strategy})" for c in CASES))
         return 0
     if args.load:
-        print(compare(json.loads(args.load.read_text()), args.gpu_model))
+        try:
+            record = json.loads(args.load.read_text())
+        except (OSError, ValueError) as e:
+            say(f"Error: --load {args.load}: {e.strerror if isinstance(e, OSError) else f'not JSON ({e})'}")
+            return 1
+        print(compare(record, args.gpu_model))
         return 0
     out = args.out or default_out(args.device)
     if out.exists() and not args.force:   # before any work: a finished record is never lost
