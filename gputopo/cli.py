@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import click
 
-from . import __version__, children
+from . import __version__, children, files
 from .commands.bench_nvlink import bench_nvlink
 from .commands.deepspeed_config import deepspeed_config
 from .commands.doctor import doctor
 from .commands.inspect import inspect
 from .commands.plan import plan
-from .errors import GputopoError, InternalError, Interrupted
+from .errors import GputopoError, InternalError, Interrupted, WriteFailed
 
 
 def _usage_error(e: click.UsageError) -> click.exceptions.Exit:
@@ -97,8 +97,12 @@ STOPPED: list[int] = []
 
 
 def main():
+    files.guard_stdout()   # stdout that cannot be written is one line and exit 1, as any output (gputopo.files)
     try:
         cli(prog_name="gputopo")
+    except WriteFailed as e:   # stdout failed outside a command: --help, --version
+        click.echo(f"Error: {e}", err=True)
+        raise SystemExit(e.exit_code) from None
     except SystemExit:
         if STOPPED:
             import os

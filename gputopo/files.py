@@ -1,9 +1,35 @@
-"""Output files: checked before the work starts, written atomically, never overwritten without --force."""
+"""Output files: checked before the work starts, written atomically, never overwritten without --force; stdout
+that cannot be written; caches read and written without following a link."""
 from __future__ import annotations
 
 import os
+import stat
 
 from .errors import BadInput, WriteFailed
+
+KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+         (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def not_replaceable(path: str) -> str | None:
+    """What `path` is when an output may not replace it, else None (nothing there, or a regular file).
+
+    An output replaces only a regular file, as coreutils and git do: a device, FIFO or socket is never replaced
+    (`-o /dev/null` as root would make /dev/null a file), and neither is a symbolic link, whatever it points at:
+    replacing the link would drop it, writing through it would write where the user did not name (/dev/stdout
+    is a link to whatever stdout is)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    kind = next((name for test, name in KINDS if test(mode)), None)
+    if kind is None or not stat.S_ISLNK(mode):
+        return kind
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return kind
+    return f"{kind} to {target}"
 
 
 def check_output(path: str | None, force: bool = False, what: str = "--output") -> None:
@@ -15,6 +41,10 @@ def check_output(path: str | None, force: bool = False, what: str = "--output") 
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise BadInput(f"{what} {path}: is a directory; give a file name")
+    kind = not_replaceable(path)
+    if kind:
+        raise BadInput(f"{what} {path}: {kind}, not a regular file; gputopo replaces only regular files"
+                       + (" (`-` is stdout)" if what == "--output" else ""))
     if not os.path.isdir(folder):
         said = os.path.dirname(path) or folder
         raise BadInput(f"{what} {path}: {said} is a file, not a folder" if os.path.exists(folder) else
@@ -49,6 +79,9 @@ def write_atomic(path: str, data: str | bytes) -> None:
             os.fsync(f.fileno())
         mode = 0o666 & ~_umask()
         os.chmod(tmp, mode)  # mkstemp makes 0600; a config is as readable as any file the user writes
+        kind = not_replaceable(path)   # checked before the work, and again: the work may have taken minutes
+        if kind:
+            raise WriteFailed(f"{path}: not written: it is {kind} now, and gputopo replaces only regular files")
         os.replace(tmp, path)
     except BaseException as e:
         try:
@@ -76,3 +109,75 @@ def check_picture(path: str | None, force: bool, what: str = "--plot", suffixes=
     check_output(path, force, what)
     if importlib.util.find_spec("matplotlib") is None:
         raise BadInput(f"{what} needs matplotlib: pip install matplotlib")
+
+
+def read_own(path, most: int) -> bytes | None:
+    """A file gputopo writes for itself (a cache): its bytes when it is a regular file of at most `most` bytes,
+    else None. A link is not followed, a FIFO not waited on, a device not read (/dev/zero never ends)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = f.read(most + 1)
+    return data if len(data) <= most else None
+
+
+class Stdout:
+    """sys.stdout whose failures are one line and exit 1, as any output that could not be written: a full disk
+    (`> /dev/full`), a closed pipe (`| head -1`) or a stdout closed before the start (`>&-`), instead of an
+    OSError the command line would call a bug, or output silently dropped. After a failure fd 1 points at
+    /dev/null, so nothing more is tried and the interpreter's last flush says nothing (the handling Python's
+    documentation recommends for SIGPIPE)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.encoding, self.errors = getattr(stream, "encoding", "utf-8"), getattr(stream, "errors", "strict")
+
+    def __getattr__(self, name):
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def write(self, text):
+        if self._stream is None:
+            raise WriteFailed("stdout is closed: nothing written (redirect it to a file, or to /dev/null)")
+        if not text:   # click writes "" to test the stream; unbuffered, /dev/full refuses even that
+            return 0 if isinstance(text, str) else self._stream.write(text)
+        return self._do(self._stream.write, text)
+
+    def flush(self):
+        if self._stream is not None:
+            self._do(self._stream.flush)
+
+    @staticmethod
+    def _do(call, *args):
+        try:
+            return call(*args)
+        except OSError as e:
+            _to_null(1)   # what is still buffered goes there, at the next flush or the interpreter's last
+            raise WriteFailed(f"stdout: not written ({e.strerror or e}); what was printed is incomplete") from None
+
+
+def _to_null(fd: int) -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
+
+
+def guard_stdout() -> None:
+    """Put Stdout in place for the process (the command line's main); a closed fd 1 gets /dev/null at once, so no
+    file opened later takes its number."""
+    import sys
+    if sys.stdout is None:
+        try:
+            os.fstat(1)
+        except OSError:
+            _to_null(1)
+    sys.stdout = Stdout(sys.stdout)

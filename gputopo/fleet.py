@@ -111,8 +111,7 @@ def compare(reports: dict[str, dict], unreachable: dict[str, str] | None = None)
                 break
         else:
             groups.append({"nodes": [node], "facets": f})
-    health = [{"node": node, **f} for node, r in reports.items() for f in r.get("findings") or []
-              if f.get("level") in ("warn", "error")]
+    health = [{"node": node, **f} for node, r in reports.items() for f in health_of(r)]
     sick = {node: sum(1 for h in health if h["node"] == node) for node in reports}
     # the largest group is the norm; among equals the one with fewer health findings, then the first
     if groups:   # the others keep the nodes' order
@@ -124,8 +123,8 @@ def compare(reports: dict[str, dict], unreachable: dict[str, str] | None = None)
     for g in groups[1:]:
         for node in g["nodes"]:
             odd += _differences(node, g["facets"], norm)
-    slows = any(slowing(o) for o in odd) or bool(unreachable) or bool(reports) and all(
-        not r.get("gpus") for r in reports.values())
+    slows = any(slowing(o) for o in odd) or bool(unreachable) or any(h["level"] == "error" for h in health) or bool(
+        reports) and all(not r.get("gpus") for r in reports.values())
     out = {"schema_version": SCHEMA_VERSION, "nodes": list(reports) + list(unreachable),
            "groups": [{"nodes": g["nodes"], "norm": i == 0, "facets": g["facets"]} for i, g in enumerate(groups)],
            "norm_by": _norm_by(groups, tie, sick),
@@ -133,6 +132,25 @@ def compare(reports: dict[str, dict], unreachable: dict[str, str] | None = None)
            "slows": slows}
     out["recommendation"] = recommendation(out)
     return out
+
+
+def health_of(report: dict) -> list[dict]:
+    """A node's health problems (warn, error): its report's own findings, and those its GPUs' values show by the
+    rules live inspect applies (gputopo.health: heat, power cap, throttling, a narrowed PCIe link, a lost GPU),
+    which a report may not carry (edited, or written by another gputopo)."""
+    from .health import check
+    from .topology import Gpu, Topology
+    own = [f for f in report.get("findings") or [] if f.get("level") in ("warn", "error")]
+    gpus = tuple(Gpu(name=g["name"], index=i, temperature_c=g.get("temperature_c"), power_draw_w=g.get("power_draw_w"),
+                     power_limit_w=g.get("power_limit_w"), pcie_width=g.get("pcie_width"),
+                     pcie_width_max=g.get("pcie_width_max"), lost=bool(g.get("lost")),
+                     throttle_reasons=None if g.get("throttle_reasons") is None else tuple(g["throttle_reasons"]))
+                 for i, g in enumerate(report.get("gpus") or []))
+    said = {(f.get("subject"), f.get("code")) for f in own} | {f["message"] for f in own}
+    names = {g.name for g in gpus}
+    return own + [f.to_dict() for f in check(Topology(gpus=gpus), sorted(names), {})
+                  if f.level in ("warn", "error") and f.subject in names
+                  and (f.subject, f.code) not in said and f.message not in said]
 
 
 def _norm_by(groups: list, tie: bool, sick: dict) -> str:
@@ -265,6 +283,13 @@ def hostlist(names: list[str]) -> str:
     return ",".join(out)
 
 
+def drain_command(nodes: list[str], why: str) -> str:
+    """The scontrol line that drains `nodes`; the names come from reports and file names, so every part is quoted
+    (a Slurm host list's brackets too: a shell would glob them)."""
+    return (f"scontrol update nodename={shlex.quote(hostlist(nodes))} state=drain"
+            f" reason={shlex.quote('gputopo: ' + why)}")
+
+
 def recommendation(fleet: dict) -> list[str]:
     """What the differences cost and what to do about them: a drain line per odd node, unless no majority and
     no health finding says which side is odd."""
@@ -275,7 +300,10 @@ def recommendation(fleet: dict) -> list[str]:
                      " --gres), and a node without its driver sees none")
     elif not fleet["odd"] and not fleet["unreachable"]:
         n = len(fleet["nodes"])
-        return [f"all {n} node(s) alike in everything compared" + ("" if n > 1 else " (one node: nothing to compare)")]
+        sick = list(dict.fromkeys(h["node"] for h in fleet["health"]))
+        return [f"all {n} node(s) alike in everything compared" + ("" if n > 1 else " (one node: nothing to compare)")
+                + (f", but {named(sick)} {'has' if len(sick) == 1 else 'have'} health problems (under Health): a"
+                   " multi-node job runs at its slowest node's pace" if sick else "")]
     if odd_nodes and fleet["norm_by"] == "first node (no majority)":
         lines.append(f"the nodes differ ({named(fleet['nodes'])}) and none is the majority: compare them by hand"
                      " before a multi-node job (it runs at its slowest node's pace)")
@@ -287,8 +315,7 @@ def recommendation(fleet: dict) -> list[str]:
             mine = [f"{o['what']} {o['value']}" for o in fleet["odd"] if o["node"] == node and slowing(o)]
             reasons.setdefault("; ".join(mine[:2]) + (f" and {len(mine) - 2} more" if len(mine) > 2 else ""),
                                []).append(node)
-        lines += [f"scontrol update nodename={hostlist(nodes)} state=drain reason={shlex.quote('gputopo: ' + what)}"
-                  for what, nodes in reasons.items()]
+        lines += [drain_command(nodes, what) for what, nodes in reasons.items()]
     if fleet["unreachable"]:
         lines.append("no report from " + named([u["node"] for u in fleet["unreachable"]])
                      + ": a job that includes them cannot start (or hangs at the rendezvous)")

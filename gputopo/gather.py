@@ -16,6 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput
@@ -32,28 +33,55 @@ def remote_command(remote: str | None, timeout: float) -> str:
     return f"timeout -k 2 {timeout:g} " + shlex.join([sys.executable, "-m", "gputopo", "inspect", "--json"])
 
 
+# The most nodes one --fleet asks: a hostfile or a Slurm host list past it is refused, not read on (2 million
+# lines would take minutes before the first ssh, and over ssh 64 at a time each node costs up to --timeout).
+MOST_NODES = 10_000
+# What a host name may hold (RFC 1123 names, IPv4 and IPv6 addresses, ssh's user@host, a scope's %): anything
+# else would be read by pdsh as a list (`,`, `[1-4]`) or by the remote shell, where pdsh writes it unquoted (%h).
+HOST = re.compile(r"[A-Za-z0-9_.:@%-]+")
+
+
 def hostfile(path: str) -> list[str]:
-    """Hosts from DeepSpeed's hostfile format (`name slots=N`) or one name per line; # comments."""
+    """Hosts from DeepSpeed's hostfile format (`name slots=N`) or one name per line; # comments. At most
+    MOST_NODES; a name that starts with '-' (ssh would read it as an option) or is not a host name is refused."""
     from .sources import read_text
     try:
         text = read_text(path, expect="a hostfile (one host per line)")
     except BadInput as e:
         raise BadInput(f"--hosts {e}") from None
-    hosts = [line.split("#", 1)[0].split()[0] for line in text.splitlines() if line.split("#", 1)[0].strip()]
+    hosts: dict[str, int] = {}   # host -> how many times listed, in the file's order
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        host = words[0]
+        if host.startswith("-"):
+            raise BadInput(f"--hosts {path}: line {number}: {host!r} starts with '-', which ssh would read as an"
+                           " option: not a host name")
+        if not HOST.fullmatch(host):
+            raise BadInput(f"--hosts {path}: line {number}: {host!r} is not a host name (letters, digits and"
+                           " . - _ : @ %)")
+        hosts[host] = hosts.get(host, 0) + 1
+        if len(hosts) > MOST_NODES:
+            raise BadInput(f"--hosts {path}: more than {MOST_NODES} hosts; --fleet asks at most {MOST_NODES}"
+                           " nodes: split the list")
     if not hosts:
         raise BadInput(f"--hosts {path}: no host in it (one per line, or DeepSpeed's `name slots=N`)")
-    dup = sorted({h for h in hosts if hosts.count(h) > 1})
+    dup = sorted(h for h, n in hosts.items() if n > 1)
     if dup:
         raise BadInput(f"--hosts {path}: {', '.join(dup)} listed twice")
-    return hosts
+    return list(hosts)
 
 
 def slurm_nodes(expression: str) -> list[str]:
-    """A Slurm host list (node[01-04],gpu7) as names, expanded by scontrol itself."""
-    out = _ask(["scontrol", "show", "hostnames", expression])
-    names = out.split()
+    """A Slurm host list (node[01-04],gpu7) as names, expanded by scontrol itself; at most MOST_NODES."""
+    if expression.startswith("-"):
+        raise BadInput(f"--slurm-nodes {expression}: starts with '-', which scontrol would read as an option")
+    names = _ask(["scontrol", "show", "hostnames", expression]).split()
     if not names:
         raise BadInput(f"no node in the Slurm host list {expression!r}")
+    if len(names) > MOST_NODES:
+        raise BadInput(f"--slurm-nodes {expression}: {len(names)} nodes; --fleet asks at most {MOST_NODES}")
     return names
 
 
@@ -64,9 +92,9 @@ def _ask(argv: list[str]) -> str:
     except FileNotFoundError:
         raise BadInput(f"{argv[0]} is not installed here (the Slurm client tools)") from None
     except subprocess.TimeoutExpired:
-        raise BadInput(f"{' '.join(argv)} did not answer within 30 s") from None
+        raise BadInput(f"{shlex.join(argv)} did not answer within 30 s") from None
     if r.returncode:
-        raise BadInput(f"{' '.join(argv)}: {(r.stderr or r.stdout).strip().splitlines()[-1:] or ['failed']}"[:300])
+        raise BadInput(f"{shlex.join(argv)}: {(r.stderr or r.stdout).strip().splitlines()[-1:] or ['failed']}"[:300])
     return r.stdout
 
 
@@ -104,7 +132,7 @@ def ssh_argv(host: str, cmd: str, timeout: float) -> list[str]:
     connect = max(1, int(min(timeout, STARTUP_S)))
     name = host if host == "%h" else shlex.quote(host)
     return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect}", "-o", "LogLevel=ERROR",
-            host, f"GPUTOPO_NODE={name} {cmd}"]
+            "--", host, f"GPUTOPO_NODE={name} {cmd}"]   # after --: a host is never an option
 
 
 MAX_AT_ONCE = 64   # processes started at once, as `pdsh -f 64`: one per node would run out of file descriptors
@@ -201,7 +229,7 @@ def answer(lines: list[str], status, err: str, timeout: float) -> tuple[dict | N
     if start >= 0 and text[start:start + 1] == "{":
         try:
             data, _ = json.JSONDecoder().raw_decode(text[start:])
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         found = problem(data)
         if found is None:
@@ -214,13 +242,32 @@ def answer(lines: list[str], status, err: str, timeout: float) -> tuple[dict | N
     return None, (f"exit status {status}: " if status else "") + last[:200]
 
 
+@dataclass(frozen=True)
+class Within:
+    """A number from lo to hi (`said` as a person reads the range): a whole number, or with `real` any (JSON has no
+    NaN or Infinity, but 1e400 reads as infinity)."""
+    lo: float
+    hi: float
+    said: str
+    real: bool = False
+
+
+# Bounds a reader accepts (NVML reports no less, no GPU more): a value past them is not a measurement.
+CELSIUS = (Within(-40, 150, "-40..150 °C", real=True), None)
+WATTS = (Within(0, 10_000, "0..10000 W", real=True), None)
+BYTES = (Within(0, 2**50, "0..1 PiB"), None)
+LANES = (Within(1, 32, "x1..x32"), None)
+GENERATION = (Within(1, 8, "Gen1..Gen8"), None)
 # The parts of an `inspect --json` report the fleet reads, and their types: a value of a listed type, or of one of
 # a tuple's; [spec]: a list of such; {str: spec}: an object of such values; {"key": spec}: an object whose keys
-# are checked where present, those ending in "!" required.
+# are checked where present, those ending in "!" required; Within: a number within bounds.
 OPTIONAL_TEXT, OPTIONAL_INT = (str, None), (int, None)
-REPORT = {"schema_version!": int, "gpus!": [{"name!": str, "model": OPTIONAL_TEXT, "pcie_width": OPTIONAL_INT,
-                                             "pcie_width_max": OPTIONAL_INT, "pcie_gen_max": OPTIONAL_INT,
-                                             "numa_affinity": (str, int, None)}],
+REPORT = {"schema_version!": int, "gpus!": [{"name!": str, "model": OPTIONAL_TEXT, "pcie_width": LANES,
+                                             "pcie_width_max": LANES, "pcie_gen": GENERATION,
+                                             "pcie_gen_max": GENERATION, "numa_affinity": (str, int, None),
+                                             "temperature_c": CELSIUS, "power_draw_w": WATTS, "power_limit_w": WATTS,
+                                             "memory_total_bytes": BYTES, "memory_used_bytes": BYTES,
+                                             "throttle_reasons": ([str], None), "lost": bool}],
           "links": ([{"a!": str, "b!": str, "type!": OPTIONAL_TEXT}], None), "nics": ([dict], None),
           "versions": ({str: OPTIONAL_TEXT}, None), "driver": OPTIONAL_TEXT, "env": ({str: OPTIONAL_TEXT}, None),
           "findings": ([{"level!": str, "message!": str}], None), "gpu_status": ({"reason": OPTIONAL_TEXT}, None),
@@ -244,6 +291,13 @@ def _shape(value, spec, where: str) -> str | None:
     if isinstance(spec, tuple):
         found = [_shape(value, s, where) for s in spec]
         return None if None in found else found[0]
+    if isinstance(spec, Within):
+        if isinstance(value, bool) or not isinstance(value, (int, float) if spec.real else int):
+            return f"{where} is {_kind(value)}, not {'a number' if spec.real else 'a whole number'}"
+        if not spec.lo <= value <= spec.hi:
+            shown = repr(value) if len(repr(value)) <= 24 else repr(value)[:20] + "..."
+            return f"{where} is {shown}, not within {spec.said}"
+        return None
     if spec is None:
         return None if value is None else f"{where} is {_kind(value)}, not null"
     if isinstance(spec, list):
@@ -275,14 +329,23 @@ def _kind(value) -> str:
     return NAMES.get(None if value is None else type(value), type(value).__name__)
 
 
+MOST_REPORT = 8 * 2**20   # bytes: an 8-GPU report with its NICs is under 100 KB
+MOST_DEPTH = 1000         # levels of JSON nesting: Python's recursion limit, where its JSON reader stops
+
+
 def read_report(text: str, name: str) -> dict:
     """A report from its JSON text; BadInput naming what is wrong (NaN and Infinity are not JSON)."""
     def refuse(constant):
         raise ValueError(f"{constant} is not a JSON number")
+    if len(text) > MOST_REPORT:
+        raise BadInput(f"{name}: larger than {MOST_REPORT // 2**20} MiB, not an `inspect --json` report")
     try:
         data = json.loads(text, parse_constant=refuse)
     except ValueError as e:
         raise BadInput(f"{name}: not valid JSON ({e})") from None
+    except RecursionError:   # Python's JSON reader stops there, before its stack would
+        raise BadInput(f"{name}: JSON nested more than about {MOST_DEPTH} levels deep, not an `inspect --json`"
+                       " report (one nests 5)") from None
     found = problem(data)
     if found:
         raise BadInput(f"{name}: not a `gputopo inspect --json` report this gputopo reads: {found}")

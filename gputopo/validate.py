@@ -145,6 +145,10 @@ def with_deepspeed(cfg: dict, gpus: int = 1, micro: int = 1, accum: int = 1,
     return deepspeed.__version__
 
 
+# The cache holds at most 500 answers of about 90 bytes; a file larger than this is not one gputopo wrote.
+CACHE_MOST = 1 << 20
+
+
 def _cache_path():
     import os
     from pathlib import Path
@@ -152,30 +156,36 @@ def _cache_path():
 
 
 def _cache_key(cfg: dict, *args) -> tuple[str, dict]:
-    """Accepted configs, keyed by DeepSpeed's version, the config and the batch arithmetic."""
+    """Accepted configs, keyed by DeepSpeed's version, the config and the batch arithmetic. A cache that is not a
+    regular file of at most CACHE_MOST bytes (a link, a FIFO, /dev/zero) is not read: an empty one instead."""
     import hashlib
     import importlib.metadata
     import json
+
+    from .files import read_own
     version = importlib.metadata.version("deepspeed")
     key = hashlib.sha256(json.dumps([version, cfg, *args], sort_keys=True).encode()).hexdigest()
     try:
-        cache = json.loads(_cache_path().read_text())
-    except (OSError, ValueError):
+        cache = json.loads(read_own(_cache_path(), CACHE_MOST) or b"{}")
+    except (ValueError, RecursionError):
         cache = {}
     return key, cache if isinstance(cache, dict) else {}
 
 
 def _remember(key: str, cache: dict, version) -> None:
+    """Keep an answer: a temporary file of gputopo's own, renamed over the cache (gputopo.files.write_atomic), so
+    nothing is written through a link, and an entry that is not a regular file is left as it is."""
     import json
+
+    from .errors import WriteFailed
+    from .files import write_atomic
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         cache[key] = version
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(list(cache.items())[-500:])))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only home only costs the next run its speed
+        write_atomic(str(path), json.dumps(dict(list(cache.items())[-500:])))
+    except (OSError, WriteFailed):
+        pass  # a read-only home, or a cache that is not a file: only the next run's speed is lost
 
 
 def libaio_ok() -> bool | None:

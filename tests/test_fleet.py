@@ -295,7 +295,7 @@ def test_two_hundred_nodes_read_in_short_lines(fake_nvml, tmp_path):
     assert "gpu[000-099,150-169,171-199]" in text
     assert "gpu[100-149]: driver 535.129.03, the others 550.54.15" in text
     drains = [line for line in f["recommendation"] if line.startswith("scontrol")]
-    assert drains[0].startswith("scontrol update nodename=gpu[100-149] state=drain") and len(drains) == 2
+    assert drains[0].startswith("scontrol update nodename='gpu[100-149]' state=drain") and len(drains) == 2
     header, rows = render.fleet_rows(f)
     listed = {row[1]: sum(1 for o in f["odd"] if o["node"] == fleet_nodes(row[1])[0]) for row in rows[1:]}
     assert all(row[-1] == str(listed[row[1]]) for row in rows[1:]) and listed["gpu[100-149]"] == 2
