@@ -3,11 +3,32 @@ counted exactly on the meta device, or a bare parameter count. Pure except `from
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import BadInput
+from .units import MOST_CHARS, NUMBER, shown
+
+# What a model can be, named in each refusal and in docs/options.md; checked before anything is built.
+MOST_PARAMS = 1e14       # 100T: fifty times the largest dense models trained (2T, benchmarks/gpu_public.json)
+MOST_LAYERS = 2048       # blocks: twice DeepNet's 1,000, the deepest transformer trained; each is built to count it
+MOST_WIDTH = 7_071_067   # hidden size, heads, vocabulary, intermediate size: one h x h pair of it is MOST_PARAMS / 2
+MOST_PER_BLOCK = 2 ** 16   # parameters in one block, in h^2: Switch-C's blocks of 2,048 experts hold about 12,100
+MOST_MODULES = 50_000    # modules built on the meta device: 24 a block for MOST_LAYERS blocks
+MOST_CONFIG_BYTES = 2 ** 20   # config.json: transformers' configs are a few KB
+MOST_DEPTH = 32          # config.json's nesting: a multimodal config's text_config.rope_scaling is 3 deep
+# config.json's counts (at any depth: a multimodal model's text_config has its own) and the bound of each
+SHAPE_KEYS = {**dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers",
+                               "encoder_layers", "decoder_layers"), "layers"),
+              **dict.fromkeys(("hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head", "num_heads",
+                               "num_key_value_heads", "vocab_size", "intermediate_size", "n_inner", "d_ff",
+                               "ffn_dim"), "widths")}
+# The bound of each and why, for config.json's counts and --layers, --hidden-size, --vocab-size alike
+BOUNDS = {"layers": (MOST_LAYERS, "twice DeepNet's 1,000, the deepest transformer trained"),
+          "widths": (MOST_WIDTH, "one h x h pair of it is half of the 100T parameters any model has")}
 
 
 @dataclass(frozen=True)
@@ -140,28 +161,110 @@ def named(name: str) -> ModelSpec:
                      head_dim=c.get("kv"), **shape)
 
 
-def from_path(path: str) -> ModelSpec:
-    """Count a local model folder's parameters exactly by building it on the meta device (no weights)."""
-    cfg_file = Path(path) / "config.json"
+KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+         stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket"}
+
+
+def read_config(folder) -> dict:
+    """A model folder's config.json: a regular file (a link to one is followed) of at most MOST_CONFIG_BYTES, a
+    JSON object nested at most MOST_DEPTH deep, naming no code of its own (auto_map). Checked before it is
+    opened: a FIFO would wait for a writer, /dev/zero never ends."""
+    path, where = Path(folder) / "config.json", f"--model {folder}: config.json"
     try:
-        raw = json.loads(cfg_file.read_text())
+        st = os.stat(path)   # follows a link
     except FileNotFoundError:
-        raise BadInput(f"--model {path}: no config.json in that folder") from None
-    except (OSError, ValueError) as e:
-        raise BadInput(f"--model {path}: config.json unreadable ({e})") from None
-    import torch
+        raise BadInput(f"--model {folder}: no config.json in that folder") from None
+    except OSError as e:
+        raise BadInput(f"{where} unreadable ({e.strerror})") from None
+    link = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"{where} is {KINDS.get(stat.S_IFMT(st.st_mode), 'not a file')}{link}, not a regular file")
+    too_big = BadInput(f"{where} is over {MOST_CONFIG_BYTES // 2 ** 20} MiB{link}; a model's config.json is a few KB")
+    if st.st_size > MOST_CONFIG_BYTES:
+        raise too_big
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)   # replaced by a FIFO since the stat: never waits
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise BadInput(f"{where} is not a regular file")
+            data = f.read(MOST_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise BadInput(f"{where} unreadable ({e.strerror})") from None
+    if len(data) > MOST_CONFIG_BYTES:
+        raise too_big
+    try:
+        text = data.decode()
+        if _depth(text) > MOST_DEPTH:
+            raise ValueError(f"JSON nested more than {MOST_DEPTH} deep")
+        raw = json.loads(text)
+    except ValueError as e:   # UnicodeDecodeError and json's errors are ValueErrors
+        raise BadInput(f"{where} unreadable ({e})") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where} is not a JSON object")
+    if "auto_map" in raw:
+        raise BadInput(f"{where} has auto_map: the model is code in the folder, and gputopo never runs a folder's"
+                       " code (transformers' trust_remote_code); give --params with its size instead")
+    return raw
+
+
+def _depth(text: str) -> int:
+    """How deep a JSON text's arrays and objects nest (counted outside strings), without parsing it."""
+    depth = most = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            most = max(most, depth)
+        elif ch in "]}":
+            depth -= 1
+    return most
+
+
+def check_counts(raw: dict, folder) -> None:
+    """config.json's layers, widths (hidden size, heads, vocabulary, intermediate size), at any depth: whole
+    numbers from 1 to their bound, refused before anything is built."""
+    stack = [raw]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            if isinstance(value, (dict, list)):
+                stack.append(value)
+            elif key in SHAPE_KEYS and value is not None:
+                most, why = BOUNDS[SHAPE_KEYS[key]]
+                if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+                    raise BadInput(f"--model {folder}: config.json {key} {shown(value)}: must be a whole number from"
+                                   f" 1 to {most} ({why})")
+
+
+def from_path(path: str) -> ModelSpec:
+    """Count a local model folder's parameters exactly by building it on the meta device (no weights). Its
+    config.json is read (read_config) and its counts checked (check_counts) before transformers is imported."""
+    raw = read_config(path)
+    check_counts(raw, path)
     import transformers
     transformers.logging.set_verbosity_error()
     try:
-        cfg = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
-        arch = (getattr(cfg, "architectures", None) or [None])[0]
-        cls = getattr(transformers, arch, None) if arch else None
-        with torch.device("meta"):
-            model = cls(cfg) if cls is not None else _auto(transformers, cfg)
+        config_class = transformers.CONFIG_MAPPING[raw.get("model_type")]
+    except (KeyError, TypeError):   # not a name it knows, or not a name (a list, an object)
+        raise BadInput(f"--model {path}: transformers cannot build it: config.json's model_type"
+                       f" {shown(raw.get('model_type'))!r} is not one transformers {transformers.__version__} knows"
+                       ) from None
+    try:
+        cfg = config_class.from_dict(raw)   # the dict read above: transformers does not read the file again
+        model = _build(transformers, cfg)
+    except BadInput as e:
+        raise BadInput(f"--model {path}: {e}") from None
     except Exception as e:  # transformers raises many kinds for a bad config; the user needs one line
         raise BadInput(f"--model {path}: transformers cannot build it"
                        f" ({type(e).__name__}: {e})".split("\n")[0]) from None
     params = sum(p.numel() for p in model.parameters())  # shared (tied) parameters are listed once
+    if params > MOST_PARAMS:
+        raise BadInput(f"--model {path}: {params:,} parameters, more than any model has (at most {MOST_PARAMS:.0e})")
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     # The config object, not config.json: it fills what the file leaves out with transformers' defaults.
     get = lambda *keys: next((getattr(cfg, k) for k in keys if getattr(cfg, k, None) is not None), None)  # noqa: E731
@@ -216,7 +319,7 @@ def structure(model, cfg) -> dict:
 def hf_config(spec: ModelSpec) -> dict:
     """The transformers configuration (AutoConfig.for_model keywords) that rebuilds this model for --measure."""
     if spec.source == "config.json":
-        return json.loads((Path(spec.name) / "config.json").read_text())
+        return read_config(spec.name)   # read again as from_path read it: the folder may have changed since
     if spec.source != "catalog" or spec.family not in CAUSAL_FAMILIES:
         raise BadInput(f"--measure builds causal LMs from their architecture; {spec.name} is not one"
                        " (give --model with a catalog causal LM or a folder with config.json)")
@@ -233,27 +336,48 @@ def hf_config(spec: ModelSpec) -> dict:
                                                         spec.model_type == "llama" else {}))
 
 
+def _build(transformers, cfg):
+    """The model on the meta device: the class config.json's architectures names when it is a transformers model
+    class (a Trainer or TextStreamer named there is never built), else transformers' Auto classes; at most
+    MOST_MODULES modules, whatever count (experts, groups) config.json grows them by."""
+    import torch
+    arch = (getattr(cfg, "architectures", None) or [None])[0]
+    cls = getattr(transformers, arch, None) if isinstance(arch, str) and arch.isidentifier() else None
+    built = [0]
+
+    def count(module, name, submodule):
+        built[0] += 1
+        if built[0] > MOST_MODULES:
+            raise BadInput(f"the model grows past {MOST_MODULES:,} modules ({MOST_LAYERS:,} blocks of 24): check"
+                           " config.json's counts")
+    hook = torch.nn.modules.module.register_module_module_registration_hook(count)
+    try:
+        with torch.device("meta"):
+            if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                return cls(cfg)
+            return _auto(transformers, cfg)
+    finally:
+        hook.remove()
+
+
 def _auto(transformers, cfg):
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM, transformers.AutoModel):
         try:
-            return auto.from_config(cfg)
+            return auto.from_config(cfg, trust_remote_code=False)   # never a folder's code, never a prompt
         except ValueError:
             continue
     raise BadInput("no transformers class builds this config")
 
 
 def parse_count(text: str) -> int:
-    """'7B' -> 7e9, '125M' -> 125e6, '1.5e9' -> 1.5e9."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kKmMbBtT]?)\s*", str(text))
+    """'7B' -> 7e9, '125M' -> 125e6, '1.5e9' -> 1.5e9 (numbers as every option reads them: units.NUMBER)."""
+    m = re.fullmatch(rf"\s*({NUMBER})\s*([kKmMbBtT]?)\s*", str(text)) if len(str(text)) <= MOST_CHARS else None
     if not m or float(m.group(1)) <= 0:
-        raise BadInput(f"--params {text}: expected a positive count like 7B, 350M or 1.5e9")
+        raise BadInput(f"--params {shown(text)}: expected a positive count like 7B, 350M or 1.5e9")
     n = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}[m.group(2).lower()]
     if n > MOST_PARAMS:
         raise BadInput(f"--params {text}: more than any model has (at most {MOST_PARAMS / 1e12:g}T)")
     return int(n)
-
-
-MOST_PARAMS = 1e14   # 100T: fifty times the largest dense models trained (2T, benchmarks/gpu_public.json)
 
 
 def from_size(params: str, hidden_size: int | None, layers: int | None, vocab_size: int | None = None) -> ModelSpec:
@@ -269,6 +393,13 @@ def from_size(params: str, hidden_size: int | None, layers: int | None, vocab_si
         raise BadInput(f"--params {params}: a model of hidden size {hidden_size} holds at least {least:,} parameters"
                        " (one block's attention query and output, h x h each, even shared by all blocks"
                        + (", and the embedding" if vocab_size else "") + "): check --params and --hidden-size")
+    vocab = vocab_size or MOST_WIDTH
+    most = layers * MOST_PER_BLOCK * hidden_size ** 2 + 2 * vocab * hidden_size
+    if n > most:
+        blocks = f"{layers} block{'s' if layers > 1 else ''}"
+        raise BadInput(f"--params {params}: {blocks} of hidden size {hidden_size} hold at most {most:,} parameters"
+                       f" ({MOST_PER_BLOCK} h^2 a block, five times Switch-C's 2,048 experts; an embedding and a head"
+                       f" of {vocab:,} tokens): check --params, --hidden-size and --layers")
     largest = max(hidden_size * 4 * hidden_size, (vocab_size or 0) * hidden_size)
     return ModelSpec(name=f"{params} params", family="custom", params=n, hidden_size=hidden_size, layers=layers,
                      heads=max(1, hidden_size // 128), vocab_size=vocab_size, intermediate_size=4 * hidden_size,

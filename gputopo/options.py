@@ -6,15 +6,31 @@ import re
 
 import click
 
+from .units import MOST_BYTES, MOST_CHARS, MOST_COUNT, NUMBER, shown
+
 OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")  # plan.OPTIMIZER_BYTES; named here so --help stays light
+
+# What no machine has, named in each refusal and in docs/options.md: a value beyond is a typo or a unit slip.
+GPU_MEM = (2 ** 30, 2 ** 41)   # 1 GiB (the smallest MIG slice has 5 GB) to 2 TiB (the largest GPUs have 288 GB)
+CPU_MEM = (2 ** 30, 2 ** 46)   # 1 GiB to 64 TiB per node (HPE's Superdome Flex holds 48 TB)
+NVME_FREE = (2 ** 30, 2 ** 54)   # 1 GiB to 16 PiB per node (24 drives of 122 TB are 2.9 PB)
+MOST_NODES = 100_000           # 800,000 GPUs at 8 a node: more than any cluster
+MOST_CORES = 8192              # Linux's most CPUs (NR_CPUS with MAXSMP)
+MOST_SECONDS = 7 * 24 * 3600   # a week: no run is waited on longer
+GBPS = (0.01, 1e6)             # GB/s: 100 Mb/s Ethernet is 0.0125; 1 PB/s is beyond any link
+MOST_PATH = 4096               # characters: Linux's PATH_MAX
 
 
 class _Owned(click.ParamType):
-    """A value converted by its rule's owner; the owner's ValueError becomes click's one-line usage error."""
+    """A value converted by its rule's owner; the owner's ValueError becomes click's one-line usage error. A text
+    longer than any value of its kind is refused before it is read (int() refuses 4301 digits with a traceback)."""
+    most_chars, kind = MOST_CHARS, "number"
 
     def convert(self, value, param, ctx):
         if not isinstance(value, str):
             return value
+        if len(value) > self.most_chars:
+            self.fail(f"{shown(value)}: longer than any {self.kind} (at most {self.most_chars} characters)", param, ctx)
         try:
             return self.parse(value)
         except ValueError as e:
@@ -25,17 +41,22 @@ class _Owned(click.ParamType):
 
 
 class Size(_Owned):
-    """Bytes in binary units, as GPUs are sold and nvidia-smi and `free -g` print them: 80GB = 80 GiB."""
+    """Bytes in binary units, as GPUs are sold and nvidia-smi and `free -g` print them: 80GB = 80 GiB; from
+    `least` to `most` (what `has` names)."""
     name = "SIZE"
+
+    def __init__(self, least: int = 1, most: int = MOST_BYTES, has: str = "any machine has"):
+        self.least, self.most, self.has = least, most, has
 
     def parse(self, text):
         from .units import parse_size
-        return parse_size(text)
+        return parse_size(text, self.least, self.most, self.has)
 
 
 class SizeList(Size):
     """Comma-separated sizes: 1MB,4MB,64MB."""
     name = "SIZE,.."
+    most_chars, kind = 1024, "list of sizes"
 
     def parse(self, text):
         parts = [p for p in text.split(",") if p.strip()]
@@ -49,8 +70,8 @@ class Count(_Owned):
     count beyond it is a typo, and planning with it would print sizes no machine has)."""
     name = "N"
 
-    def __init__(self, least: int = 1, most: int = 2 ** 31 - 1, what: str = "a run has"):
-        self.least, self.most, self.what = least, most, what
+    def __init__(self, least: int = 1, most: int = MOST_COUNT, what: str = "a run has", why: str = ""):
+        self.least, self.most, self.what, self.why = least, most, what, why
 
     def convert(self, value, param, ctx):
         n = super().convert(str(value) if isinstance(value, int) and not isinstance(value, bool) else value,
@@ -58,7 +79,8 @@ class Count(_Owned):
         if n < self.least:
             self.fail(f"must be {self.least} or more, not {n}", param, ctx)
         if n > self.most:
-            self.fail(f"{n} is more than {self.what} (at most {self.most})", param, ctx)
+            self.fail(f"{n} is more than {self.what} (at most {self.most}{'; ' + self.why if self.why else ''})",
+                      param, ctx)
         return n
 
     def parse(self, text):
@@ -68,21 +90,36 @@ class Count(_Owned):
             raise ValueError(f"{text!r}: expected a whole number") from None
 
 
+class ModelCount(Count):
+    """A count in a model's shape (--layers; --hidden-size and --vocab-size, "widths"), bounded as config.json's
+    are: gputopo.models owns the bounds, imported here only when a value is read (inspect of a paste stays light)."""
+
+    def __init__(self, shape: str):
+        super().__init__(what="any model has")
+        self.shape = shape
+
+    def convert(self, value, param, ctx):
+        from .models import BOUNDS
+        self.most, self.why = BOUNDS[self.shape]
+        return super().convert(value, param, ctx)
+
+
 class Seconds(_Owned):
-    """A finite number of seconds, 0 or more (nan and inf are not durations)."""
+    """Seconds, 0 or more (above 0 when `positive`) and at most a week (nan and inf are not durations; 1e30 s
+    overflows every clock a timeout is set on)."""
     name = "SECONDS"
 
     def __init__(self, positive: bool = False):
         self.positive = positive
 
     def parse(self, text):
-        import math
-        try:
-            s = float(text)
-        except ValueError:
-            raise ValueError(f"{text!r}: expected seconds, like 30 or 1.5") from None
-        if not math.isfinite(s) or s < 0 or (self.positive and s == 0):
-            raise ValueError(f"{text!r}: expected a finite number of seconds, {'above' if self.positive else 'from'} 0")
+        if not re.fullmatch(rf"\s*{NUMBER}\s*", text):
+            raise ValueError(f"{text!r}: expected seconds, like 30 or 1.5")
+        s = float(text)
+        if s < 0 or (self.positive and s == 0):
+            raise ValueError(f"{text!r}: expected a number of seconds {'above' if self.positive else 'from'} 0")
+        if s > MOST_SECONDS:
+            raise ValueError(f"{text}: longer than any run is waited on (at most {MOST_SECONDS} s, a week)")
         return s
 
 
@@ -91,21 +128,25 @@ class Bandwidth(_Owned):
     name = "GB/S"
 
     def parse(self, text):
-        m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(?:([GT])(B/s|Bps|b/s|bps|bit/s))?\s*", text)
+        m = re.fullmatch(rf"\s*({NUMBER})\s*(?:([GT])(B/s|Bps|b/s|bps|bit/s))?\s*", text)
         if not m:
             raise ValueError(f"{text}: expected GB/s per direction, like 12.5, 25GB/s, 100Gb/s or 3.2Tb/s")
         # a lowercase b is bits (networks are sold so: 8 x 400Gb/s = 3.2Tb/s); T is a thousand G
         n = float(m.group(1)) * (1000 if m.group(2) == "T" else 1) / (8 if (m.group(3) or "").startswith("b") else 1)
         if n <= 0:
             raise ValueError(f"{text}: a bandwidth must be above 0 GB/s")
-        if n > 1e6:   # 1 PB/s: beyond any link (inf included)
-            raise ValueError(f"{text}: more than any link carries (at most 1000000 GB/s)")
+        if n < GBPS[0]:
+            raise ValueError(f"{text}: slower than any network (at least {GBPS[0]:g} GB/s; 100 Mb/s Ethernet is"
+                             " 0.0125 GB/s)")
+        if n > GBPS[1]:   # inf included
+            raise ValueError(f"{text}: more than any link carries (at most {GBPS[1]:.0f} GB/s)")
         return n
 
 
 class GpuModelType(_Owned):
     """A GPU model gputopo knows (its memory and bf16 support then follow), or a one-line refusal naming them."""
     name = "GPU-MODEL"
+    most_chars, kind = 96, "GPU model"   # NVML_DEVICE_NAME_V2_BUFFER_SIZE
 
     def parse(self, text):
         from . import gpus
@@ -115,6 +156,7 @@ class GpuModelType(_Owned):
 class LinkType(_Owned):
     """A link type as nvidia-smi topo -m prints it."""
     name = "TYPE"
+    kind = "link type"
 
     def parse(self, text):
         from .topology import link_type
@@ -124,18 +166,21 @@ class LinkType(_Owned):
 class GpuIds(_Owned):
     """Which GPUs, by index as nvidia-smi numbers them: 0,1,3 (accelerate's --gpu_ids). --gpus is a count."""
     name = "0,1,.."
+    most_chars, kind = MOST_PATH, "list of GPUs"
 
     def parse(self, text):
         parts = [p.strip() for p in text.split(",")]
-        bad = [p for p in parts if not p.isdecimal()]
+        bad = [p for p in parts if not p.isdecimal() or len(p) > 4 or int(p) >= GPU_COUNT.most]
         if bad:
-            raise ValueError(f"{text}: GPU indices like 0,1,3 (--gpus is a count); not {bad[0]!r}")
+            raise ValueError(f"{shown(text)}: GPU indices like 0,1,3, below {GPU_COUNT.most} (--gpus is a count);"
+                             f" not {shown(bad[0])!r}")
         return tuple(dict.fromkeys(int(p) for p in parts))
 
 
 class Text(_Owned):
     """A name, path or address: an empty value is refused rather than read as "not given"."""
     name = "TEXT"
+    most_chars, kind = MOST_PATH, "name, path or address"
 
     def __init__(self, metavar: str = "TEXT"):
         self.name = metavar
@@ -146,9 +191,16 @@ class Text(_Owned):
         return text
 
 
-SIZE, SIZES, COUNT, BANDWIDTH, GPU_MODEL, LINK = Size(), SizeList(), Count(), Bandwidth(), GpuModelType(), LinkType()
+SIZE, COUNT, BANDWIDTH, GPU_MODEL, LINK = Size(), Count(), Bandwidth(), GpuModelType(), LinkType()
+SIZES = SizeList(most=GPU_MEM[1], has="a GPU holds")   # an all-reduce buffer lives in one GPU's memory
+GPU_SIZE, CPU_SIZE = Size(*GPU_MEM, has="any GPU has"), Size(*CPU_MEM, has="any node has")
+NVME_SIZE = Size(*NVME_FREE, has="any node's disks hold")
 GPU_COUNT = Count(most=1024, what="a node holds")
+NODES = Count(most=MOST_NODES, what="any cluster has", why="800,000 GPUs at 8 a node")
+CORES = Count(most=MOST_CORES, what="a node has", why="Linux's NR_CPUS with MAXSMP")
+LAYERS, WIDTH = ModelCount("layers"), ModelCount("widths")
 TIMEOUT = Seconds(positive=True)
+PORT = Count(most=65535, what="a TCP port number")
 GPU_IDS, PATH, DIR, TEXT = GpuIds(), Text("PATH"), Text("DIR"), Text()
 
 
@@ -179,6 +231,19 @@ def typed(ctx: click.Context) -> frozenset:
                      if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE)
 
 
+def one_value(param: click.Parameter, texts: list[str], ctx: click.Context | None = None) -> bool:
+    """Whether the texts typed for one option are one value as its type reads it: 80GB and 80GiB, 4 and 04,
+    25 and 25GB/s are each one value (docs/options.md), so an option given twice with them is given once. A flag's
+    texts are its spellings (--hf, --no-hf); a text its type refuses is compared as typed (its refusal follows)."""
+    def read(text):
+        try:
+            return text if getattr(param, "is_flag", False) else param.type.convert(text, param, ctx)
+        except click.BadParameter:
+            return text
+    first = read(texts[0])
+    return all(read(text) == first for text in texts[1:])
+
+
 def names(decorator) -> tuple[str, ...]:
     """The click names of the options a shared group adds."""
     return tuple(p.name for p in decorator(lambda: None).__click_params__)
@@ -188,9 +253,9 @@ model_options = group(
     click.option("--model", type=TEXT, metavar="NAME|PATH",
                  help="A known model (gpt2, t5-3b, llama-2-7b, ...) or a folder with config.json."),
     click.option("--params", type=TEXT, metavar="N", help="Parameter count (7B, 350M) when only the size is known."),
-    click.option("--hidden-size", type=COUNT, help="Hidden size, with --params."),
-    click.option("--layers", type=COUNT, help="Transformer blocks, with --params."),
-    click.option("--vocab-size", type=COUNT, help="Vocabulary size, with --params (optional)."),
+    click.option("--hidden-size", type=WIDTH, help="Hidden size, with --params."),
+    click.option("--layers", type=LAYERS, help="Transformer blocks, with --params."),
+    click.option("--vocab-size", type=WIDTH, help="Vocabulary size, with --params (optional)."),
 )
 training_options = group(
     click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
@@ -233,21 +298,21 @@ training_options = group(
                       " in a config without --auto]."),
 )
 host_options = group(
-    click.option("--cpu-mem", type=SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),
-    click.option("--cpu-cores", type=COUNT, help="CPU cores per node: DeepSpeed's CPU Adam steps an offloaded"
+    click.option("--cpu-mem", type=CPU_SIZE, help="CPU RAM per node, e.g. 512GB [default: this machine's]."),
+    click.option("--cpu-cores", type=CORES, help="CPU cores per node: DeepSpeed's CPU Adam steps an offloaded"
                                                  " optimizer on them [default: this machine's physical cores]."),
     click.option("--nvme-path", type=DIR, metavar="DIR",
                  help="Folder for NVMe offload [default: the local NVMe mount with the most free space, else the"
                       " roomiest local disk; `gputopo doctor` lists the disks]."),
-    click.option("--nvme-free", type=SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
-    click.option("--nodes", type=COUNT, default=1, show_default=True, help="Nodes (each like this one)."),
+    click.option("--nvme-free", type=NVME_SIZE, help="Free NVMe space per node [default: measured at --nvme-path]."),
+    click.option("--nodes", type=NODES, default=1, show_default=True, help="Nodes (each like this one)."),
     click.option("--inter-node-gbps", type=BANDWIDTH,
                  help="Network bandwidth between nodes, GB/s per direction, with --nodes 2 or more (or bits:"
                       " 400Gb/s, 3.2Tb/s) [default: 12.5, i.e. 100Gb/s]."),
 )
 gpu_options = group(
     click.option("--gpus", type=GPU_COUNT, help="GPUs per node [default: those of this machine]."),
-    click.option("--gpu-mem", type=SIZE, help="Memory per GPU: 80GB (= 80 GiB, as the card is sold), 16000MiB"
+    click.option("--gpu-mem", type=GPU_SIZE, help="Memory per GPU: 80GB (= 80 GiB, as the card is sold), 16000MiB"
                                               " [default: --gpu-model's, else this machine's]."),
     click.option("--gpu-model", type=GPU_MODEL, help="GPU model (A100-80GB, H100, RTX 4090...): fills --gpu-mem, bf16"
                                                      " support and NVLink bandwidth; an unknown name is refused."),

@@ -21,7 +21,7 @@ from .errors import BadInput, NvmlUnavailable, exclusive
 from .models import ModelSpec
 from .plan import Layout, Training, layout_from_topology, link_bandwidth
 from .topology import link_type, nvlink_count
-from .units import gib
+from .units import MOST_COUNT, gib
 
 DEFAULT_SEQ_CAP = 1024      # --seq-len default: the model's context, at most this
 DEFAULT_MICRO = 4           # --batch-size where nothing is searched (deepspeed-config without --auto)
@@ -147,7 +147,8 @@ def first_micro(micro: int | None, accum: int | None, global_batch: int | None, 
         return global_batch // (accum * world)
     fits = [b for b in (DEFAULT_MICRO, 2, 1) if global_batch is None or global_batch % (b * world) == 0]
     if not fits and global_batch % world:   # no micro-batch can make it: the GPUs do not divide it
-        near = " or ".join(str(x) for x in (global_batch // world * world, (global_batch // world + 1) * world) if x)
+        near = " or ".join(str(x) for x in (global_batch // world * world, (global_batch // world + 1) * world)
+                           if 0 < x <= MOST_COUNT)   # a value --global-batch takes
         raise BadInput(f"--global-batch {global_batch} is not a multiple of the {world} GPUs: try {near}")
     return fits[0] if fits else DEFAULT_MICRO
 
@@ -164,7 +165,7 @@ def accumulation(micro: int, accum: int | None, global_batch: int | None, world:
         return accum
     if global_batch % per_step:
         lo, hi = global_batch // per_step * per_step, (global_batch // per_step + 1) * per_step
-        near = " or ".join(str(x) for x in (lo, hi) if x > 0)
+        near = " or ".join(str(x) for x in (lo, hi) if 0 < x <= MOST_COUNT)   # a value --global-batch takes
         raise BadInput(f"--global-batch {global_batch} is not a multiple of --batch-size x GPUs"
                        f" ({micro} x {world} = {per_step}): try {near}")
     return global_batch // per_step
@@ -219,18 +220,26 @@ def _given_gpus(hw: HardwareAsk, gm: catalog.GpuModel | None, host_facts: dict, 
     link = _link(hw.link)
     if link and hw.gpus == 1:
         raise BadInput(f"--link {link} describes the link between GPUs; --gpus 1 has none")
-    cap = catalog.max_nvlinks(name)
-    nvlinks = nvlink_count(link) if link else None
-    if nvlinks and cap is not None and nvlinks > cap:
-        has = f"{gm.key} has {cap} NVLinks" if cap else f"{gm.key} has no NVLink"
+    has = _nvlinks_beyond(link, gm)
+    if has:
         raise BadInput(f"--link {link}: {has}")
-    if link is None and hw.gpus > 1 and cap == 0:
+    if link is None and hw.gpus > 1 and catalog.max_nvlinks(name) == 0:
         link = "PHB"   # no NVLink on the card: PCIe is the only path between two of them
         notes["link"] = (f"link PHB: {gm.key} has no NVLink, so its GPUs talk over PCIe; assumed under one CPU"
                          " (--link NODE or SYS for GPUs on two sockets, PIX/PXB behind a PCIe switch)")
     gbps, basis = link_bandwidth(link, name) if link else (None, "unknown")
     return Layout(gpus_per_node=hw.gpus, gpu_mem_bytes=mem, gpu_model=name, link_type=link, link_gbps=gbps,
                   link_basis=basis, **host_facts)
+
+
+def _nvlinks_beyond(link: str | None, gm: catalog.GpuModel | None) -> str | None:
+    """What the GPU model has when `link` has more NVLinks than that (an RTX 4090 has none), else None: one rule
+    for --link and for a topology's links (a paste of NV12 planned with --gpu-model "RTX 4090")."""
+    cap = catalog.max_nvlinks(str(gm)) if gm else None
+    n = nvlink_count(link) if link else None
+    if n and cap is not None and n > cap:
+        return f"{gm.key} has {cap} NVLinks" if cap else f"{gm.key} has no NVLink"
+    return None
 
 
 def _link(text: str | None) -> str | None:
@@ -261,6 +270,11 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
             raise BadInput(f"no GPU visible here ({reason}): give --gpus N and --gpu-mem SIZE (or --gpu-model)")
     if hw.link:
         raise BadInput("--link describes GPUs given by --gpus and --gpu-mem; this topology has its own links")
+    widest = max(topology.gpu_links(selected), key=lambda lk: lk.nvlinks, default=None)
+    has = _nvlinks_beyond(widest.type, gm) if widest else None
+    if has:
+        raise BadInput(f"--gpu-model {gm}: {has}, but the topology shows {widest.type} between {widest.a} and"
+                       f" {widest.b}: check --gpu-model")
     mem = hw.gpu_mem
     named = _named_model(topology, selected)
     if mem is not None and catalog.lookup(named):

@@ -15,29 +15,51 @@ UNIT_RULE = "sizes are binary, as GPUs are sold and nvidia-smi prints them: 80GB
 
 
 MOST_BYTES = 2 ** 60   # 1 EiB: beyond any GPU, host or disk a plan is for
+# One grammar for every number an option takes (sizes, bandwidths, --params): 12, 1.5, .5, 1e9, 1e-9, 1.5E+3
+NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+MOST_CHARS = 32        # the longest number typed: "16000MiB", "3.2Tb/s", "1.5e9" are short; 4301 digits is not a number
+MOST_COUNT = 2 ** 31 - 1   # a count (batch, tokens, steps): beyond the largest 32-bit int is a typo
 
 
-def parse_size(text: str) -> int:
-    """'24GiB', '80GB', '80G', '16000MiB', '1.5TB' -> bytes (binary units). Raises ValueError."""
-    m = re.fullmatch(r"\s*([+-]?[0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*(?:([KMGTP])(?:i?B)?|(B))?\s*", str(text), re.I)
+def shown(text) -> str:
+    """A value as a refusal quotes it: whole when short, else its start and its length (one readable line)."""
+    text = str(text)
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
+def exact(n: int) -> str:
+    """A bound in the largest binary unit that divides it: 1 GiB, 2 TiB, 16 PiB."""
+    for unit, scale in (("EiB", 2 ** 60), ("PiB", 2 ** 50), ("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20),
+                        ("KiB", 2 ** 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def parse_size(text: str, least: int = 1, most: int = MOST_BYTES, has: str = "any machine has") -> int:
+    """'24GiB', '80GB', '80G', '16000MiB', '1.5TB' -> bytes (binary units), from `least` to `most` (what `has`
+    names: "any GPU has"). Raises ValueError."""
+    text = str(text)
+    if len(text) > MOST_CHARS:
+        raise ValueError(f"{shown(text)}: longer than any size (at most {MOST_CHARS} characters)")
+    m = re.fullmatch(rf"\s*({NUMBER})\s*(?:([KMGTP])(?:i?B)?|(B))?\s*", text, re.I)
     if not m:
         raise ValueError(f"{text}: expected a positive size like 24GB, 80GiB or 16000MiB ({UNIT_RULE})")
-    if re.search(r"[0-9A-Za-z]b\s*$", str(text)):  # 200Gb/s is bits everywhere in gputopo; a size is bytes
+    if re.search(r"[0-9A-Za-z]b\s*$", text):  # 200Gb/s is bits everywhere in gputopo; a size is bytes
         raise ValueError(f"{text}: a lowercase b is bits; sizes are bytes: {m.group(1)}{(m.group(2) or '').upper()}B")
     value = float(m.group(1))
     unit = (m.group(2) or m.group(3) or "").upper()
-    if value > MOST_BYTES:   # no machine has this much of anything (also: 1e400 is inf, and int(inf) fails)
-        raise ValueError(f"{text}: more than any machine has (at most {MOST_BYTES // 2 ** 60} EiB)")
     if value <= 0:
         raise ValueError(f"{text}: expected a positive size like 24GB, 80GiB or 16000MiB")
     if not unit:
         raise ValueError(f"{text}: give a unit, e.g. {m.group(1)}GB ({UNIT_RULE})")
-    n = int(value * SCALE[unit])
-    if n > MOST_BYTES:
-        raise ValueError(f"{text}: more than any machine has (at most 1 EiB)")
-    if n < 1:
-        raise ValueError(f"{text}: less than one byte")
-    return n
+    n = value * SCALE[unit]   # a float: 1e400 is inf, compared before int() would fail on it
+    if n > most:
+        raise ValueError(f"{text}: more than {has} (at most {exact(most)})")
+    if n < least:
+        raise ValueError(f"{text}: less than {has} (at least {exact(least)})" if least > 1 else
+                         f"{text}: less than one byte")
+    return int(n)
 
 
 def parse_bytes(text: str, what: str) -> int:

@@ -171,14 +171,15 @@ def build_model(name: str):
     from transformers import AutoConfig, AutoModelForCausalLM
     transformers.logging.set_verbosity_error()
     path = Path(name)
+    local = dict(local_files_only=True, trust_remote_code=False)   # a folder's own code is never run
     if path.is_dir():
-        cfg = AutoConfig.from_pretrained(path, local_files_only=True)
+        cfg = AutoConfig.from_pretrained(path, **local)
         if any((path / f).exists() for f in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
-            return AutoModelForCausalLM.from_pretrained(path, local_files_only=True), f"{name} (local weights)"
-        return AutoModelForCausalLM.from_config(cfg), f"{name} (random weights from its config.json)"
+            return AutoModelForCausalLM.from_pretrained(path, **local), f"{name} (local weights)"
+        return AutoModelForCausalLM.from_config(cfg, trust_remote_code=False), \
+            f"{name} (random weights from its config.json)"
     try:
-        return (AutoModelForCausalLM.from_pretrained(name, local_files_only=True),
-                f"{name} (weights from the local HF cache)")
+        return (AutoModelForCausalLM.from_pretrained(name, **local), f"{name} (weights from the local HF cache)")
     except Exception:  # not cached: build the architecture from gputopo's catalog
         pass
     from .models import CATALOG, CAUSAL_FAMILIES, catalog_key
@@ -245,7 +246,7 @@ def _tokenize(text: str, vocab: int, model_dir: str | None) -> list[int]:
     """The model folder's tokenizer when it has one; else a byte-level BPE trained on the text itself."""
     if model_dir and Path(model_dir, "tokenizer.json").exists():
         from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
         return [i for i in tok(text)["input_ids"] if i < vocab]
     from tokenizers import ByteLevelBPETokenizer
     tok = ByteLevelBPETokenizer()

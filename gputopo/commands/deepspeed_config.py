@@ -6,7 +6,18 @@ import sys
 
 import click
 
-from ..options import PATH, TEXT, gpu_options, host_options, json_option, model_options, training_options, typed
+from ..options import (
+    PATH,
+    PORT,
+    TEXT,
+    Count,
+    gpu_options,
+    host_options,
+    json_option,
+    model_options,
+    training_options,
+    typed,
+)
 from .common import Command, notes
 
 
@@ -38,7 +49,7 @@ def _show(result, output: str | None) -> None:
                       " --selective-checkpointing, --pure-16bit, --[no-]grad-checkpointing (with --no-hf), and"
                       " --nvme-path/--nvme-free unless --offload nvme. With --auto, what is not given is searched"
                       " as `gputopo plan` searches it (docs/plan.md).")
-@click.option("--stage", type=int, metavar="0-3", help="ZeRO stage 0-3 (or --auto).")
+@click.option("--stage", type=Count(0), metavar="0-3", help="ZeRO stage 0-3 (or --auto).")
 @click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True,
               help="Where ZeRO keeps optimizer states (and at stage 3 parameters) off the GPU.")
 @click.option("--auto", "auto_", is_flag=True, help="Take stage and offload from `gputopo plan` for --model.")
@@ -56,9 +67,9 @@ def _show(result, output: str | None) -> None:
 @click.option("--master-addr", type=TEXT, metavar="HOST",
               help="Head node's address for --nodes > 1, written into the launch files [default: the printed"
                    " commands read $MASTER_ADDR].")
-@click.option("--master-port", type=click.IntRange(1, 65535), metavar="PORT", default=29500, show_default=True,
+@click.option("--master-port", type=PORT, metavar="PORT", default=29500, show_default=True,
               help="Rendezvous port on the head node for --launcher.")
-@click.option("--cpus-per-task", type=click.IntRange(1, 4096), metavar="N",
+@click.option("--cpus-per-task", type=Count(most=4096, what="a Slurm task gets"), metavar="N",
               help="CPUs per node for --launcher slurm's job (#SBATCH --cpus-per-task) [default: 2 per GPU].")
 @click.option("--check", is_flag=True,
               help="Run `gputopo doctor` on this config before writing it:"

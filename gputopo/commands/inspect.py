@@ -8,9 +8,9 @@ from ..options import (
     COUNT,
     GPU_IDS,
     GPU_MODEL,
+    GPU_SIZE,
     PATH,
     PLAN_INPUTS,
-    SIZE,
     TEXT,
     TIMEOUT,
     given,
@@ -133,7 +133,8 @@ def _list_examples(as_json: bool) -> None:
 @click.option("--best", type=COUNT, metavar="K", help="Pick the K GPUs with the best interconnect.")
 @click.option("--gpu-model", type=GPU_MODEL,
               help="GPU model when the paste does not name it (bandwidth, memory, bf16).")
-@click.option("--gpu-mem", type=SIZE, help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
+@click.option("--gpu-mem", type=GPU_SIZE,
+              help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
 @model_options
 @training_options
 @click.option("--nccl-log", type=PATH, metavar="PATH",
