@@ -270,8 +270,6 @@ def test_equal_values_are_one_value(option, texts):
     assert one_value(param, texts) and not one_value(param, [texts[0], "81GB" if option == "--gpu-mem" else "5"])
 
 
-@pytest.mark.xfail(strict=True, reason="commands/common.py (not this part's file) still compares the typed texts;"
-                                       " it should ask options.one_value")
 @pytest.mark.parametrize("args", [["--gpu-mem", "80GB", "--gpu-mem", "80GiB"], ["--gpus", "4", "--gpus", "04"],
                                   ["--nodes", "2", "--inter-node-gbps", "25", "--inter-node-gbps", "25GB/s"]])
 def test_equal_values_given_twice_pass(args):

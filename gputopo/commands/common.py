@@ -24,8 +24,9 @@ class Command(click.Command):
             elif not eq and not value and i < len(args):
                 value, i = args[i], i + 1
             given.setdefault(p, []).append(value)
+        from ..options import one_value
         for p, values in given.items():
-            if len(set(values)) > 1:
+            if not one_value(p, values, ctx):   # 80GB and 80GiB, 4 and 04 are one value (docs/options.md)
                 shown = ", ".join(dict.fromkeys(values))
                 times = "twice" if len(values) == 2 else f"{len(values)} times"
                 raise click.UsageError(f"{max(p.opts, key=len)} given {times} ({shown}): give it once", ctx)
