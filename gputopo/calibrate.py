@@ -97,7 +97,8 @@ def run(req: dict, copies: int = 1, timeout: float | None = None, env: dict | No
     gpt2 sample took 6.4-8 GB a copy and the kernel's OOM killer ended them on a busier machine; estimated at
     9.3 GiB by gputopo.memory), and refused when not even two blocks do. With req["budget"] the copies work to
     its deadline (what does not fit is skipped and named) and are stopped GRACE seconds past it. `say` gets a line
-    at the start, one as each part starts and one at the end."""
+    at the start, one as each part starts, one every 15 s while a part runs (children.Heartbeat) and one at the
+    end."""
     from .units import gib
     req, cut = sized(req, copies)
     budget = req.get("budget")
@@ -118,11 +119,22 @@ def run(req: dict, copies: int = 1, timeout: float | None = None, env: dict | No
            json.dumps({**req, "barrier": barrier.name, "copies": copies, "port": free_port(),
                        "deadline": time.time() + budget if budget else None})]
     env.setdefault("LOCAL_SIZE", str(copies))   # as gputopo.worker.deepspeed_local_size sets it for training
+    # issue 43: a part (the model's sample, DeepSpeed's samples and the ops they build) runs for minutes on a CPU;
+    # between the first copy's lines a heartbeat says which part is still running and for how long
+    part = ["starting (Python, torch)"]
+    beat = children.Heartbeat(lambda s: f"calibrating: still {part[0]} ({s:.0f} s so far)", say) if say else None
+
+    def heard_part(line):
+        part[0] = line.removeprefix("calibrating: ")
+        beat.said()
+        say(line)
     procs = [children.spawn(cmd, env={**env, "LOCAL_RANK": str(i), "RANK": str(i)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True) for i in range(copies)]
-    heard = [_listen(p, say if i == 0 else None) for i, p in enumerate(procs)]
+    heard = [_listen(p, heard_part if say and i == 0 else None) for i, p in enumerate(procs)]
     results = []
     try:
+        if beat:
+            beat.start()
         for proc, (out, err, readers) in zip(procs, heard):
             proc.wait(timeout=max(0.1, started + timeout - time.monotonic()))
             for r in readers:
@@ -139,6 +151,8 @@ def run(req: dict, copies: int = 1, timeout: float | None = None, env: dict | No
         raise BenchmarkFailed(f"calibration ran {timeout:.0f} s" + (f", past --calibrate-seconds {budget:g}" if budget
                                                                    else "") + ", and was stopped") from None
     finally:   # Ctrl-C, SIGTERM, SIGHUP (gputopo.children), a failure: no copy outlives the calibration
+        if beat:
+            beat.stop()
         for proc in procs:
             if proc.poll() is None:
                 children.end(proc, grace=2)

@@ -4,13 +4,15 @@ A scheduler's kill (SIGTERM) or a dropped SSH session (SIGHUP) stops gputopo as 
 either into `Stopped`, a KeyboardInterrupt, in the main thread, so the same cleanup runs for all three (the
 `finally` that ends a run's children and removes its folders). Children are started in their own session
 (`spawn`), so a terminal's SIGINT does not reach them behind their parent's back, and `end` stops each one with
-everything it started (torchrun and its workers, a compiler), SIGTERM first, then SIGKILL.
+everything it started (torchrun and its workers, a compiler), SIGTERM first, then SIGKILL. While the parent
+waits on one, a `Heartbeat` says on stderr what it waits for, at least every 15 s.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+from time import monotonic  # bound at import: a test faking time.monotonic leaves a heartbeat's clock alone
 
 NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 
@@ -89,3 +91,64 @@ def end(proc, grace: float = 10) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+HEARTBEAT_SECONDS = 15.0   # the longest a long step stays silent on stderr (issue 43: `plan --measure` said nothing
+                           # for 3 min 21 s, set-up's async_io build for 529 s)
+
+
+def heartbeat_seconds() -> float:
+    """Seconds between a heartbeat's lines: GPUTOPO_HEARTBEAT_SECONDS (tests shorten it), else HEARTBEAT_SECONDS."""
+    try:
+        return float(os.environ.get("GPUTOPO_HEARTBEAT_SECONDS") or HEARTBEAT_SECONDS)
+    except ValueError:
+        return HEARTBEAT_SECONDS
+
+
+def on_stderr(line: str) -> None:
+    """A progress line where progress goes (stderr: stdout stays the command's data, `--json` included)."""
+    import sys
+    print(line, file=sys.stderr, flush=True)
+
+
+class Heartbeat:
+    """While a long wait lasts (a child, a compile), a line every `every` seconds that says what is going on and
+    for how long: "measuring: the model's step in a child process (45 s so far)". `what` is the text, or a
+    function of the seconds so far that returns the line; `said()` restarts the count when the caller has just
+    said something itself. A context manager (`with Heartbeat(...):` around the wait), or start() and stop()."""
+
+    def __init__(self, what, say=None, every: float | None = None):
+        import threading
+        self.what, self.say = what, say or on_stderr
+        self.every = heartbeat_seconds() if every is None else every
+        self.started = self.last = monotonic()
+        self._stop, self._thread = threading.Event(), threading.Thread(target=self._run, daemon=True)
+
+    def line(self, seconds: float) -> str:
+        return self.what(seconds) if callable(self.what) else f"{self.what} ({seconds:.0f} s so far)"
+
+    def said(self) -> None:
+        """A line was just said another way: the next beat comes `every` seconds from now."""
+        self.last = monotonic()
+
+    def _run(self) -> None:
+        while not self._stop.wait(max(0.0, self.last + self.every - monotonic())):
+            now = monotonic()
+            if now - self.last >= self.every:
+                self.last = now
+                self.say(self.line(now - self.started))
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> Heartbeat:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -9,6 +9,7 @@ model from its configuration with random weights, runs a warm-up step, then meas
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -16,6 +17,7 @@ import statistics
 import subprocess
 import sys
 
+from .children import Heartbeat, on_stderr
 from .errors import BadInput, BenchmarkFailed
 
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
@@ -36,18 +38,25 @@ def run(req: dict, *, timeout: float = 3600, **need) -> dict:
 
 
 def run_many(reqs: list[dict], *, need_bytes: int, gpu: dict | None = None, gpu_bytes: int = 0,
-             timeout: float = 3600, malloc: bool = True) -> list[dict]:
+             timeout: float = 3600, malloc: bool = True, say=on_stderr) -> list[dict]:
     """Measure several steps one after the other in one child (the high-water mark is reset for each).
     need_bytes: host RAM the child needs; gpu_bytes: memory on `gpu` (target()) when it trains on one.
-    malloc=False: glibc as a training process has it (the memory measurement's settings slow allocation)."""
+    malloc=False: glibc as a training process has it (the memory measurement's settings slow allocation).
+    `say` gets a line as the child starts and a heartbeat while it runs (None: silent)."""
     if any(r["optimizer"] == "adamw-8bit" for r in reqs):
         raise BadInput("--measure: 8-bit Adam needs bitsandbytes on CUDA; measure with --optimizer adamw instead")
     room(need_bytes, gpu, gpu_bytes)
     env = {**os.environ, **(MALLOC_ENV if malloc else {})}
     env.setdefault("OMP_NUM_THREADS", str(min(os.cpu_count() or 1, 4)))
+    doing = (f"measuring: the model's step time (2 warm-up steps, then {TIMED_STEPS} timed)" if reqs[0].get("time_only")
+             else "measuring: the model's memory (a warm-up step, then the measured one)")
+    doing += f"{f' for {len(reqs)} setups' if len(reqs) > 1 else ''} in a child process"
+    if say:
+        say(doing)
     try:
-        proc = subprocess.run([sys.executable, "-m", "gputopo.measure", json.dumps(reqs)], env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        with Heartbeat(doing, say) if say else contextlib.nullcontext():
+            proc = subprocess.run([sys.executable, "-m", "gputopo.measure", json.dumps(reqs)], env=env,
+                                  capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise BenchmarkFailed(f"--measure: the measuring process took more than {timeout:.0f} s and was stopped") \
             from None
@@ -97,8 +106,11 @@ def target() -> dict | None:
         return None
 
 
-def check(data: dict) -> dict:
-    """Measure the planned step on this machine and compare it with the prediction, per component."""
+def check(data: dict, say=on_stderr) -> dict:
+    """Measure the planned step on this machine and compare it with the prediction, per component. `say` gets
+    each part as it starts and a heartbeat while it runs: the memory, the step time and the calibration each run
+    a child for minutes on a CPU."""
+    import time
     from dataclasses import fields
 
     from .models import ModelSpec
@@ -113,21 +125,24 @@ def check(data: dict) -> dict:
     # runtime stays on the host.
     need = ({"need_bytes": RUNTIME_BYTES, "gpu": gpu, "gpu_bytes": step + CUDA_CONTEXT_BYTES} if gpu
             else {"need_bytes": step + RUNTIME_BYTES})
-    result = run(req, **need)
+    started = time.monotonic()
+    result = run(req, **need, say=say)
     out = compare(model, training, result)
-    out["time"] = step_time(model, training, req, need)
+    out["time"] = step_time(model, training, req, need, say)
+    if say:
+        say(f"measured in {time.monotonic() - started:.0f} s")
     return out
 
 
-def step_time(model, training, req: dict, need: dict) -> dict:
+def step_time(model, training, req: dict, need: dict, say=on_stderr) -> dict:
     """One process's step, predicted from this machine's calibration (gputopo.calibrate) and measured: the
     median of TIMED_STEPS steps after two warm-up steps, in a child with glibc's usual settings (need: run_many's
-    memory arguments)."""
+    memory arguments). `say`: as run_many's, and calibrate.run's."""
     from . import calibrate, speed
     from .plan import Layout
     threads = int(os.environ.get("OMP_NUM_THREADS") or min(os.cpu_count() or 1, 4))
-    timed = run_many([{**req, "time_only": True}], **need, malloc=False)[0]
-    cal = calibrate.run(calibrate.request(model, training, threads, device=timed["device"]))
+    timed = run_many([{**req, "time_only": True}], **need, malloc=False, say=say)[0]
+    cal = calibrate.run(calibrate.request(model, training, threads, device=timed["device"]), say=say)
     rates = calibrate.rates(cal)
     p = speed.step("single", model, Layout(gpus_per_node=1, gpu_mem_bytes=0), training, rates,
                    device=timed["device"])

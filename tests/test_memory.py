@@ -271,7 +271,7 @@ def test_measure_tiny_model_on_cpu(tmp_path, attention, ckpt):
             "--batch-size", "4", "--seq-len", "256", "--attention", attention, "--measure",
             *(["--grad-checkpointing"] if ckpt else []))
     assert r.exit_code == 0, r.output
-    m = json.loads(r.output)["measured"]
+    m = json.loads(r.stdout)["measured"]
     rows = {row["component"]: row for row in m["rows"]}
     assert m["device"] == "cpu" and m["attention"] == attention
     for exact in ("weights", "gradients", "optimizer states"):
@@ -285,6 +285,9 @@ def test_measure_tiny_model_on_cpu(tmp_path, attention, ckpt):
     assert len(t["step_times_s"]) == 3 and t["measured_s"] == sorted(t["step_times_s"])[1]
     assert t["predicted_s"] > 0 and t["error"] == pytest.approx(t["predicted_s"] / t["measured_s"] - 1)
     assert "sampled" in t["basis"]["compute"] and t["prediction"]["comm_s"] == 0
+    # issue 43: each child said on stderr as it starts (tests/test_heartbeat.py: and every 15 s while it runs)
+    assert all(f"\n{said}" in "\n" + r.stderr for said in ("measuring: the model's memory", "measuring: the model's"
+                                                          " step time", "calibrating: 1 process(es)", "measured in "))
 
 
 @pytest.mark.slow
@@ -295,7 +298,7 @@ def test_measure_default_dropout_bf16_sdpa_on_cpu(tmp_path):
     r = run("plan", "--json", "--model", str(model), "--gpus", "1", "--gpu-mem", "8GiB", "--precision", "bf16",
             "--batch-size", "2", "--seq-len", "512", "--attention", "sdpa", "--measure")
     assert r.exit_code == 0, r.output
-    m = json.loads(r.output)["measured"]
+    m = json.loads(r.stdout)["measured"]
     assert m["device"] == "cpu" and m["attention"] == "sdpa"
     step = {row["component"]: row for row in m["rows"]}["step (peak above weights and optimizer)"]
     assert step["measured"] > 30 * 2 ** 20

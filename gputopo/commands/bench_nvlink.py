@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -12,47 +13,90 @@ from ..errors import BadInput, GputopoError, Interrupted
 from ..options import COUNT, GPU_IDS, PATH, SIZES, TEXT, TIMEOUT, Count, json_option, typed
 from .common import Command, emit, notes
 
+SO_FAR = re.compile(r" \(\d+ s so far\)$")
+
 
 class Progress:
     """Each arm's progress on stderr, fed by rank 0 as it trains (step k/N, seconds per step, ETA). On a
     terminal one live line per arm; elsewhere (a log, a pipe) a line every 10 s and at each arm's end;
-    --verbose adds every line of the children, --quiet shows nothing."""
+    --verbose adds every line of the children, --quiet shows nothing. An arm silent for 15 s (torchrun starting,
+    the model building, a slow step) gets its last line again with its seconds so far (children.Heartbeat)."""
     EVERY = 10.0
 
     def __init__(self, verbose: bool, quiet: bool = False):
+        import threading
         self.verbose, self.quiet, self.tty = verbose, quiet, sys.stderr.isatty()
-        self.label, self.last, self.pending, self.shown_at = None, "", None, 0.0
+        self.label, self.last, self.pending, self.shown_at, self.live = None, "", None, 0.0, False
+        self.beat, self.lock = None, threading.Lock()   # the heartbeat's thread writes too
 
     def __call__(self, label, line, is_progress: bool = False):
         if self.quiet or not (is_progress or self.verbose):
             return
-        if self.verbose or not is_progress:
-            click.echo(f"[{label}] {line}", err=True)
-            return
-        if label != self.label:
-            self._end_arm()
-            self.label, self.shown_at = label, float("-inf")   # an arm's first line is always shown
-        self.last = line
-        now = time.monotonic()
-        if self.tty:
-            click.echo(f"\r[{label}] {line[:100]:<100}", err=True, nl=False)
-        elif now - self.shown_at >= self.EVERY:
-            click.echo(f"[{label}] {line}", err=True)
-            self.shown_at, self.pending = now, None
-        else:
-            self.pending = line
+        with self.lock:
+            if label != self.label:
+                self._end_arm()
+                self.label, self.shown_at = label, float("-inf")   # an arm's first line is always shown
+                self._start_beat()
+            if is_progress:
+                self.last = line
+            if self.verbose or not is_progress:
+                self._show(f"[{label}] {line}")
+                return
+            now = time.monotonic()
+            if self.tty:
+                self._show(f"\r[{label}] {line[:100]:<100}", nl=False)
+                self.live = True
+            elif now - self.shown_at >= self.EVERY:
+                self._show(f"[{label}] {line}")
+                self.shown_at, self.pending = now, None
+            else:
+                self.pending = line
+
+    def _show(self, text: str, nl: bool = True) -> None:
+        click.echo(text, err=True, nl=nl)
+        if self.beat:
+            self.beat.said()
+
+    def _start_beat(self) -> None:
+        from .. import children
+        label = self.label
+
+        def line(seconds: float) -> str:   # on a terminal cut to the live line's 100 characters, seconds kept
+            said, so_far = self.pending or self.last or "running", f" ({seconds:.0f} s so far)"
+            said = SO_FAR.sub("", said)   # a calibration's own heartbeat: its seconds replaced, not repeated
+            return (said[:100 - len(so_far)] if self.tty and not self.verbose else said) + so_far
+
+        def say(text: str) -> None:
+            if not self.lock.acquire(blocking=False):   # a line is being written (or the arm ending) just now
+                return
+            try:
+                if self.label != label:
+                    return
+                if self.tty and not self.verbose:
+                    click.echo(f"\r[{label}] {text[:100]:<100}", err=True, nl=False)
+                    self.live = True
+                else:
+                    click.echo(f"[{label}] {text}", err=True)
+                    self.shown_at, self.pending = time.monotonic(), None
+            finally:
+                self.lock.release()
+        self.beat = children.Heartbeat(line, say).start()
 
     def _end_arm(self):
         """Close the previous arm's line: a newline on a terminal, its last state in a log."""
-        if self.label and self.tty:
+        if self.beat:
+            self.beat.stop()
+            self.beat = None
+        if self.live:
             click.echo("", err=True)
         elif self.label and self.pending:
             click.echo(f"[{self.label}] {self.pending}", err=True)
-        self.pending = None
+        self.pending, self.last, self.live = None, "", False
 
     def done(self):
-        self._end_arm()
-        self.label = None
+        with self.lock:
+            self._end_arm()
+            self.label = None
 
 
 def _check_outputs(output, plot, force) -> None:
