@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -119,11 +120,10 @@ def check_ask(a: Ask) -> None:
 def check_model(name: str) -> None:
     """Refuse, before any process starts, a --model the workers could not build: not a folder with
     config.json, not in the local HF cache, not a causal LM of gputopo's catalog (gputopo.worker.build_model)."""
-    from .models import CATALOG, CAUSAL_FAMILIES, catalog_key
+    from .models import CATALOG, CAUSAL_FAMILIES, catalog_key, check_counts, read_config
     path = Path(name)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise BadInput(f"--model {name}: no config.json in that folder")
+    if path.is_dir():   # read as plan reads it: a regular, bounded file naming no code, counts a machine can hold
+        check_counts(read_config(path), path)
         return
     c = CATALOG.get(catalog_key(name))
     if c is not None and c["family"] in CAUSAL_FAMILIES:
@@ -526,7 +526,8 @@ def need_two_gpus(selected: list[str], nproc: int | None, model: str) -> None:
     why = (f"--gpus {nproc} uses one GPU" if len(selected) >= 2 else
            f"only one GPU ({', '.join(selected)}) is available to it")
     raise TooFewGpus(f"bench-nvlink compares P2P on and off between 2 or more GPUs of a node, and {why}; for one"
-                     f" GPU's step time run `torchrun --nproc_per_node 1 -m gputopo.worker --model {model}`,"
+                     " GPU's step time run `torchrun --nproc_per_node 1 -m gputopo.worker --model"
+                     f" {shlex.quote(model)}`,"
                      " for what fits on it `gputopo plan --gpus 1`")
 
 

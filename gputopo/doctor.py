@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -315,7 +316,8 @@ def cuda_stack(host, topo: Topology | None, driver: dict) -> tuple[list[Check], 
     elif not header:
         out.append(Check("nvcc", "warn" if matters else "info", "CUDA toolkit",
                          f"nvcc {nvcc}, but CUDA_HOME resolves to {home} ({how}), which has no include/cuda_runtime.h",
-                         why, f"export CUDA_HOME={kits[0]}" if kits else "set CUDA_HOME to the toolkit's folder"))
+                         why, f"export CUDA_HOME={shlex.quote(kits[0])}" if kits else
+                         "set CUDA_HOME to the toolkit's folder"))
     elif matters and nvcc.split(".")[0] != tb["cuda"].split(".")[0]:
         out.append(Check("nvcc", "warn", "CUDA toolkit", f"nvcc {nvcc} at {home}; torch's CUDA is {tb['cuda']}", why,
                          "set CUDA_HOME to a toolkit with torch's CUDA major version"))

@@ -302,3 +302,20 @@ def test_a_suggested_global_batch_is_one_the_option_takes():
     taken = run("plan", "--model", "gpt2", "--gpus", "8", "--gpu-mem", "80GB", "--global-batch", "2147483640",
                 "--cpu-mem", "64GB", "--cpu-cores", "8")
     assert taken.exit_code in (0, 1) and "--global-batch" not in taken.stderr, taken.output
+
+
+def test_bench_nvlinks_model_folder_is_read_as_plans(tmp_path):
+    """bench-nvlink's --model folder goes through the same reader before any worker starts: a FIFO config.json
+    is refused unread (it hung the worker until its timeout), an auto_map is refused, not prompted for."""
+    from gputopo import bench
+    from gputopo.errors import BadInput
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "config.json")
+    with pytest.raises(BadInput, match="config.json"):
+        bench.check_model(str(fifo))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "config.json").write_text(json.dumps({"model_type": "gpt2", "auto_map": {"AutoModel": "m.M"}}))
+    with pytest.raises(BadInput, match="auto_map"):
+        bench.check_model(str(code))
