@@ -767,7 +767,8 @@ def build_model(req: dict, device, layers: int | None = None):
     torch.manual_seed(0)
     attention = None if req["attention"] == "auto" else req["attention"]   # None: transformers' own choice
     with device:
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention,
+                                                              trust_remote_code=False)   # data is read, never run
     model.train()
     if req["grad_checkpointing"]:
         model.gradient_checkpointing_enable()
