@@ -57,7 +57,7 @@ ORDER = {
     "slow": ("ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "fsdp", "zero3_offload_cpu", "zero3_offload_nvme"),
 }
 WHAT = {
-    "single": "one GPU, no DeepSpeed", "ddp": "plain DDP (no DeepSpeed)",
+    "single": "one GPU, no sharding", "ddp": "plain data parallel, no sharding (PyTorch DDP)",
     "zero1": "DeepSpeed ZeRO-1 (optimizer states sharded)",
     "zero2": "DeepSpeed ZeRO-2 (optimizer states and gradients sharded)",
     "zero2_offload_cpu": "DeepSpeed ZeRO-2 with the optimizer offloaded to CPU",
@@ -193,23 +193,36 @@ def fitting(strategies) -> list[str]:
     return [s.name for s in strategies if s.fits and not s.tight] or [s.name for s in strategies if s.fits]
 
 
+def _timed(times: dict, name: str) -> bool:
+    return times.get(name) is not None and times[name].step_s is not None
+
+
 def by_speed(strategies, times: dict, order: tuple) -> list[str] | None:
-    """The strategies that fit, fastest predicted first (ties within TIE in `order`); None when a step time is
-    unknown for one of them."""
+    """The strategies that fit, fastest predicted first (ties within TIE in `order`), then those without a step
+    time (an offload row whose host's cores were not given) in `order`; None when none has a step time."""
     fit = fitting(strategies)
-    if not fit or any(times.get(n) is None or times[n].step_s is None for n in fit):
+    timed = [n for n in fit if _timed(times, n)]
+    if not timed:
         return None
-    fastest = min(times[n].step_s for n in fit)
-    ties = [n for n in order if n in fit and times[n].step_s <= fastest * (1 + TIE)]
-    return ties + sorted((n for n in fit if n not in ties), key=lambda n: times[n].step_s)
+    fastest = min(times[n].step_s for n in timed)
+    ties = [n for n in order if n in timed and times[n].step_s <= fastest * (1 + TIE)]
+    return ties + sorted((n for n in timed if n not in ties), key=lambda n: times[n].step_s) + \
+        [n for n in order if n in fit and n not in timed]
+
+
+def run_words(seconds: float) -> str:
+    """A whole run's predicted time, in the unit that reads best."""
+    return f"{seconds / 60:.1f} min" if seconds < 6000 else f"{seconds / 3600:.1f} h" if seconds < 172800 else \
+        f"{seconds / 86400:.1f} days"
 
 
 def speed_words(ranked: list[str], times: dict) -> str:
-    """The chosen strategy's predicted step, and by how much it beats the next that fits."""
+    """The chosen strategy's predicted step, and by how much it beats the next that fits (with a step time)."""
     first = times[ranked[0]]
     out = f"Predicted: {first.step_s:.3f} s/step ({first.tokens_per_s:,.0f} tokens/s)"
     if first.run_s is not None:
-        out += f", {first.run_s / 60:.1f} min for the whole run"
+        out += f", {run_words(first.run_s)} for the whole run"
+    ranked = [n for n in ranked if _timed(times, n)]
     if len(ranked) > 1:
         nxt = times[ranked[1]]
         gain = nxt.step_s / first.step_s - 1
@@ -218,6 +231,13 @@ def speed_words(ranked: list[str], times: dict) -> str:
                 f"; {ranked[1]} is within {TIE:.0%} ({nxt.step_s:.3f} s/step), the prediction's error, so the one"
                 " HF's decision tree reaches first is chosen")
     return out + "."
+
+
+def untimed_words(names: list[str], layout, times: dict) -> str:
+    """Why these strategies have no step time, in the words of what to give."""
+    if any("offload" in n for n in names) and layout.cpu_cores is None:
+        return "the CPU cores per node are not given, and DeepSpeed's CPU Adam runs on them (--cpu-cores N)"
+    return times[names[0]].basis
 
 
 def why(s, layout) -> str:
@@ -239,7 +259,28 @@ def _room(chosen, layout) -> list[str]:
                    " (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps) or stop out of memory; nothing with"
                    " that room fits.")
     if chosen.condition:
-        out.append(f"Fits only with {chosen.condition}: the disk of the machine planned for is not known here.")
+        out.append(f"Fits only with {chosen.condition}: the machine planned for is not this one, and the options do"
+                   " not say what it has.")
+    return out
+
+
+def _host_words(chosen, layout) -> list[str]:
+    """What the chosen strategy asks of each node's host: loading the weights, CPU Adam's threads."""
+    out = []
+    if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
+        init = ("FSDP's sync_module_states with the model built on the meta device on all but rank 0"
+                if chosen.name == "fsdp" else "deepspeed.zero.Init")
+        out.append(f"Loading: every rank first builds the weights on the host ({gib(chosen.cpu_bytes)} with"
+                   f" DeepSpeed's 1.5x margin, of {gib(layout.cpu_mem_bytes)} per node): load with"
+                   f" low_cpu_mem_usage=True or {init}, or from sharded checkpoints.")
+    if "offload" in chosen.name and layout.gpus_per_node > 1:
+        cores = layout.cpu_cores
+        out.append("CPU Adam runs on the node's cores" + (f" ({cores} assumed)" if cores else "")
+                   + " only if each rank may use them: torchrun sets OMP_NUM_THREADS=1 for several processes per"
+                   " node, so export OMP_NUM_THREADS="
+                   + (f"{max(1, cores // layout.gpus_per_node)} (cores / ranks)" if cores else
+                      f"<cores per node / {layout.gpus_per_node}>")
+                   + " before it, or launch with deepspeed --bind_cores_to_rank.")
     return out
 
 
@@ -254,6 +295,8 @@ def from_plan(model, layout, training, strategies, global_batch: int | None = No
     ranked = by_speed(strategies, times or {}, sequence)
     if ranked and pick in ranked:   # gputopo.search chose it over every configuration, this one's rivals included
         ranked = [pick] + [n for n in ranked if n != pick]
+    if ranked and not _timed(times, ranked[0]):   # only untimed ones at the search's pick: the decision tree's
+        ranked = None
     if ranked:  # what is faster first, then the rest in the usual order, for "faster choices do not fit"
         sequence = tuple(n for n in sequence if n not in ranked and times[n].step_s is not None
                          and times[n].step_s < times[ranked[0]].step_s) + tuple(ranked)
@@ -272,27 +315,22 @@ def from_plan(model, layout, training, strategies, global_batch: int | None = No
     skipped = [n for n in sequence[:sequence.index(chosen.name)] if n in by_name]
     if ranked:
         reasons.append(speed_words(ranked, times))
+        untimed = [n for n in ranked if not _timed(times, n)]
+        if untimed:
+            reasons.append(f"No step time for {', '.join(untimed)}: {untimed_words(untimed, layout, times)}; ranked"
+                           " after every strategy with one.")
     if skipped:
         tight = " or fit only tightly" if any(by_name[n].tight for n in skipped) else ""
         head = f"Faster predicted, but do not fit{tight}: " if ranked else f"Faster choices do not fit{tight}: "
         reasons.append(head + "; ".join(f"{n} {why(by_name[n], layout)}" for n in skipped) + ".")
     reasons += _room(chosen, layout)
     if layout.gpus == 1 and chosen.name == "single":
-        reasons.append("The model fits one GPU with room for its batch: no DeepSpeed needed"
-                       " (HF's DeepSpeed decision tree).")
+        reasons.append("The model fits one GPU with room for its batch: no ZeRO stage or offload is needed (HF's"
+                       " DeepSpeed decision tree); plain PyTorch trains it as planned, or DeepSpeed at ZeRO stage 0"
+                       " (what `deepspeed-config --auto` writes for a DeepSpeed launch).")
     elif layout.gpus > 1:
         reasons += traffic_words(chosen, by_name, model, layout, training, fast, bool(ranked))
-    if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
-        init = ("FSDP's sync_module_states with the model built on the meta device on all but rank 0"
-                if chosen.name == "fsdp" else "deepspeed.zero.Init")
-        reasons.append(f"Loading: every rank first builds the weights on the host ({gib(chosen.cpu_bytes)} with"
-                       f" DeepSpeed's 1.5x margin, {gib(layout.cpu_mem_bytes)} here): load with low_cpu_mem_usage=True"
-                       f" or {init}, or from sharded checkpoints.")
-    if "offload" in chosen.name and layout.gpus_per_node > 1:
-        reasons.append(f"CPU Adam runs on the node's cores ({layout.cpu_cores} assumed) only if each rank may use"
-                       " them: torchrun sets OMP_NUM_THREADS=1 for several processes per node, so export"
-                       f" OMP_NUM_THREADS={max(1, (layout.cpu_cores or 1) // layout.gpus_per_node)} (cores / ranks)"
-                       " before it, or launch with deepspeed --bind_cores_to_rank.")
+    reasons += _host_words(chosen, layout)
     ddp = by_name.get("ddp") or by_name.get("single")
     if ddp is not None and not ddp.fits and chosen.name != ddp.name and training.optimizer == "adamw":
         slim = ddp.per_gpu_bytes["total"] - ddp.per_gpu_bytes["optimizer"] + 2 * model.params

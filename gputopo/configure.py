@@ -17,9 +17,14 @@ from .units import gib
 
 # Options that only feed the memory plan: without --auto they would change nothing, so they are refused.
 PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
-             "grad_checkpointing", "cpu_cores", "kernels", "loss", "selective_checkpointing", "pure_16bit")
+             "grad_checkpointing", "cpu_cores", "kernels", "loss", "selective_checkpointing", "pure_16bit", "steps")
 ELSEWHERE = "/local_nvme"   # nvme_path in a config for another machine: the folder DeepSpeed's docs use
 TOLD = ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
+# transformers model types Liger Kernel patches with its fused linear cross-entropy (liger_kernel/transformers/
+# monkey_patch.py, MODEL_TYPE_TO_APPLY_LIGER_FN; Granite's has none): the HF Trainer's --use_liger_kernel applies
+# Liger's RMSNorm, SwiGLU/GeGLU and RoPE kernels and that loss to them, which is --kernels fused --loss chunked.
+LIGER = ("llama", "mistral", "mixtral", "ministral", "qwen2", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3",
+         "gemma3_text", "phi3", "olmo2", "olmo3", "glm4", "smollm3", "nemotron", "falcon_h1", "gpt_oss")
 
 
 @dataclass
@@ -110,19 +115,25 @@ def _strategy(a: Ask, req, rates=None, device: str = "cuda") -> tuple[int, str, 
     rates, device: the plan's own (plan --calibrate's), else the GPU's datasheet."""
     if not a.auto:
         return a.stage, a.offload, None, [], req, None
-    from . import report, search, speed
+    from . import advise, report, search, speed
     original, rates = req, rates or speed.gpu_rates(req.layout, req.training)
     req, found = search.best(req, rates, device)
-    planned = report.plan_for(req, found=found, rates=rates, device=device)
+    planned = report.plan_for(req, found=found, rates=rates, device=device, steps=req.steps)
     chosen = planned["recommendation"]["strategy"]
     if chosen is None:
         raise DoesNotFit(planned["recommendation"]["reasons"][0] + " (`gputopo plan` with the same options shows"
                                                                     " every strategy)")
     head = f"--auto: gputopo plan recommends {chosen}"
     if chosen not in dsconfig.STRATEGY_TO_CONFIG:   # PyTorch FSDP: the best DeepSpeed configuration instead
-        head += f" ({_step(planned, chosen)}), which no DeepSpeed config expresses; the fastest DeepSpeed one that fits"
+        pick = planned["recommendation"]
+        head += (f", micro-batch {pick['micro_batch']} x {pick['grad_accum']} accumulation"
+                 + (", gradient checkpointing" if pick["grad_checkpointing"] else "")
+                 + f" ({_step(planned, chosen)}): PyTorch FSDP, which no DeepSpeed config expresses (the HF Trainer"
+                 " runs it with --fsdp 'full_shard auto_wrap' instead of --deepspeed), so this config holds another:"
+                 " the fastest DeepSpeed one that fits")
         ds, ds_found = search.best(original, rates, device, allowed=tuple(dsconfig.STRATEGY_TO_CONFIG))
-        rows = {s["name"]: s for s in report.plan_for(ds, found=ds_found, rates=rates, device=device)["strategies"]}
+        rows = {s["name"]: s for s in report.plan_for(ds, found=ds_found, rates=rates, device=device,
+                                                      steps=req.steps)["strategies"]}
         fit = [n for n in rows if n in dsconfig.STRATEGY_TO_CONFIG and rows[n]["fits"]]
         if not fit:
             raise DoesNotFit(f"gputopo plan recommends {chosen} (PyTorch FSDP) and no DeepSpeed strategy fits")
@@ -133,11 +144,12 @@ def _strategy(a: Ask, req, rates=None, device: str = "cuda") -> tuple[int, str, 
     else:
         time = next(r["time"] for r in planned["strategies"] if r["name"] == chosen)
     t = req.training
+    run = f", {advise.run_words(time['run_s'])} for {req.steps:,} steps" if time.get("run_s") else ""
     said = [head + f", micro-batch {t.batch_size} x {t.grad_accum} accumulation"
             + (", gradient checkpointing" if t.grad_checkpointing else ", selective checkpointing" if t.selective
                else "") + ": "
-            + (f"predicted {time['step_s']:.3f} s/step ({time['tokens_per_s']:,.0f} tokens/s; `gputopo plan` with the"
-               " same options shows what it assumes)" if time["step_s"] else "no step time (the link is unknown)")]
+            + (f"predicted {time['step_s']:.3f} s/step ({time['tokens_per_s']:,.0f} tokens/s{run}; `gputopo plan` with"
+               " the same options shows what it assumes)" if time["step_s"] else f"no step time ({time['basis']})")]
     if t.selective:
         said.append("the plan assumed selective checkpointing (torchtitan's per-op policy, every other matmul's"
                     " output kept): neither the HF Trainer nor DeepSpeed has a flag for it, so your script applies it"
@@ -156,12 +168,13 @@ def _nvme(a: Ask, req, offload: str) -> tuple[str | None, int | None, list]:
     """The NVMe folder (gputopo.nvme's rule), the bytes offload needs there, and what to say about it."""
     if offload != "nvme":
         return None, None, []
-    if a.auto and req.elsewhere and a.nvme_path is None:   # planned for GPUs described, not this machine's
+    if req.elsewhere and a.nvme_path is None:   # GPUs described, not this machine's: nothing of its disks
         from .plan import nvme_bytes
-        need = nvme_bytes(req.model, req.training, req.nodes)
+        need = nvme_bytes(req.model, req.training, req.nodes) if req.model is not None else None
+        room = f" with {gib(need)} free per node" if need else ""
         return ELSEWHERE, need, [f"nvme_path {ELSEWHERE} (DeepSpeed's documented example): the machine planned for"
-                                 f" is not this one, so edit it to a folder on that machine's NVMe with {gib(need)}"
-                                 " free per node (--nvme-path names a folder here, and is checked here)"]
+                                 f" is not this one, so edit it to a folder on that machine's NVMe{room}"
+                                 " (--nvme-path names a folder here, and is checked here)"]
     chosen = nvme.folder(a.nvme_path)
     notes = [chosen.picked] if chosen.picked else []
     need = None
@@ -220,11 +233,13 @@ def _trainer_note(a: Ask, req, targs: dict | None) -> list:
                if req.global_batch else "")]
 
 
-def _assumed(a: Ask, req) -> dict:
+def _assumed(a: Ask, req, stack: dict | None = None) -> dict:
     """What the plan assumed that the training script itself must do (launch.script_needs names it): the
-    micro-batch, gradient checkpointing, and for accelerate whether a GPU is here (else gloo must be asked)."""
-    out = {"micro_batch": req.training.batch_size, "grad_checkpointing": req.training.grad_checkpointing}
-    if a.launcher == "accelerate":
+    micro-batch, gradient checkpointing, the run's steps, the stack (`stack`: what no flag of the script's runs), and
+    for accelerate whether the GPUs are this machine's and none is here (else gloo must be asked)."""
+    out = {"micro_batch": req.training.batch_size, "grad_checkpointing": req.training.grad_checkpointing,
+           "steps": req.steps if a.auto else None, "stack": list((stack or {}).get("script", []))}
+    if a.launcher == "accelerate" and not req.elsewhere:   # GPUs described: the machine planned has them
         from . import probe
         from .errors import NvmlUnavailable
         try:
@@ -232,6 +247,61 @@ def _assumed(a: Ask, req) -> dict:
         except NvmlUnavailable:
             out["no_gpu"] = True
     return out
+
+
+def stack(req, trainer: bool, strategy: str | None = None) -> dict:
+    """What the plan assumed of the training stack beyond transformers' own code as the HF Trainer runs it, as the
+    Trainer's flags ("flags": TrainingArguments, only for the Trainer) and, where no flag runs it, what the script
+    must do ("script": lines): fused kernels and the loss (--use_liger_kernel where Liger has the model's kernels
+    and its fused linear cross-entropy, --torch_compile else). "unplanned": what `strategy` (the plan's pick) needs
+    per GPU with transformers' own kernels and loss, when that does not fit. (--pure-16bit plans single, ddp and
+    fsdp only: a DeepSpeed config keeps DeepSpeed's fp32 master; --selective-checkpointing has its own note.)"""
+    t, m = req.training, req.model
+    if (t.kernels, t.loss) == ("hf", "hf") or m is None:
+        return {"flags": {}, "script": [], "unplanned": None}
+    flags, script = {}, []
+    liger = m.model_type in LIGER
+    if t.loss == "chunked" and liger:
+        flags["use_liger_kernel"] = True
+        if trainer:
+            script.append("--use_liger_kernel needs the liger-kernel package where it trains (pip install"
+                          " liger-kernel)")
+        if t.kernels != "fused":
+            script.append("--use_liger_kernel also fuses the norms, the MLP's activation and RoPE, beyond the"
+                          " chunked loss planned: less memory than planned, not more")
+    elif t.kernels == "fused" or t.loss == "fused":
+        flags["torch_compile"] = True   # Inductor fuses the elementwise ops and the loss with them
+        if t.kernels != "fused":
+            script.append("--torch_compile also fuses the elementwise ops, beyond the fused loss planned: less"
+                          " memory than planned, not more")
+    if t.loss == "chunked" and not liger:
+        script.append(f"the plan assumed a chunked loss (no logits whole), which no Trainer flag gives for"
+                      f" {m.model_type or m.family} (Liger has no kernels for it): compute the loss in chunks from"
+                      " the last hidden state (liger_kernel.transformers.LigerFusedLinearCrossEntropyLoss with the LM"
+                      " head's weight, in the Trainer's compute_loss_func)")
+    if not trainer:   # deepspeed.initialize or accelerate: the script applies each itself
+        own = {"use_liger_kernel": f"liger_kernel.transformers.apply_liger_kernel_to_{m.model_type}(model=model)"
+                                   " before it is wrapped: the plan assumed Liger's fused kernels and chunked loss",
+               "torch_compile": "model = torch.compile(model) before it is wrapped: the plan assumed fused kernels"
+                                " (one per norm, activation and loss)"}
+        script = [own[k] for k in flags] + script
+        flags = {}
+    return {"flags": flags, "script": script, "unplanned": _unplanned(req, strategy)}
+
+
+def _unplanned(req, strategy: str | None) -> str | None:
+    """The strategy's memory per GPU with transformers' own kernels and loss, when it does not fit so."""
+    from dataclasses import replace
+
+    from .plan import strategies
+    if strategy is None or req.layout is None:
+        return None
+    t = req.training
+    rows = {s.name: s for s in strategies(req.model, req.layout, replace(t, kernels="hf", loss="hf", pure16=False))}
+    chosen = rows.get(strategy)
+    return None if chosen is None or chosen.fits else (
+        f"with transformers' own kernels and loss, {strategy} at micro-batch {t.batch_size} needs"
+        f" {gib(chosen.per_gpu_bytes['total'])} per GPU of {gib(req.layout.gpu_mem_bytes)}: it does not fit")
 
 
 def _script_args(a: Ask, req, targs: dict | None) -> list[str]:
@@ -313,7 +383,15 @@ def generate(a: Ask, req) -> Result:
                   if c["id"].startswith(("ds_op", "nvme_path", "memlock"))]
     hf_trainer = a.hf and a.launcher != "accelerate"
     targs = dsconfig.training_arguments(req.training, precision) if hf_trainer else None
+    ran = stack(req, hf_trainer, c.strategy) if a.auto else {"flags": {}, "script": [], "unplanned": None}
+    if targs is not None and a.auto:   # what else the plan assumed, as the Trainer's own flags
+        targs.update(ran["flags"], **({"max_steps": req.steps} if req.steps else {}))
     notes += _trainer_note(a, req, targs)
+    if ran["flags"] or ran["script"]:
+        what = ", ".join(f"--{k}" for k in ran["flags"]) or "what the script lines say"
+        stack_ = [x for x in req.training.stack() if x.startswith(("--kernels", "--loss"))] or ["--kernels fused"]
+        notes.append(f"the plan assumed {', '.join(stack_)}: the launch needs {what}"
+                     + (f" ({ran['unplanned']})" if ran["unplanned"] else ""))
     if hf_trainer and precision in ("fp16", "bf16"):
         notes.append(f'the config pins "{precision}": {{"enabled": true}} (--precision {precision}): the HF Trainer'
                      f" refuses it unless TrainingArguments({precision}=True) (--{precision} on its command line)")
@@ -322,7 +400,8 @@ def generate(a: Ask, req) -> Result:
                                  script=a.script, master=a.master_addr, port=a.master_port, stage=stage,
                                  folder=os.path.dirname(a.output) if a.output else "", shape=shape,
                                  ds_optimizer=a.ds_optimizer, grad_accum=req.training.grad_accum,
-                                 env=launching_env(), cpus=a.cpus_per_task,
-                                 assumed=_assumed(a, req), script_args=_script_args(a, req, targs)) \
+                                 env=None if req.elsewhere else launching_env(), cpus=a.cpus_per_task,
+                                 assumed=_assumed(a, req, ran), script_args=_script_args(a, req, targs),
+                                 here=not req.elsewhere, saved=bool(a.output)) \
         if a.launcher else None
     return Result(cfg, a.output, launch_info, notes, planned, targs)

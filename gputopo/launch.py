@@ -61,7 +61,8 @@ def file_names(launcher: str | None, nodes: int) -> list[str]:
 def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: str = "train.py",
             master: str | None = None, port: int = PORT, stage: int = 0, folder: str = "",
             shape: str = "trainer", ds_optimizer: bool = False, grad_accum: int = 1, env: dict | None = None,
-            cpus: int | None = None, assumed: dict | None = None, script_args: list[str] | None = None) -> dict:
+            cpus: int | None = None, assumed: dict | None = None, script_args: list[str] | None = None,
+            here: bool = True, saved: bool = True) -> dict:
     """{"launcher", "command", "run": [{"where", "command"}], "files": {path: text}, "notes", "script_needs"}.
 
     config: the DeepSpeed file as the commands name it; folder: where the launcher files go (beside the config);
@@ -69,8 +70,12 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
     launching shell's variables (ENV_CARRIED) for the deepspeed launcher's .deepspeed_env; cpus: Slurm's
     --cpus-per-task (None: CPUS_PER_PROCESS per process of the node); assumed: what the plan took for granted
     that the script must do (script_needs); script_args: what follows the config on the script's command line
-    (the plan's micro-batch, accumulation, precision and checkpointing as the script reads them)."""
+    (the plan's micro-batch, accumulation, precision and checkpointing as the script reads them); here: the GPUs
+    are this machine's (False: a machine described, whose paths and shell this one's say nothing of: the files
+    name the config as the commands do, relative to where they are launched, and carry none of this shell);
+    saved: the config was written to `config` (False: printed, to be saved under that name first)."""
     q = shlex.quote
+    machine = "this machine" if here else "the training machine"
     path = {name: os.path.join(folder, name) for names in FILES.values() for name in names}
     endpoint = q(f"{master}:{port}") if master else f'"$MASTER_ADDR:{port}"'
     args = f"{q(script)} --deepspeed {q(config)}" + "".join(f" {a}" for a in script_args or [])
@@ -79,7 +84,7 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
     run: list[dict] = []
     if launcher == "torchrun":
         if nodes == 1:
-            run.append({"where": "this machine", "command": f"torchrun --standalone --nproc_per_node {gpus} {args}"})
+            run.append({"where": machine, "command": f"torchrun --standalone --nproc_per_node {gpus} {args}"})
         else:
             run.append({"where": f"every node ({nodes}), at the same time",
                         "command": f"torchrun --nnodes {nodes} --nproc_per_node {gpus} --rdzv_backend c10d"
@@ -88,11 +93,11 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
     elif launcher == "deepspeed":
         if nodes == 1:
             port_arg = f" --master_port {port}" if port != PORT else ""
-            run.append({"where": "this machine", "command": f"deepspeed --num_gpus {gpus}{port_arg} {args}"})
+            run.append({"where": machine, "command": f"deepspeed --num_gpus {gpus}{port_arg} {args}"})
         else:
             hosts = [master or "node1"] + [f"node{i + 1}" for i in range(1, nodes)]
             files[path["hostfile"]] = "".join(f"{h} slots={gpus}\n" for h in hosts)
-            files[path[".deepspeed_env"]], left_out = deepspeed_env(env or {})
+            files[path[".deepspeed_env"]], left_out = deepspeed_env(env or {} if here else {})
             hf = q(path["hostfile"])
             common = f"--master_addr {q(hosts[0])} --master_port {port}"
             run.append({"where": f"node 0 ({hosts[0]}) only: it starts the others over passwordless ssh",
@@ -103,29 +108,12 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
                         "command": f'deepspeed --hostfile {hf} --no_ssh --node_rank "$NODE_RANK" {common} {args}'})
             notes.append(f"edit {path['hostfile']}: one line per node, its ssh-reachable name and its GPU count"
                          + ("" if master else " (node1 is the head node)"))
-            notes.append(f"{path['.deepspeed_env']} (DS_ENV_FILE): what the nodes started over ssh get of this"
-                         " shell's environment; add your script's variables as KEY=VALUE lines (no comment, no"
-                         " blank line: DeepSpeed splits every line at '=')")
+            notes.append(_env_note(path[".deepspeed_env"], here))
             notes += [f"{name} is not in {path['.deepspeed_env']}: its value holds $, `, \\ or \" that the"
                       " remote shell would expand" for name in left_out]
     elif launcher == "accelerate":
-        # Absolute: accelerate reads the path relative to where it is launched, not to the YAML.
-        files[path["accelerate_config.yaml"]] = accelerate_yaml(os.path.abspath(config), gpus=gpus, nodes=nodes,
-                                                                master=master, port=port, stage=stage)
-        cmd = f"accelerate launch --config_file {q(path['accelerate_config.yaml'])}"
-        if nodes == 1:
-            run.append({"where": "this machine", "command": f"{cmd} {q(script)}"})
-        else:
-            ip = "" if master else ' --main_process_ip "$MASTER_ADDR"'
-            run.append({"where": f"node 0, the head node{f' ({master})' if master else ''}",
-                        "command": f"{cmd}{ip} --machine_rank 0 {q(script)}"})
-            run.append({"where": f"each other node, with its rank ({_ranks(nodes)}) in NODE_RANK, at the same time",
-                        "command": f'{cmd}{ip} --machine_rank "$NODE_RANK" {q(script)}'})
-            if not master:
-                notes.append("set MASTER_ADDR to the head node's address on every node (or pass --master-addr to"
-                             " write it into the YAML)")
-        notes.append("precision and batch sizes live in the DeepSpeed file: accelerate refuses `mixed_precision`"
-                     " in a YAML that names a deepspeed_config_file")
+        _accelerate(files, run, notes, config, path["accelerate_config.yaml"], script=script, gpus=gpus, nodes=nodes,
+                    master=master, port=port, stage=stage, machine=machine, here=here)
     elif launcher == "slurm":
         files[path["train.sbatch"]] = sbatch(args, gpus=gpus, nodes=nodes, port=port,
                                              cpus=cpus or CPUS_PER_PROCESS * gpus)
@@ -133,8 +121,58 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
         notes += _slurm_notes(gpus, cpus)
     else:
         raise ValueError(launcher)
+    if not saved:   # the config went to stdout: the commands name the file it must be saved as
+        run, notes = _printed(run, notes, config, list(files))
     return {"launcher": launcher, "command": run[0]["command"], "run": run, "files": files, "notes": notes,
             "script_needs": script_needs(launcher, shape, ds_optimizer, grad_accum, assumed or {})}
+
+
+def _accelerate(files: dict, run: list, notes: list, config: str, yaml: str, *, script: str, gpus: int, nodes: int,
+                master: str | None, port: int, stage: int, machine: str, here: bool) -> None:
+    """accelerate's YAML (into files), its commands (run) and notes."""
+    q = shlex.quote
+    # Absolute here: accelerate reads the path relative to where it is launched, not to the YAML. For another
+    # machine as the commands name it (relative to where they are launched there): no path of this one.
+    files[yaml] = accelerate_yaml(os.path.abspath(config) if here else config, gpus=gpus, nodes=nodes, master=master,
+                                  port=port, stage=stage)
+    cmd = f"accelerate launch --config_file {q(yaml)}"
+    if not here and not os.path.isabs(config):
+        notes.append(f"{yaml} names {config} relative to where accelerate is launched (no path of this machine):"
+                     " launch from the folder the commands name them from")
+    if nodes == 1:
+        run.append({"where": machine, "command": f"{cmd} {q(script)}"})
+    else:
+        ip = "" if master else ' --main_process_ip "$MASTER_ADDR"'
+        run.append({"where": f"node 0, the head node{f' ({master})' if master else ''}",
+                    "command": f"{cmd}{ip} --machine_rank 0 {q(script)}"})
+        run.append({"where": f"each other node, with its rank ({_ranks(nodes)}) in NODE_RANK, at the same time",
+                    "command": f'{cmd}{ip} --machine_rank "$NODE_RANK" {q(script)}'})
+        if not master:
+            notes.append("set MASTER_ADDR to the head node's address on every node (or pass --master-addr to"
+                         " write it into the YAML)")
+    notes.append("precision and batch sizes live in the DeepSpeed file: accelerate refuses `mixed_precision`"
+                 " in a YAML that names a deepspeed_config_file")
+
+
+def _env_note(env_file: str, here: bool) -> str:
+    """What .deepspeed_env carries: this shell's PATH and paths, or for another machine nothing of this one."""
+    rule = "KEY=VALUE lines (no comment, no blank line: DeepSpeed splits every line at '=')"
+    if here:
+        return (f"{env_file} (DS_ENV_FILE): what the nodes started over ssh get of this shell's environment; add"
+                f" your script's variables as {rule}")
+    return (f"{env_file} (DS_ENV_FILE) is empty: the machine planned is not this one, so nothing of this shell goes"
+            " in it; add the nodes' PATH with their virtualenv's bin first (PATH=/path/to/venv/bin:/usr/bin:/bin)"
+            f" and your script's variables as {rule}")
+
+
+def _printed(run: list[dict], notes: list[str], config: str, files: list[str]) -> tuple[list[dict], list[str]]:
+    """The runs and notes of a launch whose config (and files) went to stdout: each run says to save it first."""
+    also = f" (and {', '.join(files)})" if files else ""
+    run = [{**r, "where": f"{r['where']}, after saving the config printed above as {config}{also}"} for r in run]
+    said = (f"the config was printed to stdout, not written: save it as {config}"
+            + (f" and the files printed above under their names ({', '.join(files)})" if files else "")
+            + f" before launching, or give -o {config} to write {'them' if files else 'it'}")
+    return run, [said, *notes]
 
 
 def _slurm_notes(gpus: int, cpus: int | None) -> list[str]:
@@ -210,8 +248,15 @@ def sbatch(args: str, *, gpus: int, nodes: int, port: int, cpus: int) -> str:
 
 def script_needs(launcher: str, shape: str, ds_optimizer: bool, grad_accum: int, assumed: dict) -> list[str]:
     """What the user's training script must contain for this launcher and config, and for what the plan assumed
-    (assumed: "micro_batch", "grad_checkpointing", "no_gpu")."""
-    ckpt = assumed.get("grad_checkpointing")
+    (assumed: "micro_batch", "grad_checkpointing", "no_gpu", "steps" when the Trainer's --max_steps does not say
+    them, "stack": what no flag of the script's runs)."""
+    return _needs(launcher, shape, ds_optimizer, grad_accum, assumed) + list(assumed.get("stack") or [])
+
+
+def _needs(launcher: str, shape: str, ds_optimizer: bool, grad_accum: int, assumed: dict) -> list[str]:
+    ckpt, steps = assumed.get("grad_checkpointing"), assumed.get("steps")
+    stop = (f"stop after {steps:,} optimizer steps (the run the plan timed; --max_steps on a Trainer's line)"
+            if steps else None)
     if launcher == "accelerate":
         micro = assumed.get("micro_batch")
         lines = ["nothing DeepSpeed-specific: accelerate passes the config to DeepSpeed in prepare()",
@@ -231,7 +276,7 @@ def script_needs(launcher: str, shape: str, ds_optimizer: bool, grad_accum: int,
                          " gradient checkpointing, which accelerate does not turn on")
         lines += _accelerate_optimizer(ds_optimizer)
         lines.append("accelerator.backward(loss); optimizer.step(); optimizer.zero_grad()")
-        return lines
+        return lines + ([stop] if stop else [])
     if shape == "trainer":
         return ["HF Trainer: parse the command line into TrainingArguments (HfArgumentParser), so --deepspeed"
                 " CONFIG reaches TrainingArguments(deepspeed=...); the Trainer fills every \"auto\""
@@ -246,7 +291,7 @@ def script_needs(launcher: str, shape: str, ds_optimizer: bool, grad_accum: int,
                         " gradient checkpointing")
     if launcher == "deepspeed":
         lines.insert(1, "parser.add_argument('--local_rank', type=int)  # the deepspeed launcher passes it")
-    return lines
+    return lines + ([stop] if stop else [])
 
 
 def _accelerate_optimizer(ds_optimizer: bool) -> list[str]:

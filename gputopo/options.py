@@ -319,6 +319,10 @@ gpu_options = group(
     click.option("--link", type=LINK, help="Weakest link between GPUs as nvidia-smi prints it: NV12, PIX, PHB, SYS..."),
 )
 
+# --steps: the whole run, for plan, inspect --model and deepspeed-config --auto alike (its time, --max_steps).
+steps_option = click.option("--steps", type=COUNT, help="Optimizer steps of the whole run: also print its predicted"
+                                                        " time (and --max_steps on an --auto launch line).")
+
 # inspect's options that feed only the memory plan: refused without --model (each shared option is covered).
-PLAN_INPUTS = ("gpu_mem",) + tuple(n for n in names(model_options) + names(training_options) + names(host_options)
-                                   if n not in ("model", "params"))
+PLAN_INPUTS = ("gpu_mem", "steps") + tuple(n for n in names(model_options) + names(training_options)
+                                            + names(host_options) if n not in ("model", "params"))

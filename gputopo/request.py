@@ -7,6 +7,11 @@ what is checked here is how they relate:
 - bf16 needs an Ampere or newer GPU;
 - --global-batch = micro-batch x accumulation x GPUs per node x nodes, exactly;
 - an explicit --cpu-mem / --nvme-free wins over what is measured on this machine (gputopo.nvme owns the folder);
+  GPUs described (--gpus with --gpu-model/--gpu-mem, an example, a paste) inherit nothing of this host: their
+  RAM, cores and NVMe are what the options say, else unknown;
+- the link between described GPUs: --link, else what the GPU model's usual box has (usual_link): NVSwitch for
+  parts sold only on SXM boards, PCIe for cards, and for parts sold both ways the SXM board, with the plan on
+  PCIe cards priced beside it (Request.other_link);
 - --seq-len fits the model's positions; --gpu-mem agrees with --gpu-model, or gets a note.
 Options arrive in three groups (what model, how it trains, on what hardware), as the CLI's option groups.
 """
@@ -27,6 +32,14 @@ DEFAULT_SEQ_CAP = 1024      # --seq-len default: the model's context, at most th
 DEFAULT_MICRO = 4           # --batch-size where nothing is searched (deepspeed-config without --auto)
 INTER_NODE_GBPS = 12.5      # --inter-node-gbps default: 100 Gb/s Ethernet or EDR InfiniBand, per direction
 MEM_AGREES = 0.10           # --gpu-mem within 10 % of the catalog's size for --gpu-model agrees with it
+# The link between GPUs described without --link: what the model's usual box has. Parts sold only on NVSwitch
+# baseboards (HGX B200, GB200 NVL72) have every pair joined by all their NVLinks; data-center parts sold both on SXM
+# boards (HGX/DGX: NVSwitch, every pair joined by the GPU's NVLinks) and as PCIe cards (bridged pairs at most) are
+# planned on the SXM board and priced on PCIe beside it (SXM_OR_PCIE); every other card talks over PCIe.
+NVSWITCH_ONLY = {"B200": "NV18", "GB200": "NV18"}
+SXM_OR_PCIE = {"P100": "NV4", "V100": "NV6", "A100": "NV12", "A800": "NV8", "H100": "NV18", "H800": "NV8",
+               "H200": "NV18", "H20": "NV18", "GH200": "NV18"}
+PCIE_LINK = "PHB"   # PCIe under one CPU: what a card's box has unless told (NODE/SYS: two sockets)
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,7 @@ class TrainingAsk:
     loss: str | None = None
     selective_checkpointing: bool = False
     pure_16bit: bool = False
+    steps: int | None = None       # optimizer steps of the whole run (its time; the launch's --max_steps)
 
 
 @dataclass(frozen=True)
@@ -97,7 +111,10 @@ class Request:
     notes_: tuple[str, ...] = ()                     # remarks that are not defaults (a disagreeing folder)
     gpus_assumed: bool = False                       # no --gpus and no GPU here: 1 per node, a guess
     searchable: frozenset = frozenset()              # gputopo.search's knobs the user left open (a plan only)
-    elsewhere: bool = False                          # GPUs described (--gpus --gpu-model/--gpu-mem), not here
+    elsewhere: bool = False                          # GPUs described (--gpus --gpu-model/--gpu-mem, a paste)
+    steps: int | None = None                         # --steps: the whole run, in optimizer steps
+    other_link: str | None = None                    # the link also priced: --link not given, the GPU model sold
+                                                     # both on SXM boards and as PCIe cards (gputopo.search)
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -223,13 +240,36 @@ def _given_gpus(hw: HardwareAsk, gm: catalog.GpuModel | None, host_facts: dict, 
     has = _nvlinks_beyond(link, gm)
     if has:
         raise BadInput(f"--link {link}: {has}")
-    if link is None and hw.gpus > 1 and catalog.max_nvlinks(name) == 0:
-        link = "PHB"   # no NVLink on the card: PCIe is the only path between two of them
-        notes["link"] = (f"link PHB: {gm.key} has no NVLink, so its GPUs talk over PCIe; assumed under one CPU"
-                         " (--link NODE or SYS for GPUs on two sockets, PIX/PXB behind a PCIe switch)")
+    if link is None and hw.gpus > 1 and gm is not None:
+        link = usual_link(gm, hw.gpus, notes)
     gbps, basis = link_bandwidth(link, name) if link else (None, "unknown")
     return Layout(gpus_per_node=hw.gpus, gpu_mem_bytes=mem, gpu_model=name, link_type=link, link_gbps=gbps,
                   link_basis=basis, **host_facts)
+
+
+def usual_link(gm: catalog.GpuModel, gpus: int, notes: dict) -> str:
+    """The weakest link of `gpus` GPUs of this model in its usual box, with a note saying so (notes["link"]); for a
+    part sold both on SXM boards and as PCIe cards, the SXM board's, and notes["_other_link"] the PCIe cards' link
+    that the plan prices beside it (gputopo.search says what each gives)."""
+    pcie = f"{PCIE_LINK} (NODE or SYS for GPUs on two sockets, PIX/PXB behind a PCIe switch)"
+    if gm.key in NVSWITCH_ONLY:
+        link = NVSWITCH_ONLY[gm.key]
+        notes["link"] = (f"link {link} assumed: {gm.key} is sold on NVSwitch boards, every pair joined by {link}"
+                         " (--link to change)")
+        return link
+    if gm.key in SXM_OR_PCIE:
+        link = SXM_OR_PCIE[gm.key]
+        notes["link"] = (f"link {link} assumed: {gm.key} on an SXM board (HGX/DGX), NVSwitch joining every pair;"
+                         f" as PCIe cards (--link {PCIE_LINK}) the plan differs (--link to say which)")
+        notes["_other_link"] = PCIE_LINK
+        return link
+    has = catalog.max_nvlinks(gm.key)
+    why = (f"{gm.key} has no NVLink" if has == 0 else
+           f"{gm.key} joins at most two cards with an NVLink bridge and most boxes have none"
+           + (f" (--link NV{has} for a bridged pair)" if gpus == 2 else "") if has else
+           f"gputopo knows of no NVLink on {gm.key}")
+    notes["link"] = f"link {PCIE_LINK} assumed: {why}, so its GPUs talk over PCIe, under one CPU (--link {pcie})"
+    return PCIE_LINK
 
 
 def _nvlinks_beyond(link: str | None, gm: catalog.GpuModel | None) -> str | None:
@@ -293,21 +333,27 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
 
 
 def _host(hw: HardwareAsk, notes: dict, elsewhere: bool = False) -> dict:
-    """Each node's CPU RAM and NVMe free space: given, else measured here (gputopo.nvme owns the folder). For
-    GPUs described rather than seen (`elsewhere`), this machine's disk says nothing of theirs: NVMe free is
-    unknown (None) unless --nvme-free or --nvme-path gives it, and the plan says what offload would need there."""
-    from . import probe
+    """Each node's CPU RAM, cores and NVMe free space: given, else measured here (gputopo.nvme owns the folder).
+    GPUs described rather than seen (`elsewhere`) inherit nothing of this machine: their RAM, cores and NVMe free
+    are unknown (None) unless the options give them, and the plan says what offload would need there."""
     cpu, cores = hw.cpu_mem, hw.cpu_cores
-    other = ", not the machine planned for" if elsewhere else ""   # offload's fit and pace rest on them
-    if cpu is None:
-        cpu = probe.host()["ram_total_bytes"]
-        notes["cpu_mem"] = f"CPU RAM: {gib(cpu)} per node, this machine's{other} (--cpu-mem to change)"
-    if cores is None:
-        cores = probe.host()["cpus_physical"] or os.cpu_count() or 1
-        notes["cpu_cores"] = (f"CPU cores: {cores} per node, this machine's{other}"
-                              + (": CPU Adam's pace in offload" if elsewhere else "") + " (--cpu-cores to change)")
-    if elsewhere and hw.nvme_path is None and hw.nvme_free is None:
-        return {"cpu_mem_bytes": cpu, "nvme_free_bytes": None, "cpu_cores": cores}
+    if elsewhere:
+        if cpu is None:
+            notes["cpu_mem"] = ("CPU RAM per node not given: the machine planned is not this one, so each offload row"
+                                " says the RAM it needs (--cpu-mem SIZE to check)")
+        if cores is None:
+            notes["cpu_cores"] = ("CPU cores per node not given: the offload rows' step (DeepSpeed's CPU Adam runs on"
+                                  " them) is unknown (--cpu-cores N to price it)")
+        if hw.nvme_path is None and hw.nvme_free is None:
+            return {"cpu_mem_bytes": cpu, "nvme_free_bytes": None, "cpu_cores": cores}
+    else:
+        from . import probe
+        if cpu is None:
+            cpu = probe.host()["ram_total_bytes"]
+            notes["cpu_mem"] = f"CPU RAM: {gib(cpu)} per node, this machine's (--cpu-mem to change)"
+        if cores is None:
+            cores = probe.host()["cpus_physical"] or os.cpu_count() or 1
+            notes["cpu_cores"] = f"CPU cores: {cores} per node, this machine's (--cpu-cores to change)"
     free, nvme_notes = nvme.free_space(hw.nvme_path, hw.nvme_free)
     notes.update(nvme_notes)
     return {"cpu_mem_bytes": cpu, "nvme_free_bytes": free, "cpu_cores": cores}
@@ -399,9 +445,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
         raise BadInput("--hidden-size, --layers and --vocab-size describe a --params model; --model brings its own")
     notes: dict = {}
     gm = gpu_model_of(hw.gpu_model)
-    layout, assumed, elsewhere = None, False, False
+    layout, assumed, elsewhere = None, False, _described(hw, gm, topology)
     if need_layout:  # before the model: a missing --gpus/--gpu-mem is refused before transformers loads
-        elsewhere = _described(hw, gm, topology)
         layout = _layout(hw, gm, _host(hw, notes, elsewhere), topology, selected, notes)
         per_node, gpu_name = layout.gpus_per_node, layout.gpu_model
     else:
@@ -443,10 +488,11 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          selective=t.selective_checkpointing, pure16=t.pure_16bit,
                          loss=_loss(t.kernels, t.loss, plan_notes))
     notes.update(plan_notes if need_layout else {})
+    other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
                                                                      "seq_len_rotary")])
     return Request(spec, layout, training_, per_node, hw.nodes, t.global_batch, notes, remarks, gpus_assumed=assumed,
-                   searchable=searchable, elsewhere=elsewhere)
+                   searchable=searchable, elsewhere=elsewhere, steps=t.steps, other_link=other_link)
 
 
 def runs_here(training: Training, option: str) -> None:

@@ -5,7 +5,10 @@ global batch asked for, when one is: the same samples per step, so the same opti
 
 What is pinned on the command line (--batch-size, --[no-]grad-checkpointing, --[no-]offload-params, --grad-accum
 with --global-batch) stays as given. Within advise.TIE of the best, the prediction's error, the strategy HF's
-decision tree reaches first wins, then no recomputation, then the most tokens/s."""
+decision tree reaches first wins, then no recomputation, then the most tokens/s. A configuration without a step
+time (an offload row whose host's cores were not given) ranks after every timed one; with no time at all (the
+GPU model unknown) the decision tree's order ranks, then the largest micro-batch that fits, then no
+recomputation."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -29,6 +32,7 @@ class Candidate:
     tight: bool
     step_s: float | None
     tokens_per_s: float | None
+    untimed: str | None = None   # why there is no step time (None: there is one)
 
     def to_dict(self) -> dict:
         t = self.training
@@ -83,26 +87,38 @@ def candidates(req: Request, rates, device: str = "cuda", allowed=None) -> list[
                 time = speed.step(s.name, m, lay, t, rates, device=device)
                 out.append(Candidate(s.name, t, s.per_gpu_bytes["total"],
                                      s.per_gpu_bytes["total"] > HEADROOM * lay.gpu_mem_bytes, time.step_s,
-                                     time.tokens_per_s))
+                                     time.tokens_per_s, None if time.tokens_per_s else untimed(s.name, lay, time)))
     return out
+
+
+def untimed(name: str, lay, time) -> str:
+    """Why a strategy has no step time, in the words of what to give."""
+    if "offload" in name and lay.cpu_cores is None:
+        return "CPU cores per node not given: DeepSpeed's CPU Adam runs on them (--cpu-cores N)"
+    if lay.gpus_per_node > 1 and lay.link_type is None and lay.gpu_model:
+        return "the link between the GPUs is unknown (--link)"
+    return time.basis
 
 
 def rank(found: list[Candidate], order: tuple) -> tuple[list[Candidate], bool]:
     """(candidates best first, timed). Those with room for fragmentation first, tight ones only if none has it.
-    Timed: by tokens/s with advise.TIE's tie rule; a time unknown anywhere (the link not given): the decision
-    tree's order, no recomputation, the largest micro-batch."""
+    Timed (any of them has a step time): by tokens/s with advise.TIE's tie rule, those without a time after them
+    in the untimed order. Untimed: the decision tree's order, then the largest micro-batch that fits (the most
+    work per kernel where nothing says how fast it runs), then no recomputation, parameter offload last."""
     pool = [c for c in found if not c.tight] or found
     where = {n: i for i, n in enumerate(order)}
-    timed = bool(pool) and all(c.tokens_per_s for c in pool)
+    by_tree = sorted((c for c in pool if not c.tokens_per_s),
+                     key=lambda c: (where.get(c.strategy, 99), -c.training.batch_size, c.training.grad_checkpointing,
+                                    c.strategy in OFFLOADS and c.training.offload_params))
+    timed = [c for c in pool if c.tokens_per_s]
     if not timed:
-        return sorted(pool, key=lambda c: (where.get(c.strategy, 99), c.training.grad_checkpointing,
-                                           -c.training.batch_size, c.training.offload_params)), False
-    best = max(c.tokens_per_s for c in pool)
-    ties = [c for c in pool if c.tokens_per_s >= best / (1 + advise.TIE)]
+        return by_tree, False
+    best = max(c.tokens_per_s for c in timed)
+    ties = [c for c in timed if c.tokens_per_s >= best / (1 + advise.TIE)]
     # parameter offload last, as HF's decision tree has it: kept only where the GPU needs the room
     first = min(ties, key=lambda c: (where.get(c.strategy, 99), c.training.grad_checkpointing, -c.tokens_per_s,
                                      c.strategy in OFFLOADS and c.training.offload_params))
-    return [first] + sorted((c for c in pool if c is not first), key=lambda c: -c.tokens_per_s), True
+    return [first] + sorted((c for c in timed if c is not first), key=lambda c: -c.tokens_per_s) + by_tree, True
 
 
 def leanest(req: Request) -> Training:
@@ -114,12 +130,14 @@ def leanest(req: Request) -> Training:
                    grad_checkpointing=t.grad_checkpointing or "grad_checkpointing" in req.searchable)
 
 
-def losing(c: Candidate, first: Candidate, timed: bool) -> str:
+def losing(c: Candidate, first: Candidate, timed: bool, order: tuple = ()) -> str:
     """Why a shown configuration is not the recommendation."""
     if c.tight and not first.tight:
         return f"fits only tightly ({gib(c.per_gpu_bytes)} per GPU)"
+    if not c.tokens_per_s and timed:
+        return f"no step time: {c.untimed}" if c.untimed else "no step time"
     if not timed:
-        return "later in HF's decision tree, or more recomputation or a smaller micro-batch"
+        return _untimed_loss(c, first, order)
     if abs(c.tokens_per_s / first.tokens_per_s - 1) < 0.005:
         return "the same tokens/s: the simpler choice is taken"
     if c.tokens_per_s > first.tokens_per_s:
@@ -128,11 +146,28 @@ def losing(c: Candidate, first: Candidate, timed: bool) -> str:
     return f"{1 - c.tokens_per_s / first.tokens_per_s:.0%} fewer tokens/s"
 
 
+def _untimed_loss(c: Candidate, first: Candidate, order: tuple) -> str:
+    """Why a configuration ranks after the first when no step time is known: the rule that decided, as rank()
+    applies them (the decision tree, the micro-batch, recomputation, parameter offload)."""
+    where = {n: i for i, n in enumerate(order)}
+    a, b = c.training, first.training
+    if where.get(c.strategy, 99) != where.get(first.strategy, 99):
+        return f"later in HF's decision tree than {first.strategy}"
+    if a.batch_size != b.batch_size:
+        return f"a smaller micro-batch ({a.batch_size}, not {b.batch_size})"
+    if a.grad_checkpointing != b.grad_checkpointing:
+        return "the same micro-batch with recomputation (gradient checkpointing)"
+    return "parameters offloaded too" if a.offload_params else "the same configuration, parameters on the GPU"
+
+
 def best(req: Request, rates, device: str = "cuda", allowed=None) -> tuple[Request, dict | None]:
     """The request with the fastest configuration that fits (nothing left open), and what the search saw
     (None when nothing was open). When nothing fits, the leanest configuration, for the table's shortfalls.
     allowed: only these strategies (deepspeed-config --auto when the plan's pick is not DeepSpeed's)."""
-    if not req.searchable or req.model is None or req.layout is None:
+    if req.model is None or req.layout is None:
+        return req, None
+    req = other_link(req, rates, device, allowed)
+    if not req.searchable:
         return req, None
     lay = req.layout
     order = advise.order(lay)
@@ -145,8 +180,34 @@ def best(req: Request, rates, device: str = "cuda", allowed=None) -> tuple[Reque
         if key not in seen and key != (ranked[0].strategy, ranked[0].training.grad_checkpointing,
                                        ranked[0].to_dict()["offload_params"]):
             seen.add(key)
-            shown.append({**c.to_dict(), "why": losing(c, ranked[0], timed)})
+            shown.append({**c.to_dict(), "why": losing(c, ranked[0], timed, order)})
     info = {"searched": sorted(req.searchable), "priced": len(found), "timed": timed,
+            "untimed": next((c.untimed for c in ranked if c.untimed), None),   # why some (or all) have no time
             "global_batch": req.global_batch, "chosen": ranked[0].to_dict() if ranked else None,
             "next": shown[:SHOWN]}
     return replace(req, training=chosen, searchable=frozenset()), info
+
+
+def other_link(req: Request, rates, device: str = "cuda", allowed=None) -> Request:
+    """The request with its link note saying what the other link gives (req.other_link: --link not given, a GPU
+    model sold both on SXM boards and as PCIe cards): the same search, priced on that link from the datasheet."""
+    if not req.other_link:
+        return req
+    from .plan import link_bandwidth
+    lay = req.layout
+    if rates != speed.gpu_rates(lay, req.training):   # calibrated here: nothing to price the other box with
+        return replace(req, other_link=None)
+    gbps, basis = link_bandwidth(req.other_link, lay.gpu_model)
+    there = replace(lay, link_type=req.other_link, link_gbps=gbps, link_basis=basis)
+    alt = replace(req, layout=there, other_link=None)
+    ranked, timed = rank(candidates(alt, speed.gpu_rates(there, req.training), device, allowed), advise.order(there))
+    if not ranked:
+        what = "nothing fits"
+    else:
+        c = ranked[0]
+        t = c.training
+        what = (f"{c.strategy}, micro-batch {t.batch_size} x {t.grad_accum} accumulation"
+                + (", gradient checkpointing" if t.grad_checkpointing else "")
+                + (f", {c.step_s:.3f} s/step ({c.tokens_per_s:,.0f} tokens/s)" if c.step_s else ", no step time"))
+    note = req.defaults.get("link", "").replace("the plan differs", f"the pick is {what}")
+    return replace(req, defaults={**req.defaults, "link": note}, other_link=None)

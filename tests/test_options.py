@@ -505,6 +505,13 @@ def _walk(tmp):
     timed = ["--gpu-model", "TITAN RTX", "--link", "NV2"]
     w[("plan", "steps")] = differs("plan", PLAN + timed, PLAN + timed + ["--steps", "100"],
                                    lambda d: d["strategies"][0]["time"].get("run_s"))
+    w[("inspect", "steps")] = differs("inspect", INSPECT_PLAN, INSPECT_PLAN + ["--steps", "100"],
+                                      lambda d: d["plan"]["strategies"][0]["time"].get("run_s"))
+    # --auto: the plan's run and the launch's --max_steps; without --auto it only feeds the plan: refused
+    w[("deepspeed-config", "steps")] = lambda _: (
+        differs("deepspeed-config", AUTO + timed, AUTO + timed + ["--steps", "100"],
+                lambda d: d["plan"]["strategies"][0]["time"].get("run_s"))(_),
+        refused("deepspeed-config", DS + ["--steps", "100"], "--steps only feeds the memory plan")(_))
     w[("plan", "calibrate")] = _calibrate_check(PLAN + timed)
     w[("plan", "calibrate_seconds")] = _calibrate_seconds_check(PLAN + timed)
     # deepspeed-config: options of its own, and the shared ones where they change the config without --auto.
@@ -939,7 +946,8 @@ def test_explicit_cpu_mem_wins():
                        "--cpu-mem", "3GB").stdout)
     assert a["layout"]["cpu_mem_bytes"] == 3 * GIB and not any("CPU RAM" in n for n in a["notes"])
     b = json.loads(run("plan", "--json", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "8GB").stdout)
-    assert any(n.startswith("CPU RAM: ") and "this machine's" in n for n in b["notes"])
+    # GPUs described: the default is not this machine's RAM but none (issue 43), said in a note
+    assert b["layout"]["cpu_mem_bytes"] is None and any(n.startswith("CPU RAM per node not given") for n in b["notes"])
 
 
 # --- output paths: checked before the work, written atomically --------------------------------------------------

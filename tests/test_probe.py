@@ -196,7 +196,7 @@ def test_one_gpu_live_inspect_says_one_sentence_not_an_empty_table(fake_nvml, mo
     assert data["gpus"][0]["numa_affinity"] == "0" and data["links"] == [] and data["links_note"].startswith("One GPU")
     planned = CliRunner().invoke(cli, ["inspect", "--model", "gpt2"])
     assert planned.exit_code == 0, planned.output
-    assert "the plan for it is single (one GPU, no DeepSpeed). `--best K`" in planned.output
+    assert "the plan for it is single (one GPU, no sharding). `--best K`" in planned.output
 
 
 def test_one_selected_gpu_of_several(fake_nvml):

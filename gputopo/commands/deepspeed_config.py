@@ -15,6 +15,7 @@ from ..options import (
     host_options,
     json_option,
     model_options,
+    steps_option,
     training_options,
     typed,
 )
@@ -46,7 +47,7 @@ def _show(result, output: str | None) -> None:
 @click.command("deepspeed-config", cls=Command, short_help="A DeepSpeed config DeepSpeed accepts, and its launch.",
                epilog="Only with --auto (they feed the memory plan): --gpu-mem, --link, --seq-len, --attention,"
                       " --flash-attention, --cpu-mem, --inter-node-gbps, --cpu-cores, --kernels, --loss,"
-                      " --selective-checkpointing, --pure-16bit, --[no-]grad-checkpointing (with --no-hf), and"
+                      " --selective-checkpointing, --pure-16bit, --steps, --[no-]grad-checkpointing (with --no-hf), and"
                       " --nvme-path/--nvme-free unless --offload nvme. With --auto, what is not given is searched"
                       " as `gputopo plan` searches it (docs/plan.md).")
 @click.option("--stage", type=Count(0), metavar="0-3", help="ZeRO stage 0-3 (or --auto).")
@@ -78,6 +79,7 @@ def _show(result, output: str | None) -> None:
               help='Adam/AdamW through torch ("torch_adam": true): no FusedAdam/CPUAdam to compile (slower step).')
 @model_options
 @training_options
+@steps_option
 @gpu_options
 @host_options
 @json_option

@@ -17,6 +17,7 @@ from ..options import (
     host_options,
     json_option,
     model_options,
+    steps_option,
     training_options,
 )
 from .common import Command, emit, exit_if_nothing_fits
@@ -137,6 +138,7 @@ def _list_examples(as_json: bool) -> None:
               help="Memory per GPU when the paste does not say (for --model); 80GB = 80 GiB.")
 @model_options
 @training_options
+@steps_option
 @click.option("--nccl-log", type=PATH, metavar="PATH",
               help="Explain an NCCL_DEBUG=INFO log ('-' for stdin): hosts, ranks, the transport between each pair of"
                    " GPUs, GPUDirect RDMA, the NCCL_* settings behind them; checked against --from-file/--example.")
