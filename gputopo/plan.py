@@ -124,7 +124,7 @@ class Strategy:
     why_not: list[str] = field(default_factory=list)
     short_bytes: dict = field(default_factory=dict)  # {"gpu"|"cpu"|"nvme": bytes missing}; empty when it fits
     tight: bool = False                        # fits, but in the last 10 % of GPU memory kept for fragmentation
-    condition: str | None = None               # fits if this holds (what the target's NVMe must have free)
+    condition: str | None = None               # fits if this holds (the RAM and NVMe the target must have)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -295,8 +295,12 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         if nvme and lay.nvme_free_bytes is not None and nvme > lay.nvme_free_bytes:
             st.short_bytes["nvme"] = int(nvme - lay.nvme_free_bytes)
             st.why_not.append(f"needs {gib(nvme)} on NVMe of {gib(lay.nvme_free_bytes)} free")
-        if nvme and lay.nvme_free_bytes is None:   # another machine's disk, not given: it fits if that holds it
-            st.condition = f"{gib(nvme)} free on each node's NVMe (--nvme-free SIZE to check)"
+        # Another machine's host, not given: it fits if that host holds what offload keeps there.
+        held = ([f"{gib(cpu / HEADROOM)} of RAM per node (--cpu-mem SIZE to check)"]
+                if "offload" in name and lay.cpu_mem_bytes is None else []) + \
+            ([f"{gib(nvme)} free on each node's NVMe (--nvme-free SIZE to check)"]
+             if nvme and lay.nvme_free_bytes is None else [])
+        st.condition = " and ".join(held) or None
         st.fits = not st.why_not
         st.tight = st.fits and tight
         out.append(st)

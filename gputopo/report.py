@@ -84,6 +84,7 @@ def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda",
     record when the caller ran it (deepspeed-config --auto)."""
     from . import search, speed  # the memory and time arithmetic: only when a plan is asked for
     from .plan import strategies as all_strategies
+    steps = steps if steps is not None else getattr(req, "steps", None)   # --steps through the request (inspect)
     rates = rates or speed.gpu_rates(req.layout, req.training)
     req, searched = search.best(req, rates, device)   # what the user left open, chosen (a no-op when nothing is)
     found = found or searched
