@@ -43,13 +43,16 @@ def _cell(v) -> str:
     return "N/A" if v is None else str(v).replace("|", "\\|")
 
 
-def matrix_table(report: dict) -> str:
-    """The link matrix as a markdown table, NVLink in bold."""
+def matrix_table(report: dict, nic_cells: dict | None = None) -> str:
+    """The link matrix as a markdown table, NVLink in bold; every cell of the paste: the NIC-to-NIC ones from
+    `nic_cells` (gputopo.report.nic_cells), as the report's links all have a GPU."""
     labels = [g["name"] for g in report["gpus"]] + [n["name"] for n in report["nics"]]
     cell = {}
     for l in report["links"]:
         t = l["type"] or "?"
         cell[(l["a"], l["b"])] = cell[(l["b"], l["a"])] = f"**{t}**" if t.startswith("NV") else t
+    for (a, b), t in (nic_cells or {}).items():
+        cell[(a, b)] = cell[(b, a)] = t
     rows = [["", *labels, "CPU Affinity", "NUMA Affinity"], ["---"] * (len(labels) + 3)]
     for g in report["gpus"]:
         rows.append([f"**{g['name']}**", *("X" if g["name"] == c else cell.get((g["name"], c), "") for c in labels),
@@ -89,7 +92,11 @@ def report(data: dict, pasted: list[tuple[str, str]]) -> str:
     if data.get("best"):
         b = data["best"]
         out += [f"Best {b['k']} GPU(s): {', '.join(b['gpus'])} (highlighted) — {_code(b['command'])}", ""]
-    out += [matrix_table(data), ""]
+    from .report import nic_cells
+    out += [matrix_table(data, nic_cells(pasted)), ""]
+    if len(data["nics"]) > 1 and not pasted:
+        out += ["NIC-to-NIC cells are not known here (read live, nvidia-smi gives gputopo only the NICs' links to"
+                " GPUs): `nvidia-smi topo -m` shows them.", ""]
     g = graph.build(data)
     out += ["```mermaid", mermaid(data), "```", "", f"<sub>{graph.reading(g)}</sub>", ""]
     if data.get("links_note"):

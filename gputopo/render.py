@@ -1,11 +1,21 @@
-"""Report dicts -> readable text tables, or JSON. Text is drawn from the same dict as JSON."""
+"""Report dicts -> readable text tables, or JSON. Text is drawn from the same dict as JSON.
+
+Every command's text opens with its answer, in at most 5 lines, read from the dict its tables print; then the
+tables; then what was assumed, in a line or two. Every line fits WIDTH columns: prose is cut at spaces, a
+command line before an option (` \\`, as a shell joins it), and a table too wide moves the columns that do not
+fit into a second table under the first, its key column repeated. `wide` prints the tables and prose at full
+width, as gputopo did before; `explain` adds the reasons in words, every figure's source and every note.
+"""
 from __future__ import annotations
+
+import textwrap
 
 from .report import ranked_types
 from .topology import rank
 from .units import size
 
 MARK = {"error": "!!", "warn": "! ", "info": "- "}
+WIDTH = 100   # a terminal's columns: the default text fits them
 
 
 def to_json(data: dict) -> str:
@@ -14,99 +24,284 @@ def to_json(data: dict) -> str:
     return json.dumps(data, indent=2, sort_keys=True)
 
 
-def table(rows: list[list[str]], header: list[str] | None = None) -> str:
-    """Left-aligned columns separated by two spaces."""
+def wrap(text: str, indent: str = "", first: str = "", width: int | None = WIDTH) -> list[str]:
+    """Prose cut at spaces into lines of at most `width` columns (None: one line). The first line starts with
+    `first`, the others with `indent`; a word longer than a line (a path, a URL) stays whole."""
+    if width is None:
+        return [first + text]
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [first.rstrip()]
+
+
+def wrap_items(head: str, items: list[str], sep: str = "  ", indent: str = "  ",
+               width: int | None = WIDTH) -> list[str]:
+    """`head` and the items after it, cut between items (an item is never split) into lines within `width`."""
+    glue = "\x00"   # not whitespace: textwrap keeps an item's own spaces inside it
+    lines = wrap(head + sep.join(i.replace(" ", glue) for i in items), indent, width=width)
+    return [line.replace(glue, " ") for line in lines]
+
+
+def shell_lines(command, first: str = "", indent: str = "    ", width: int | None = WIDTH) -> list[str]:
+    """A command line (its words, each quoted for the shell, or the line as printed) cut before an option into
+    lines that end in ` \\`, so a shell pasted them reads one command; a quoted word is never split."""
+    if isinstance(command, str):
+        import shlex
+        try:
+            lex = shlex.shlex(command, posix=False)
+            lex.whitespace_split = True
+            words = list(lex)
+        except ValueError:   # an unbalanced quote: shown as it is
+            return [first + command]
+    else:
+        words = list(command)
+    units: list[list[str]] = []
+    for w in words:   # an option and the values after it stay on one line
+        if not units or w.startswith("-"):
+            units.append([])
+        units[-1].append(w)
+    if width is None:
+        return [first + " ".join(words)]
+    lines, line = [], first + " ".join(units[0]) if units else first
+    for k, u in enumerate(units[1:], 2):
+        part = " ".join(u)
+        if len(line) + 1 + len(part) + (2 if k < len(units) else 0) > width:   # room for " \" but on the last
+            lines.append(line + " \\")
+            line = indent + part
+        else:
+            line += " " + part
+    return lines + [line]
+
+
+def table(rows: list[list[str]], header: list[str] | None = None, width: int | None = None, key: int = 1,
+          wrap_last: bool = False, fold: bool = True) -> str:
+    """Left-aligned columns separated by two spaces. Wider than `width`: with wrap_last (a column of prose) the
+    last column is cut at spaces within its room, its further lines under it; else the columns that do not fit
+    move into a table of their own under the first, which repeats the first `key` columns (and wraps the last
+    column, with wrap_last)."""
     allrows = ([header] if header else []) + [[("N/A" if c is None else str(c)) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in allrows if i < len(r)) for i in range(max(map(len, allrows)))]
-    return "\n".join("  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in allrows)
+    n = max(map(len, allrows))
+    widths = [max(len(r[i]) for r in allrows if i < len(r)) for i in range(n)]
+
+    def line(r, cols) -> str:
+        """One row's cells in `cols`, padded."""
+        return "  ".join(r[i].ljust(widths[i]) for i in cols if i < len(r)).rstrip()
+    if width is None or sum(widths) + 2 * (n - 1) <= width or n <= key:
+        return "\n".join(line(r, range(n)) for r in allrows)
+    start = sum(widths[:-1]) + 2 * (n - 1)
+    if wrap_last and width - start >= 20:
+        out = []
+        for r in allrows:
+            cell = r[-1] if len(r) == n else ""
+            lead = " " * (len(cell) - len(cell.lstrip()))
+            parts = textwrap.wrap(cell, width - start, subsequent_indent=lead, break_long_words=False,
+                                  break_on_hyphens=False) or [""]
+            out.append(line(r[:-1] + [parts[0]] if len(r) == n else r, range(n)))
+            out += [" " * start + p for p in parts[1:]]
+        return "\n".join(out)
+    if not fold:
+        return "\n".join(line(r, range(n)) for r in allrows)
+    blocks, rest, base = [], list(range(key, n)), sum(widths[:key]) + 2 * (key - 1)
+    while rest:
+        used, take = base, []
+        for i in rest:
+            if take and used + 2 + widths[i] > width:
+                break
+            used += 2 + widths[i]
+            take.append(i)
+        rest = rest[len(take):]
+        cols = [*range(key), *take]
+        blocks.append(table([[r[i] for i in cols if i < len(r)] for r in allrows], None, width, key,
+                            wrap_last and not rest, fold=False))
+    return "\n".join(blocks)
 
 
-def matrix(report: dict) -> str:
-    """The link matrix laid out as `nvidia-smi topo -m` prints it."""
-    labels = [g["name"] for g in report["gpus"]] + [n["name"] for n in report["nics"]]
+def in_short(notes: list[str], more: list[str] = (), width: int | None = WIDTH, also: str = "") -> list[str]:
+    """What was assumed, in a line or two: the subject of each note (its words before the first colon or
+    parenthesis) and `more`, then what --explain adds (`also`, and each in full)."""
+    import re
+
+    def subject(note: str) -> str:
+        """The note's subject, and the option that gives it."""
+        cut = min([i for i in (note.find(": "), note.find(" (")) if i > 0] or [len(note)])
+        head = note[:cut] if cut <= 60 else note[:57].rsplit(" ", 1)[0] + "..."
+        option = re.search(r"\((--[\w-]+)[^()]* to change\)", note)   # "(--cpu-mem to change)": how to give it
+        return head + (f" ({option.group(1)})" if option and option.group(1) not in head else "")
+    said = [subject(n) for n in list(notes) + list(more)]
+    hint = f"--explain: each{', and ' + also if also else ''}"
+    if not said:
+        return wrap(hint, "  ", width=width) if also else []
+    return wrap("Assumed: " + "; ".join(said) + f" ({hint})", "  ", width=width)
+
+
+def matrix(report: dict, nic_cells: dict | None = None, width: int | None = None) -> str:
+    """The link matrix as `nvidia-smi topo -m` prints it, every cell: the GPU rows with their affinities, then the
+    NIC rows, NIC-to-NIC cells from the paste (`nic_cells`, gputopo.report.nic_cells). Wider than `width`: the GPU
+    rows without the NIC columns (each GPU-NIC cell is in the NIC rows below), columns that do not fit moved under."""
+    gpus, nics = [g["name"] for g in report["gpus"]], [n["name"] for n in report["nics"]]
     cell = {}
     for l in report["links"]:
         cell[(l["a"], l["b"])] = cell[(l["b"], l["a"])] = l["type"] or "?"
-    rows = []
-    for g in report["gpus"]:
-        rows.append([g["name"]] + [("X" if g["name"] == c else cell.get((g["name"], c), "")) for c in labels]
-                    + [g["cpu_affinity"], g["numa_affinity"]])
-    for n in report["nics"]:
-        rows.append([n["name"]] + [("X" if n["name"] == c else cell.get((n["name"], c), "")) for c in labels])
-    return table(rows, [""] + labels + ["CPU Affinity", "NUMA Affinity"])
+    for (a, b), v in (nic_cells or {}).items():
+        cell[(a, b)] = cell[(b, a)] = v
+
+    def row(name: str, cols: list[str]) -> list[str]:
+        """A device's cells in `cols` (X for itself)."""
+        return ["X" if name == c else cell.get((name, c), "") for c in cols]
+    labels = gpus + nics
+    rows = [[g["name"], *row(g["name"], labels), g["cpu_affinity"], g["numa_affinity"]] for g in report["gpus"]]
+    whole = table(rows + [[n, *row(n, labels)] for n in nics], ["", *labels, "CPU Affinity", "NUMA Affinity"])
+    if width is None or max(map(len, whole.split("\n"))) <= width:
+        return whole
+    out = table([[g["name"], *row(g["name"], gpus), g["cpu_affinity"], g["numa_affinity"]] for g in report["gpus"]],
+                ["", *gpus, "CPU Affinity", "NUMA Affinity"], width)
+    if nics:
+        out += "\n\n" + table([[n, *row(n, labels)] for n in nics], ["", *labels], width)
+    return out
 
 
-def inspect(report: dict) -> str:
-    """Human text for `gputopo inspect`."""
-    out = _host(report)
+def _nics(report: dict, nic_cells: dict | None, width: int | None) -> list[str]:
+    """The NIC legend (NIC0: mlx5_0), and a word where the NIC-to-NIC cells are not known."""
+    out = []
+    named = [f"{n['name']} {n['device']}" for n in report["nics"] if n.get("device") and n["device"] != n["name"]]
+    if named:
+        out += wrap_items("NIC Legend: ", named, ", ", width=width)
+    if len(report["nics"]) > 1 and not nic_cells:
+        out += wrap("NIC-to-NIC cells: not known here (read live, nvidia-smi gives gputopo only the NICs' links to"
+                    " GPUs): `nvidia-smi topo -m` shows them", "  ", width=width)
+    return out
+
+
+def _machine(report: dict) -> str:
+    """What the machine is, in one line: its GPUs (those in view), their link classes, NICs and NUMA nodes."""
+    gpus = [g for g in report["gpus"] if g["name"] in report["selected"]] or report["gpus"]
+    models: dict = {}
+    for g in gpus:
+        models[g["model"]] = models.get(g["model"], 0) + 1
+    what = " + ".join(f"{k} x {m}" for m, k in models.items() if m)
+    unnamed = models.get(None)
+    if unnamed:
+        what += (" + " if what else "") + f"{unnamed} GPU(s) (model not named: --gpu-model names it)"
+    if len(gpus) < len(report["gpus"]):
+        what += f", {len(gpus)} of this machine's {len(report['gpus'])} in view"
+    total = len(gpus) * (len(gpus) - 1) // 2
+    links = ", ".join(f"{t} (all {total} pairs)" if len(p) == total > 1 else f"{t} ({len(p)} pair{'s' * (len(p) != 1)})"
+                      for t, p, _ in reversed(ranked_types(report)))
+    numa = {g["numa_affinity"] for g in report["gpus"]} - {None}
+    parts = [what] + ([f"links {links}"] if links else []) + (
+        [f"{len(report['nics'])} NIC(s)"] if report["nics"] else []) + ([f"{len(numa)} NUMA node(s)"] if numa else [])
+    return "Machine: " + " · ".join(parts)
+
+
+def _health(report: dict) -> str:
+    """The findings counted: errors and warnings, or none."""
+    n = {lvl: sum(1 for f in report["findings"] if f["level"] == lvl) for lvl in ("error", "warn")}
+    if not n["error"] and not n["warn"]:
+        return "health: no problems found"
+    return "health: " + ", ".join(f"{k} {w}{'s' * (k != 1)}" for w, k in (("error", n["error"]), ("warning", n["warn"]))
+                                  if k) + " (Findings below)"
+
+
+def inspect_answer(report: dict, width: int | None = WIDTH) -> list[str]:
+    """inspect's answer: what the machine is, its weakest link and health, the first strategy (the plan's with
+    --model), the best GPUs with --best."""
+    out = wrap(_machine(report), "  ", width=width)
+    w = report["weakest_link"]
+    if w:
+        link = next((l for l in report["links"] if {l["a"], l["b"]} == {w["a"], w["b"]}), w)
+        bw = f", {link['bandwidth_gbps']:g} GB/s per direction" if link.get("bandwidth_gbps") else ""
+        first = f"Weakest link in use: {w['a']}-{w['b']} {w['type'] or 'unknown'}{bw}"
+    elif len(report["selected"]) < 2:
+        first = "One GPU: no GPU-to-GPU interconnect to judge"
+    else:
+        first = "Weakest link in use: unknown"
+    out += wrap(f"{first}; {_health(report)}", "  ", width=width)
+    if report.get("plan"):
+        out += plan_answer(report["plan"], width=width)
+    elif report["recommendation"]:
+        r = report["recommendation"]
+        out += wrap(f"Recommendation ({r['basis']}): {r['strategy'] or 'none yet'} (--model NAME: the memory and"
+                    " step time of each strategy)", "  ", width=width)
+    if report["best"]:
+        b = report["best"]
+        out += wrap(f"Best {b['k']} GPU(s): {', '.join(b['gpus'])} (weakest link"
+                    f" {b['weakest_link']['type'] if b['weakest_link'] else 'none'})", "  ", width=width)
+        out.append(f"  {b['command']}")
+    return out
+
+
+def inspect(report: dict, *, wide: bool = False, explain: bool = False, nic_cells: dict | None = None) -> str:
+    """Human text for `gputopo inspect`: the answer, the GPUs, the matrix, the links, findings; the plan with
+    --model. nic_cells: the paste's NIC-to-NIC cells (gputopo.report.nic_cells), which the report does not hold."""
+    width = None if wide else WIDTH
     if not report["gpu_status"]["visible"]:
-        out.append(f"No NVIDIA GPU visible: {report['gpu_status']['reason']}")
-        out.append("Try `gputopo inspect --from-file topo.txt` with a saved `nvidia-smi topo -m`,"
-                   " or `gputopo inspect --example list` to see bundled real machines.")
-        return "\n".join(out)
-    out.append(f"Source: {report['source']}" + (f" ({', '.join(report['inputs'])})" if report["inputs"] else ""))
+        out = wrap(f"No NVIDIA GPU visible: {report['gpu_status']['reason']}", "  ", width=width)
+        out += wrap("Try `gputopo inspect --from-file topo.txt` with a saved `nvidia-smi topo -m`, or `gputopo inspect"
+                    " --example list` to see bundled real machines.", "  ", width=width)
+        return "\n".join(out + _host(report, width))
+    out = inspect_answer(report, width) + [""]
+    out += wrap(f"Source: {report['source']}" + (f" ({', '.join(report['inputs'])})" if report["inputs"] else ""),
+                "  ", width=width)
+    out += _host(report, width)
     rows = [[g["name"], g["model"], size(g["memory_total_bytes"]) if g["memory_total_bytes"] else None,
              g["pci_bus_id"], _pcie(g), None if g["temperature_c"] is None else f"{g['temperature_c']:g} C",
              _power(g)] for g in report["gpus"]]
     header = ["GPU", "model", "memory", "bus id", "PCIe", "temp", "power"]
     keep = [i for i in range(len(header)) if i == 0 or any(r[i] is not None for r in rows)]
     if len(keep) > 1:  # a paste without `nvlink -s`/`-L` says nothing per GPU beyond the matrix
-        out += ["", table([[r[i] for i in keep] for r in rows], [header[i] for i in keep])]
-    out += ["", matrix(report)] + _links(report)
-    out += ["", "Findings:"] + [f"{MARK[f['level']]}{f['subject']}: {f['message']}" for f in report["findings"]]
+        out += ["", table([[r[i] for i in keep] for r in rows], [header[i] for i in keep], width)]
+    out += ["", matrix(report, nic_cells, width)] + _nics(report, nic_cells, width) + _links(report, width)
+    out += ["", "Findings:"] + [x for f in report["findings"]
+                                for x in wrap(f"{MARK[f['level']]}{f['subject']}: {f['message']}", "  ", width=width)]
     if not any(f["level"] != "info" for f in report["findings"]):
         out.append("  no health problems found")
-    out += [f"Note: {n}" for n in report["notes"]]
+    out += [x for n in report["notes"] for x in wrap(f"Note: {n}", "  ", width=width)]
     if report.get("plan"):
-        return "\n".join(out + ["", plan(report["plan"])])
+        return "\n".join(out + ["", plan(report["plan"], wide=wide, explain=explain, answer=False)])
     r = report["recommendation"]
-    if r:
-        out += ["", f"Recommendation ({r['basis']}): {r['strategy'] or 'none yet'}"] + [f"  {x}" for x in r["reasons"]]
+    if r and explain:
+        out += ["", f"Recommendation ({r['basis']}): {r['strategy'] or 'none yet'}"]
+        out += [x for reason in r["reasons"] for x in wrap(reason, "    ", "  ", width)]
+    elif r and r["reasons"]:
+        out += ["", f"--explain: why {r['strategy'] or 'none yet'}, in words"]
     return "\n".join(out)
 
 
-def _host(report: dict) -> list[str]:
+def _host(report: dict, width: int | None = WIDTH) -> list[str]:
     """The host line, and blocking host problems from `gputopo doctor`, briefly."""
     out = []
     h = report["host"]
     if h:
-        out.append(f"Host: {h['cpus_logical']} CPUs ({h['cpus_physical']} cores), {h['numa_nodes'] or 'N/A'} NUMA"
-                   f" node(s), RAM {size(h['ram_total_bytes'])} ({size(h['ram_available_bytes'])} free),"
-                   f" {h['tmp_dir']} {size(h['tmp_free_bytes'])} free")
+        out += wrap(f"Host: {h['cpus_logical']} CPUs ({h['cpus_physical']} cores), {h['numa_nodes'] or 'N/A'} NUMA"
+                    f" node(s), RAM {size(h['ram_total_bytes'])} ({size(h['ram_available_bytes'])} free),"
+                    f" {h['tmp_dir']} {size(h['tmp_free_bytes'])} free", "  ", width=width)
     for c in report.get("host_checks") or []:
-        out.append(f"!! {c['subject']}: {c['found']}" + (f" (fix: {c['fix']})" if c["fix"] else ""))
+        out += wrap(f"!! {c['subject']}: {c['found']}" + (f" (fix: {c['fix']})" if c["fix"] else ""), "   ",
+                    width=width)
     if report.get("host_checks"):
         out.append("   `gputopo doctor` explains these and checks the rest")
     return out
 
 
-def _links(report: dict) -> list[str]:
-    """The selected GPUs' link classes slowest first, islands, weakest link, nearest NICs, --best."""
+def _links(report: dict, width: int | None = WIDTH) -> list[str]:
+    """The selected GPUs' link classes slowest first, islands, nearest NICs."""
     if report.get("links_note"):
-        out = ["", report["links_note"]]
+        out = [""] + wrap(report["links_note"], "  ", width=width)
     else:
-        out = ["", f"Links among {', '.join(report['selected'])}, slowest first:"]
+        out = [""] + wrap(f"Links among {', '.join(report['selected'])}, slowest first:", "  ", width=width)
         rows = []
         for t, pairs, l in ranked_types(report):
             bw = f"{l['bandwidth_gbps']:g} GB/s" if l.get("bandwidth_gbps") else "N/A"
             total = len(report["selected"]) * (len(report["selected"]) - 1) // 2
-            rows.append([t, f"all {total} pairs" if len(pairs) == total > 1 else _short(pairs), bw, l["explanation"]])
-        out.append(table(rows, ["link", "pairs", "theoretical/dir", "meaning"]))
+            shown = f"all {total} pairs" if len(pairs) == total > 1 else _short(pairs, 6 if width is None else 3)
+            rows.append([t, shown, bw, l["explanation"]])
+        out.append(table(rows, ["link", "pairs", "theoretical/dir", "meaning"], width, wrap_last=True))
         nv_basis = {l["bandwidth_basis"] for l in report["links"] if l.get("bandwidth_basis")}
-        out += [f"  bandwidth: {b}" for b in sorted(nv_basis)]
+        out += [x for b in sorted(nv_basis) for x in wrap(f"bandwidth: {b}", "    ", "  ", width)]
     if report["islands"]:
-        out.append("NVLink islands: " + "  ".join("{" + ", ".join(i) + "}" for i in report["islands"]))
-    w = report["weakest_link"]
-    if w:
-        out.append(f"Weakest link in use: {w['a']}-{w['b']} {w['type'] or 'unknown'}")
+        out += wrap_items("NVLink islands: ", ["{" + ", ".join(i) + "}" for i in report["islands"]], width=width)
     nic = _nearest_nics(report)
     if nic:
-        out.append("Nearest NIC per GPU: " + "  ".join(nic))
-    if report["best"]:
-        b = report["best"]
-        out.append(f"Best {b['k']} GPU(s): {', '.join(b['gpus'])} (weakest link"
-                   f" {b['weakest_link']['type'] if b['weakest_link'] else 'none'})")
-        out.append(f"  {b['command']}")
+        out += wrap_items("Nearest NIC per GPU: ", nic, width=width)
     return out
 
 
@@ -141,23 +336,61 @@ def _nearest_nics(report: dict) -> list[str]:
     return out
 
 
-def plan(data: dict) -> str:
-    """Human text for `gputopo plan`."""
-    m, lay, t = data["model"], data["layout"], data["training"]
-    out = [f"Model: {m['name']} ({m['params'] / 1e6:,.0f}M params, hidden {m['hidden_size']}, {m['layers']} layers;"
-           f" {m['source']})",
-           f"Layout: {lay['nodes']} node(s) x {lay['gpus_per_node']} GPU(s) of {size(lay['gpu_mem_bytes'])}"
-           + (f" ({lay['gpu_model']})" if lay["gpu_model"] else "")
-           + (f", weakest link {lay['link_type']}" if lay["link_type"] else "")
-           + f"; CPU RAM {size(lay['cpu_mem_bytes'])}/node, NVMe free "
-           + (size(lay["nvme_free_bytes"]) if lay["nvme_free_bytes"] is not None else "not given (another machine)"),
-           f"Training: {t['precision']}, {t['optimizer']}, micro-batch {t['batch_size']} x {t['seq_len']} tokens,"
-           f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
-           + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
-           + (f" ({', '.join(k.replace('_', '-') for k in data['search']['searched'])} searched: below)"
-              if data.get("search") else ""), ""]
-    rows = []
+def _recommended(data: dict) -> str:
+    """The recommendation's headline: strategy, micro-batch, accumulation, checkpointing, parameter offload."""
+    r = data["recommendation"]
+    if not r["strategy"]:
+        return "Recommendation: none fits"
+    ckpt = (", gradient checkpointing" if r["grad_checkpointing"] else ", selective checkpointing"
+            if data["training"].get("selective") else ", no checkpointing")
+    params = "" if r.get("offload_params") is None else ", parameters offloaded" if r["offload_params"] else \
+        ", parameters on the GPU"
+    return (f"Recommendation: {r['strategy']}, micro-batch {r['micro_batch']} x {r['grad_accum']} accumulation"
+            + ckpt + params)
+
+
+def plan_answer(data: dict, next_command: list[str] | None = None, width: int | None = WIDTH) -> list[str]:
+    """plan's answer: the configuration to use; its memory per GPU of the card and its step (and run) time on the
+    machine planned; the command to run next (`next_command`: deepspeed-config --auto with the same options)."""
+    r, lay = data["recommendation"], data["layout"]
+    out = wrap(_recommended(data), "  ", width=width)
+    if not r["strategy"]:
+        return out + [x for reason in r["reasons"][:1] for x in wrap(reason, "  ", width=width)]
+    s = next(x for x in data["strategies"] if x["name"] == r["strategy"])
+    t = s["time"]
+    n = lay["gpus_per_node"]
+    where = (f"{lay['nodes']} x " if lay["nodes"] > 1 else "") + (f"{n} x {lay['gpu_model']}" if lay["gpu_model"] else
+                                                                  f"{n} GPU{'s' * (n > 1)}") \
+        + (f" ({lay['link_type']})" if lay["link_type"] and lay["gpus"] > 1 else "")
+    said = f"{size(s['per_gpu_bytes']['total'])} per GPU of {size(lay['gpu_mem_bytes'])}" \
+        + (" (tight)" if s.get("tight") else "") + f" on {where}; "
+    if t["step_s"]:
+        said += f"step {_s(t['step_s'])}, {t['tokens_per_s']:,.0f} tokens/s"
+        if t.get("run_s"):
+            said += f"; {round(t['run_s'] / t['step_s']):,} steps: {_s(t['run_s'])}"
+    else:
+        said += f"no step time: {t['basis']}"
+    out += wrap(said, "  ", width=width)
+    ds = data.get("deepspeed_config")
+    if ds and ds["config"] and next_command:
+        if ds["strategy"] != r["strategy"]:
+            out += wrap(f"Next ({r['strategy']} is not DeepSpeed; this writes the fastest DeepSpeed setup,"
+                        f" {ds['strategy']} at micro-batch {ds['micro_batch']} x {ds['grad_accum']}):", "  ",
+                        width=width)
+            out += shell_lines(next_command, "  ", "      ", width)
+        else:
+            out += shell_lines(next_command, "Next: ", "      ", width)
+    elif ds and ds["why"]:
+        out += wrap(f"DeepSpeed: {ds['why']}", "  ", width=width)
+    return out
+
+
+def _memory(data: dict, width: int | None, explain: bool = False) -> str:
+    """Each strategy's memory per GPU, host and NVMe per node, and traffic. At full width one table in the order of
+    the arithmetic; within `width` what decides the fit, and with `explain` the parts that add up to it and the
+    bytes each GPU sends per step in a second table."""
     where = {"gpu": "GPU", "cpu": "CPU", "nvme": "NVMe"}
+    rows = []
     for s in data["strategies"]:
         b = s["per_gpu_bytes"]
         comm = "-" if not s["comm_bytes_per_step"] else size(s["comm_bytes_per_step"]) + (
@@ -170,41 +403,78 @@ def plan(data: dict) -> str:
                      size(b["optimizer"]), size(b["activations"]), size(b["temporaries"]), size(b["overhead"]),
                      size(b["total"]), size(s["nvidia_smi_bytes"]), s["peak"]["phase"],
                      size(s["cpu_bytes"]), size(s["nvme_bytes"]) if s["nvme_bytes"] else "-", comm])
-    out.append(table(rows, ["strategy", "fits", "weights", "grads", "optim", "activ", "temps", "overhead", "total/GPU",
-                            "nvidia-smi", "peak falls", "CPU/node", "NVMe/node", "comm/step"]))
-    first = data["strategies"][0]
-    out.append("  total/GPU = weights + optimizer + overhead + the step's peak (the gradients alive then, activations"
-               " kept for backward, temporaries); nvidia-smi adds the allocator's reserve (about"
-               f" {size(first['nvidia_smi_bytes'] - first['per_gpu_bytes']['total'])}).")
-    out.append("  CPU/node = DeepSpeed's own estimate (estimate_zero2/3_model_states_mem_needs) with its 1.5x margin"
-               " (additional_buffer_factor), for CPU offload and for loading fp32 weights on every rank (NVMe: its"
-               " pinned swap buffers): what DeepSpeed allocates has not been measured, so the margin stays.")
-    out += ["", step_times(data)]
+    header = ["strategy", "fits", "weights", "grads", "optim", "activ", "temps", "overhead", "total/GPU",
+              "nvidia-smi", "peak falls", "CPU/node", "NVMe/node", "comm/step"]
+    if width is None:
+        return table(rows, header)
+    fit, parts = [0, 1, 8, 10, 11, 12], [0, 2, 3, 4, 5, 6, 7, 9, 13]
+    out = table([[r[i] for i in fit] for r in rows], [header[i] for i in fit], width)
+    if explain:
+        out += "\n" + table([[r[i] for i in parts] for r in rows], [header[i] for i in parts], width)
+    return out
+
+
+def plan(data: dict, *, wide: bool = False, explain: bool = False, next_command: list[str] | None = None,
+         answer: bool = True) -> str:
+    """Human text for `gputopo plan`: the answer (unless `answer` is False: inspect --model gives its own), what was
+    planned, the memory and step tables, the search, and what was assumed."""
+    width = None if wide else WIDTH
+    m, lay, t = data["model"], data["layout"], data["training"]
+    out = plan_answer(data, next_command, width) + [""] if answer else []
+    out += wrap(f"Model: {m['name']} ({m['params'] / 1e6:,.0f}M params, hidden {m['hidden_size']}, {m['layers']}"
+                f" layers; {m['source']})", "  ", width=width)
+    out += wrap(f"Layout: {lay['nodes']} node(s) x {lay['gpus_per_node']} GPU(s) of {size(lay['gpu_mem_bytes'])}"
+                + (f" ({lay['gpu_model']})" if lay["gpu_model"] else "")
+                + (f", weakest link {lay['link_type']}" if lay["link_type"] else "")
+                + f"; CPU RAM {size(lay['cpu_mem_bytes'])}/node, NVMe free "
+                + (size(lay["nvme_free_bytes"]) if lay["nvme_free_bytes"] is not None else
+                   "not given (another machine)"), "  ", width=width)
+    out += wrap(f"Training: {t['precision']}, {t['optimizer']}, micro-batch {t['batch_size']} x {t['seq_len']} tokens,"
+                f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
+                + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
+                + (f" ({', '.join(k.replace('_', '-') for k in data['search']['searched'])} searched: below)"
+                   if data.get("search") else ""), "  ", width=width)
+    out += ["", _memory(data, width, explain)]
+    if explain:
+        first = data["strategies"][0]
+        out += wrap("total/GPU = weights + optimizer + overhead + the step's peak (the gradients alive then,"
+                    " activations kept for backward, temporaries); nvidia-smi adds the allocator's reserve (about"
+                    f" {size(first['nvidia_smi_bytes'] - first['per_gpu_bytes']['total'])}).", "    ", "  ", width)
+        out += wrap("CPU/node = DeepSpeed's own estimate (estimate_zero2/3_model_states_mem_needs) with its 1.5x margin"
+                    " (additional_buffer_factor), for CPU offload and for loading fp32 weights on every rank (NVMe: its"
+                    " pinned swap buffers): what DeepSpeed allocates has not been measured, so the margin stays.",
+                    "    ", "  ", width)
+    out += ["", step_times(data, width=width, explain=explain)]
     if data.get("measured"):
-        out += ["", measured(data["measured"])]
+        out += ["", measured(data["measured"], width)]
     if data.get("search"):
-        out += ["", searched(data["search"])]
+        out += ["", searched(data["search"], width)]
     r = data["recommendation"]
-    out += ["", f"Recommendation: {r['strategy'] or 'none fits'}" + (
-        f", micro-batch {r['micro_batch']} x {r['grad_accum']} accumulation"
-        + (", gradient checkpointing" if r["grad_checkpointing"] else ", selective checkpointing"
-           if data["training"].get("selective") else "")
-        + ("" if r.get("offload_params") is None else ", parameters offloaded" if r["offload_params"] else
-           ", parameters on the GPU") if r["strategy"] else "")] + [f"  {x}" for x in r["reasons"]]
-    if data["layout"].get("link_basis", "").startswith("assumed"):
-        out.append(f"  (link bandwidth {data['layout']['link_basis']})")
-    ds = data.get("deepspeed_config")
-    if ds:
-        out.append(f"DeepSpeed: {ds['why']}" if not ds["config"] else
-                   f"DeepSpeed: `gputopo deepspeed-config --auto` with these options writes {ds['strategy']}'s config"
-                   + ("" if ds["strategy"] == r["strategy"] else
-                      f" at micro-batch {ds['micro_batch']} x {ds['grad_accum']} ({r['strategy']} is not DeepSpeed)")
-                   + f" (ZeRO stage {ds['config']['zero_optimization']['stage']}"
-                   + "".join(f", {what} offloaded to {v['device']}"
-                             for k, what in (("offload_optimizer", "optimizer"), ("offload_param", "parameters"))
-                             for v in [ds["config"]["zero_optimization"].get(k)] if v)
-                   + "; --json: deepspeed_config) and the launch line with --launcher.")
-    out += [f"Note: {n}" for n in data.get("notes", [])]
+    basis = data.get("rates", {}).get("basis", {})
+    link_assumed = data["layout"].get("link_basis", "").startswith("assumed")
+    if explain:
+        out += [""] + wrap(_recommended(data), "  ", width=width)
+        out += [x for reason in r["reasons"] for x in wrap(reason, "    ", "  ", width)]
+        if link_assumed:
+            out += wrap(f"(link bandwidth {data['layout']['link_basis']})", "    ", "  ", width)
+        ds = data.get("deepspeed_config")
+        if ds:
+            out += wrap(f"DeepSpeed: {ds['why']}" if not ds["config"] else
+                        f"DeepSpeed: `gputopo deepspeed-config --auto` with these options writes {ds['strategy']}'s"
+                        " config" + ("" if ds["strategy"] == r["strategy"] else
+                                     f" at micro-batch {ds['micro_batch']} x {ds['grad_accum']} ({r['strategy']} is"
+                                     " not DeepSpeed)")
+                        + f" (ZeRO stage {ds['config']['zero_optimization']['stage']}"
+                        + "".join(f", {what} offloaded to {v['device']}"
+                                  for k, what in (("offload_optimizer", "optimizer"), ("offload_param", "parameters"))
+                                  for v in [ds["config"]["zero_optimization"].get(k)] if v)
+                        + "; --json: deepspeed_config) and the launch line with --launcher.", "  ", width=width)
+        out += [x for n in data.get("notes", []) for x in wrap(f"Note: {n}", "  ", width=width)]
+    else:
+        more = ([f"step times from {basis['summary'].split(' (')[0]}"] if basis.get("summary") else []) + (
+            [f"link bandwidth {data['layout']['link_basis']}"] if link_assumed else [])
+        out += [""] + in_short(data.get("notes", []), more, width,
+                               also=f"why {r['strategy'] or 'nothing fits'}")
     return "\n".join(out)
 
 
@@ -216,23 +486,25 @@ def _configuration(c: dict, why: str) -> list[str]:
             f"{c['tokens_per_s']:,.0f}" if c["tokens_per_s"] else "?", why]
 
 
-def searched(found: dict) -> str:
+def searched(found: dict, width: int | None = WIDTH) -> str:
     """plan's search: what was open, how many configurations fit, the winner and the best of the rest."""
     open_ = ", ".join(k.replace("_", "-") for k in found["searched"])
-    head = (f"Search ({open_} open; {found['priced']} configurations fit and were priced"
-            + (f", at global batch {found['global_batch']}" if found["global_batch"] else
-               "; the samples per step follow the micro-batch: --global-batch N holds them"
-               if "batch_size" in found["searched"] else "") + "):")
+    head = wrap(f"Search ({open_} open; {found['priced']} configurations fit and were priced"
+                + (f", at global batch {found['global_batch']}" if found["global_batch"] else
+                   "; the samples per step follow the micro-batch: --global-batch N holds them"
+                   if "batch_size" in found["searched"] else "") + "):", "  ", width=width)
     if not found["chosen"]:
-        return head + "\n  none fits: the tables above are the leanest of what was open (the least micro-batch," \
-                      " checkpointing where open)"
+        return "\n".join(head + wrap("none fits: the tables above are the leanest of what was open (the least"
+                                     " micro-batch, checkpointing where open)", "  ", width=width))
     rows = [_configuration(found["chosen"], "chosen")] + [_configuration(c, c["why"]) for c in found["next"]]
-    text = table(rows, ["strategy", "micro", "accum", "ckpt", "offload params", "total/GPU", "step", "tokens/s",
-                        "why not"])
+    header = ["strategy", "micro", "accum", "ckpt", "offload params", "total/GPU", "step", "tokens/s", "why not"]
+    if width is not None and all(r[4] == "-" for r in rows):   # no ZeRO-3 offload among them: an empty column
+        rows, header = [r[:4] + r[5:] for r in rows], header[:4] + header[5:]
+    text = table(rows, header, width, key=2, wrap_last=True)   # strategy and micro-batch name a row
     if not found["timed"]:
-        text += "\n  no step time (the link is unknown): ranked by HF's decision tree, then no recomputation, then" \
-                " the largest micro-batch"
-    return head + "\n" + text
+        text += "\n" + "\n".join(wrap("no step time (the link is unknown): ranked by HF's decision tree, then no"
+                                      " recomputation, then the largest micro-batch", "    ", "  ", width))
+    return "\n".join(head + [text])
 
 
 def _s(v) -> str:
@@ -243,8 +515,8 @@ def _s(v) -> str:
             else f"{v / 86400:.1f}d")
 
 
-def step_times(data: dict) -> str:
-    """The predicted step of each strategy, its parts, and what the figures assume."""
+def step_times(data: dict, width: int | None = WIDTH, explain: bool = True) -> str:
+    """The predicted step of each strategy, its parts, what the link buys; with `explain` what the figures assume."""
     runs = any("run_s" in s["time"] for s in data["strategies"])
     extra = any(s["time"].get("sampled_extra_s") for s in data["strategies"])
     rows = [[s["name"], _s(t["step_s"]), _s(t["compute_s"]),
@@ -255,47 +527,79 @@ def step_times(data: dict) -> str:
             for s in data["strategies"] for t in [s["time"]]]
     out = ["Predicted step time (per optimizer step):",
            table(rows, ["strategy", "step", "compute", "comm (exposed)", "offload", "optimizer"]
-                 + (["DeepSpeed beyond (sampled)"] if extra else []) + ["tokens/s"] + (["run"] if runs else []))]
+                 + (["DeepSpeed beyond (sampled)"] if extra else []) + ["tokens/s"] + (["run"] if runs else []), width)]
     ab = data.get("interconnect_ab")
     if ab and ab["ratio"] and ab.get("p2p_used") is False:
-        out.append(f"  NCCL does not use P2P over {ab['link']} by default (it goes through host memory, SHM, as"
-                   " `inspect --nccl-log` expects): NCCL_P2P_DISABLE=1 changes nothing here.")
+        out += wrap(f"NCCL does not use P2P over {ab['link']} by default (it goes through host memory, SHM, as"
+                    " `inspect --nccl-log` expects): NCCL_P2P_DISABLE=1 changes nothing here.", "    ", "  ", width)
     elif ab and ab["ratio"]:
-        out.append(f"  The link buys {ab['strategy']}: {ab['step_s']:.3f} s/step over {ab['link'] or 'the link'} vs"
-                   f" {ab['step_s_without_p2p']:.3f} s with NCCL_P2P_DISABLE=1 ({ab['ratio']:.2f}x);"
-                   " `gputopo bench-nvlink` measures both.")
-    basis = data.get("rates", {}).get("basis", {})
-    out += [f"  assumes {k}: {v}" for k, v in basis.items() if k != "summary"]
+        out += wrap(f"The link buys {ab['strategy']}: {ab['step_s']:.3f} s/step over {ab['link'] or 'the link'} vs"
+                    f" {ab['step_s_without_p2p']:.3f} s with NCCL_P2P_DISABLE=1 ({ab['ratio']:.2f}x);"
+                    " `gputopo bench-nvlink` measures both.", "    ", "  ", width)
+    if explain:
+        basis = data.get("rates", {}).get("basis", {})
+        out += [x for k, v in basis.items() if k != "summary" for x in wrap(f"assumes {k}: {v}", "    ", "  ", width)]
     return "\n".join(out)
 
 
-def measured(m: dict) -> str:
+def measured(m: dict, width: int | None = WIDTH) -> str:
     """plan --measure: predicted vs measured, per component."""
     rows = [[r["component"], size(r["predicted"]), size(r["measured"]) if r["measured"] is not None else "N/A",
              f"{r['error']:+.1%}" if r["error"] is not None else "N/A"] for r in m["rows"]]
-    out = [f"Measured on this machine ({m['device']}, {m['attention']} attention, torch {m['torch']}, transformers"
-           f" {m['transformers']}): {m['method']}",
-           table(rows, ["component", "predicted", "measured", "error"]),
-           f"  predicted peak phase: {m['predicted_phase']}"]
+    out = wrap(f"Measured on this machine ({m['device']}, {m['attention']} attention, torch {m['torch']}, transformers"
+               f" {m['transformers']}): {m['method']}", "  ", width=width)
+    out += [table(rows, ["component", "predicted", "measured", "error"], width),
+            f"  predicted peak phase: {m['predicted_phase']}"]
     t = m.get("time")
     if t:
         steps = ", ".join(f"{x:.3f}" for x in t["step_times_s"])
-        out += ["", "Step time of this one process (predicted from this machine's calibration; measured: median of"
-                f" {len(t['step_times_s'])} steps after 2 warm-up, {steps} s)",
-                table([["step", f"{t['predicted_s']:.3f} s", f"{t['measured_s']:.3f} s", f"{t['error']:+.1%}"]],
-                      ["", "predicted", "measured", "error"])]
-        out += [f"  assumes {k}: {v}" for k, v in t["basis"].items() if k != "summary"]
-    return "\n".join(out + [f"  note: {n}" for n in m["notes"]])
+        out += [""] + wrap("Step time of this one process (predicted from this machine's calibration; measured: median"
+                           f" of {len(t['step_times_s'])} steps after 2 warm-up, {steps} s)", "  ", width=width)
+        out.append(table([["step", f"{t['predicted_s']:.3f} s", f"{t['measured_s']:.3f} s", f"{t['error']:+.1%}"]],
+                         ["", "predicted", "measured", "error"], width))
+        out += [x for k, v in t["basis"].items() if k != "summary" for x in wrap(f"assumes {k}: {v}", "    ", "  ",
+                                                                                  width)]
+    return "\n".join(out + [x for n in m["notes"] for x in wrap(f"note: {n}", "    ", "  ", width)])
 
 
-def bench(data: dict) -> str:
-    """Human text for `gputopo bench-nvlink`, laid out like the reference table."""
+def bench_answer(data: dict, width: int | None = WIDTH) -> list[str]:
+    """bench-nvlink's answer: the measured ratio of the arms and the verdict, and the predicted ratio; for a sweep
+    alone, its largest size's bus bandwidth with and without P2P."""
+    cmp_ = data.get("comparison")
+    if cmp_:
+        out = wrap(f"no-P2P / P2P median step: {cmp_['ratio']:.3f}x. Verdict: {cmp_['message']}", "  ", width=width)
+        if data.get("predicted_ratio"):
+            out.append(f"predicted no-P2P / P2P: {data['predicted_ratio']:.3f}x"
+                       f" ({data['predicted_ratio'] / cmp_['ratio'] - 1:+.1%} from measured)")
+        return out
+    if data["allreduce"]:
+        top = max(r["bytes"] for r in data["allreduce"])
+        arms = {r["p2p"]: r for r in data["allreduce"] if r["bytes"] == top}
+        said = ", ".join(f"{'P2P' if p2p else 'no-P2P'} {arms[p2p]['busbw_gbps']:.3f} GB/s" for p2p in (True, False)
+                         if p2p in arms)
+        return wrap(f"all_reduce of {size_text(top)}: bus bandwidth {said} (the sweep below)", "  ", width=width)
+    runs = data["runs"]
+    if runs:
+        return wrap(f"{runs[0]['label']}: median step {runs[0]['step_time_s']['median']:.4f} s (one arm: no"
+                    " comparison)", "  ", width=width)
+    return []
+
+
+def bench(data: dict, *, wide: bool = False, explain: bool = False) -> str:
+    """Human text for `gputopo bench-nvlink`: the verdict, then what ran, laid out like the reference table."""
+    width = None if wide else WIDTH
     st = data["settings"]
+    answer = bench_answer(data, width)
+    out = answer + ([""] if answer else [])
     where = f"{data['nnodes']} node(s) x {data['nproc']} process(es) on {data['device']} ({data['backend']})"
-    out = [f"{where}; all-reduce sweep only (--allreduce-only: no training)"] if st is None else [
-        f"{where}; model {data['model']['name'] if data['model'] else 'N/A'}; data {data['dataset'] or 'N/A'}",
-        f"{st['steps']} steps per arm ({st['warmup_steps']} warm-up not timed), batch {st['batch_size']} x"
-        f" {st['seq_len']} per process, {st['precision']}, {st['repeat']} run(s) per arm"]
+    if st is None:
+        out += wrap(f"{where}; all-reduce sweep only (--allreduce-only: no training)", "  ", width=width)
+    else:
+        out += wrap(f"{where}; model {data['model']['name'] if data['model'] else 'N/A'}; data"
+                    f" {data['dataset'] or 'N/A'}", "  ", width=width)
+        out += wrap(f"{st['steps']} steps per arm ({st['warmup_steps']} warm-up not timed), batch {st['batch_size']}"
+                    f" x {st['seq_len']} per process, {st['precision']}, {st['repeat']} run(s) per arm", "  ",
+                    width=width)
     link = data.get("link")
     out.append(f"GPUs share: {link['type']} ({link['a']}-{link['b']}, the weakest link)" if link else
                "GPUs share: no GPU link here")
@@ -305,18 +609,20 @@ def bench(data: dict) -> str:
                  f"{r['step_time_s']['p10']:.4f}-{r['step_time_s']['p90']:.4f} s", _predicted(r)]
                 for r in data["runs"]]
         out += ["", table(rows, ["P2P/NVLink", "time (timed steps)", "samples/s", "median step", "p10-p90",
-                                 "predicted step (error)"])]
+                                 "predicted step (error)"], width)]
     cmp_ = data.get("comparison")
     if cmp_:
         ref = data["reference"]
-        out.append(f"no-P2P / P2P median step: {cmp_['ratio']:.3f}x. Verdict: {cmp_['message']}")
-        if data.get("predicted_ratio"):
-            out.append(f"predicted no-P2P / P2P: {data['predicted_ratio']:.3f}x"
-                       f" ({data['predicted_ratio'] / cmp_['ratio'] - 1:+.1%} from measured)")
-            out += [f"  assumes {k}: {v}" for k, v in data.get("prediction_basis", {}).items()]
-        out.append(f"(reference {ref['hardware']}, {ref['model']} on {ref['dataset']}, {ref['steps']} steps:"
-                   f" {ref['p2p_s']:.1f} s with P2P vs {ref['no_p2p_s']:.1f} s without,"
-                   f" {ref['no_p2p_s'] / ref['p2p_s']:.2f}x)")
+        basis = data.get("prediction_basis", {}) if data.get("predicted_ratio") else {}
+        if explain:
+            out += [x for k, v in basis.items() for x in wrap(f"assumes {k}: {v}", "    ", "  ", width)]
+        elif basis:
+            said = [k for k in basis if k != "summary"]
+            out += wrap("the prediction: " + (f"{basis['summary']}; " if basis.get("summary") else "")
+                        + f"its {', '.join(said)} (--explain says each)", "    ", "  ", width)
+        out += wrap(f"(reference {ref['hardware']}, {ref['model']} on {ref['dataset']}, {ref['steps']} steps:"
+                    f" {ref['p2p_s']:.1f} s with P2P vs {ref['no_p2p_s']:.1f} s without,"
+                    f" {ref['no_p2p_s'] / ref['p2p_s']:.2f}x)", " ", width=width)
     if data["allreduce"]:
         by = {}
         for r in data["allreduce"]:
@@ -331,15 +637,19 @@ def bench(data: dict) -> str:
             row.append(f"{frac:.0%}" if frac is not None else "N/A")
             rows.append(row)
         out += ["", "all_reduce (GB/s; busbw = algbw x 2(n-1)/n as nccl-tests):",
-                table(rows, ["size", "P2P algbw", "P2P busbw", "no-P2P algbw", "no-P2P busbw", "busbw/theoretical"])]
-    out += _nccl_paths(data)
-    out += [f"Note: {n}" for n in data["notes"]]
+                table(rows, ["size", "P2P algbw", "P2P busbw", "no-P2P algbw", "no-P2P busbw", "busbw/theoretical"],
+                      width)]
+    out += _nccl_paths(data, width)
+    if explain:
+        out += [x for n in data["notes"] for x in wrap(f"Note: {n}", "  ", width=width)]
+    else:
+        out += in_short(data["notes"], width=width)
     if data.get("log_dir"):
-        out.append(f"Logs (every rank's stdout/stderr): {data['log_dir']}")
+        out += wrap(f"Logs (every rank's stdout/stderr): {data['log_dir']}", "  ", width=width)
     return "\n".join(out)
 
 
-def _nccl_paths(data: dict) -> list[str]:
+def _nccl_paths(data: dict, width: int | None = WIDTH) -> list[str]:
     """Per arm, the path NCCL said it took (its NCCL_DEBUG=INFO log), and whether the A/B tested its claim."""
     arms = [(r["label"], r.get("nccl")) for r in data["runs"]]
     arms += [(f"all-reduce {k}", v) for k, v in (data.get("allreduce_nccl") or {}).items()]
@@ -349,9 +659,10 @@ def _nccl_paths(data: dict) -> list[str]:
     if not rows:
         return []
     out = ["", "Paths NCCL took (its NCCL_DEBUG=INFO log, connection lines per transport):",
-           table(rows, ["arm", "NCCL", "transports", "as printed", "channels", "NCCL_* seen"])]
+           table(rows, ["arm", "NCCL", "transports", "as printed", "channels", "NCCL_* seen"], width)]
     check = data.get("nccl_check")
-    out.append(f"Paths: {check}" if check else "Paths: each arm took the path it claims (P2P on, then off).")
+    out += wrap(f"Paths: {check}" if check else "Paths: each arm took the path it claims (P2P on, then off).", "  ",
+                width=width)
     return out
 
 
@@ -368,30 +679,82 @@ def size_text(n: int) -> str:
     return size(n).replace(".0 ", " ")
 
 
+VALIDATED = ("validated by ", "deepspeed is not installed")   # the note saying who checked the config
+
+
+def deepspeed_config(d: dict, files: list[str], *, wide: bool = False, explain: bool = False) -> dict:
+    """Text for `gputopo deepspeed-config`, read from its --json dict, in four parts the command places on stdout
+    or stderr: "said" (what was written, or printed, and who checked it), "run" (the first launch command, or how
+    to get one), "launch" (the launcher's files when printed, its other commands, notes and what the script
+    needs) and "notes" (what the plan assumed, briefly; with `explain` every note whole). `files`: the files
+    written (none: the config goes to stdout)."""
+    width = None if wide else WIDTH
+    cfg = d["config"]
+    z = cfg.get("zero_optimization") or {}
+    what = [f"ZeRO stage {z.get('stage', 0)}"] + [f"{w} offloaded to {z[k]['device']}" for k, w in
+                                                   (("offload_optimizer", "optimizer"), ("offload_param", "parameters"))
+                                                   if isinstance(z.get(k), dict)]
+    what += [p for p in ("bf16", "fp16") if (cfg.get(p) or {}).get("enabled") is True]
+    if cfg.get("train_micro_batch_size_per_gpu") == "auto":
+        what.append('"auto" for the HF Trainer')
+    checked = [n for n in d["warnings"] if n.startswith(VALIDATED)]
+    said = ("wrote " + ", ".join(files) + ": " if files else "The config, on stdout (-o PATH writes it): ") \
+        + ", ".join(what) + "".join(f"; {n}" for n in checked[:1])
+    out = {"said": wrap(said, "  ", width=width), "run": [], "launch": [], "notes": []}
+    launch = d["launch"]
+    if launch and launch["run"]:
+        first, *rest = launch["run"]
+        out["run"] = wrap(f"# on {first['where']}:", "#   ", width=width) + shell_lines(first["command"], "", "    ",
+                                                                                   width)
+    else:
+        rest = []
+        out["run"] = wrap("# launch: --launcher torchrun|deepspeed|accelerate|slurm prints the command", "#   ",
+                          width=width)
+    if launch:
+        if not files:
+            out["launch"] += [x for name, content in launch["files"].items()
+                              for x in (f"--- {name}", content.rstrip("\n"))]
+        for r in rest:
+            out["launch"] += wrap(f"# on {r['where']}:", "#   ", width=width) + shell_lines(r["command"], "", "    ",
+                                                                                      width)
+        out["launch"] += [x for n in launch["notes"] for x in wrap(f"# {n}", "#   ", width=width)]
+        out["launch"].append("# the training script needs:")
+        out["launch"] += [x for n in launch["script_needs"] for x in wrap(f"#   {n}", "#     ", width=width)]
+    assumed = set((d.get("plan") or {}).get("notes") or [])
+    shown = [n for n in d["warnings"] if explain or n not in assumed and not n.startswith(VALIDATED)]
+    out["notes"] = [x for n in shown for x in wrap(f"note: {n}", "  ", width=width)]
+    if not explain:
+        out["notes"] += in_short([n for n in d["warnings"] if n in assumed], width=width)
+    return out
+
+
 DOCTOR_MARK = {"fail": "FAIL", "warn": "WARN", "unknown": "????", "info": "info", "ok": "ok"}
 
 
-def doctor(data: dict) -> str:
-    """Human text for `gputopo doctor`: the checks worst first, why and fix under the ones that need action."""
+def doctor(data: dict, *, wide: bool = False, explain: bool = False) -> str:
+    """Human text for `gputopo doctor`: the counts and the verdict, then the checks worst first, why and fix under
+    the ones that need action (with `explain` under every one)."""
+    width = None if wide else WIDTH
     c = data["counts"]
     out = [f"gputopo doctor: {c['fail']} blocking, {c['warn']} warning(s), {c['unknown']} not checkable"
            + (f"; DeepSpeed config {data['config']}" if data.get("config") else "")
-           + f" ({data['elapsed_s']:.2f} s)", ""]
+           + f" ({data['elapsed_s']:.2f} s)",
+           "Exit 1: something below will break a run." if c["fail"] else "Nothing blocks a run here.", ""]
     rows = []
     for ch in data["checks"]:
         rows.append([DOCTOR_MARK[ch["status"]], ch["id"], ch["found"]])
-        if ch["status"] in ("fail", "warn", "unknown"):
+        if explain or ch["status"] in ("fail", "warn", "unknown"):
             if ch["why"]:
                 rows.append(["", "", f"  why: {ch['why']}"])
             if ch["fix"]:
                 rows.append(["", "", f"  fix: {ch['fix']}"])
-    out.append(table(rows, ["status", "check", "found"]))
+    out.append(table(rows, ["status", "check", "found"], width, wrap_last=True))
     if data["disks"]:
         rows = [[d["mountpoint"], d["fstype"], d["kind"], d["block"], size(d["free_bytes"]), size(d["total_bytes"])]
                 for d in data["disks"] if d["kind"] != "ram" or d["mountpoint"] == "/dev/shm"]
-        out += ["", table(rows, ["mount", "fs", "kind", "disk", "free", "size"])]
-    out.append("")
-    out.append("Exit 1: something above will break a run." if c["fail"] else "Nothing blocks a run here.")
+        out += ["", table(rows, ["mount", "fs", "kind", "disk", "free", "size"], width)]
+    if not explain:
+        out += ["", "--explain: why each check matters, also where it passes"]
     return "\n".join(out)
 
 

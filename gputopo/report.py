@@ -160,3 +160,26 @@ def nccl(source, name: str, inputs=None) -> tuple[dict, list[str]]:
     data = {"schema_version": SCHEMA_VERSION, "inputs": [name] + (list(inputs.sources) if inputs else []),
             "nccl": nccllog.summary(log, topo)}
     return data, nccllog.excerpt(log)
+
+
+def nic_cells(pasted) -> dict:
+    """The NIC-to-NIC cells of the pasted `nvidia-smi topo -m` texts ((name, text) pairs, gputopo.sources.Inputs),
+    {(NIC, NIC): class}: the report's links are those with a GPU, so the text and markdown matrices take these from
+    the paste itself to show every cell of it. Empty when nothing pasted (live, NVML) holds them."""
+    from . import parse
+    from .errors import BadInput
+    out = {}
+    for _, text in pasted or []:
+        try:
+            if parse.kind(text) != "topo":
+                continue
+            m = parse.matrix(text)
+        except BadInput:
+            continue
+        nics = [l for l in m.labels if not l.startswith("GPU")]
+        for i, a in enumerate(nics):
+            for b in nics[i + 1:]:
+                v = m.cells.get((a, b)) or m.cells.get((b, a))
+                if v is not None:
+                    out[(a, b)] = v
+    return out

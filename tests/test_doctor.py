@@ -315,7 +315,8 @@ def test_exit_1_in_a_container_with_gpus_and_64_mib_shm(tree, fake_nvml):
     r = run("doctor")
     assert r.exit_code == 1, r.output
     assert r.stdout.splitlines()[0].startswith("gputopo doctor: 2 blocking")
-    first = r.stdout.splitlines()[3]
+    assert r.stdout.splitlines()[1] == "Exit 1: something below will break a run."   # the answer first
+    first = r.stdout.splitlines()[4]
     assert first.startswith("FAIL") and "shm" in first and "64.0 MiB tmpfs for 2 GPU(s)" in first
     data = json.loads(run("doctor", "--json").stdout)
     assert data["ok"] is False and data["exit_code"] == 1 and data["gpus"] == 2
@@ -644,7 +645,7 @@ def test_doctor_blocks_an_arch_list_deepspeed_cannot_parse(tree, fake_nvml, monk
     monkeypatch.setattr(dsops, "installed_version", lambda: "0.19.8")
     _image(tree, tmp_path, "8.0;9.0a")
     r = run("doctor")
-    assert r.exit_code == 1 and "Exit 1: something above will break a run." in r.stdout, r.output
+    assert r.exit_code == 1 and "Exit 1: something below will break a run." in r.stdout, r.output
     c, = [c for c in json.loads(run("doctor", "--json").stdout)["checks"] if c["blocking"]]
     line = ('doctor: env: TORCH_CUDA_ARCH_LIST="8.0;9.0a": DeepSpeed 0.19.8 cannot parse 9.0a (its op builder'
             ' int()s each part) - fix: set TORCH_CUDA_ARCH_LIST="8.0;9.0" (drop the arch-specific suffix)'

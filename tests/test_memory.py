@@ -246,7 +246,7 @@ def test_auto_is_eager_where_transformers_has_no_sdpa(tmp_path):
 
 
 def test_text_shows_peak_phase_and_nvidia_smi():
-    r = run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "80GiB")
+    r = run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-mem", "80GiB", "--explain")   # nvidia-smi: the breakdown
     assert r.exit_code == 0 and "backward, at the loss" in r.output and "nvidia-smi" in r.output
 
 

@@ -199,8 +199,9 @@ def test_global_batch_with_hf_prints_the_training_arguments():
     assert data["training_arguments"] == {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4}
     assert data["config"]["train_batch_size"] == "auto"
     text = run("deepspeed-config", "--stage", "2", "--gpus", "8", "--batch-size", "4", "--global-batch", "128")
-    assert "TrainingArguments(per_device_train_batch_size=4, gradient_accumulation_steps=4)" in text.output
-    assert "4 x 4 x 8 GPU(s) = 128 per step" in text.output
+    said = " ".join(text.output.split())   # the note, wrapped into 100 columns
+    assert "TrainingArguments(per_device_train_batch_size=4, gradient_accumulation_steps=4)" in said
+    assert "4 x 4 x 8 GPU(s) = 128 per step" in said
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -438,6 +439,28 @@ def _no_fused_adam():
         yield
 
 
+def _text_shape(cmd, args, flag):
+    """--explain adds the reasons, sources and notes the text leaves out; --wide prints what the text folds into
+    100 columns at full width (doctor: a check whose finding is long); both refused with --json."""
+    def check(_):
+        with pytest.MonkeyPatch.context() as mp:
+            if cmd == "doctor":   # a long finding, whatever this machine holds
+                from gputopo import doctor
+                real = doctor.run
+                mp.setattr(doctor, "run", lambda *a, **k: {**(d := real(*a, **k)), "checks": [
+                    {**d["checks"][0], "found": "a finding " * 20}, *d["checks"][1:]]})
+            plain, shaped = run(cmd, *args), run(cmd, *args, f"--{flag}")
+        assert plain.exit_code == shaped.exit_code and plain.exit_code in (0, 1), shaped.output
+        lines = lambda r: r.stdout.splitlines() + r.stderr.splitlines()   # noqa: E731
+        if flag == "wide":
+            assert max(map(len, lines(plain))) <= 100 < max(map(len, lines(shaped)))
+        else:
+            assert len(lines(shaped)) > len(lines(plain)) and "--explain: " in plain.output + plain.stderr
+            assert "--explain: " not in shaped.output
+        one_line_usage_error(run(cmd, *args, f"--{flag}", "--json"), "shape")
+    return check
+
+
 def _ds_check(_):
     with _no_fused_adam():
         assert run("deepspeed-config", "--stage", "2").exit_code == 0
@@ -499,6 +522,10 @@ def _walk(tmp):
         if name not in ("gpus", "gpu_mem", "gpu_model", "link"):
             w[("inspect", name)] = inspect_check
     w[("plan", "as_json")] = _json_flag("plan", PLAN[:-1])
+    w.update({(cmd, flag): _text_shape(cmd, args, flag) for cmd, args in (
+        ("plan", PLAN[:-1] + ["--gpu-model", "TITAN RTX", "--link", "NV2"]), ("inspect", INSPECT[:-1]),
+        ("doctor", [])) for flag in ("explain", "wide")})
+    w[("deepspeed-config", "explain")] = _text_shape("deepspeed-config", AUTO[:-1], "explain")
     # --measure trains in a child process (tests/test_memory.py runs it); here, its refusal before any work.
     w[("plan", "measure")] = refused("plan", PARAMS + ["--gpus", "1", "--gpu-mem", "80GB", "--measure"],
                                      "--measure builds causal LMs")
@@ -692,6 +719,9 @@ BENCH = {
     "verbose": (["--verbose"], lambda r, c: "[p2p] a line of the child" in r.output),
     "quiet": (["--quiet"], lambda r, c: "[p2p] step 1/3" in r.output),
     "as_json": (["--json"], lambda r, c: r.stdout.lstrip().startswith("{")),
+    # the text: its notes and the prediction's basis whole; at full width, the verdict on one line
+    "explain": (["--explain"], lambda r, c: ("Note: no GPU" in r.stdout, "assumes device: cpu" in r.stdout)),
+    "wide": (["--wide"], lambda r, c: max(map(len, r.stdout.splitlines())) > 100),
 }
 
 
@@ -856,7 +886,8 @@ def test_unknown_link_said_plainly():
     words = " ".join(data["recommendation"]["reasons"])
     assert "unknown GB/s" not in words and "The link between the GPUs is unknown, so no time is estimated" in words
     assert data["recommendation"]["interconnect"] == "unknown"
-    text = run("plan", "--model", "gpt2", "--gpus", "4", "--gpu-mem", "24GB", "--cpu-mem", "64GB", "--nvme-free", "1TB")
+    text = run("plan", "--model", "gpt2", "--gpus", "4", "--gpu-mem", "24GB", "--cpu-mem", "64GB", "--nvme-free", "1TB",
+               "--explain")   # comm/step: in the table of what adds up to each figure
     assert "(link unknown)" in text.stdout
 
 

@@ -11,7 +11,7 @@ import click
 
 from ..errors import BadInput, GputopoError, Interrupted
 from ..options import COUNT, GPU_IDS, PATH, SIZES, TEXT, TIMEOUT, Count, json_option, typed
-from .common import Command, emit, notes
+from .common import Command, emit, explain_option, notes, text_only, wide_option
 
 SO_FAR = re.compile(r" \(\d+ s so far\)$")
 
@@ -229,9 +229,11 @@ def finished_arms(results: dict) -> list[str]:
               help="A PNG of step times and the all-reduce sweep (matplotlib).")
 @click.option("--verbose", is_flag=True, help="Stream every line of the children.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
+@explain_option
+@wide_option
 @json_option
 @click.pass_context
-def bench_nvlink(ctx, output, force, plot, verbose, quiet, as_json, **options):
+def bench_nvlink(ctx, output, force, plot, verbose, quiet, explain, wide, as_json, **options):
     """Train the same DDP run with and without NCCL_P2P_DISABLE=1 through torchrun, and sweep all-reduce."""
     from .. import bench, files, render
     from .. import plot as drawing
@@ -239,6 +241,7 @@ def bench_nvlink(ctx, output, force, plot, verbose, quiet, as_json, **options):
         output, as_json = None, True
     if verbose and quiet:
         raise BadInput("--verbose and --quiet exclude each other")
+    text_only(as_json, explain=explain, wide=wide)
     _check_outputs(output, plot, force)
     options, renamed = _old_spellings(options)
     prepared = bench.prepare(bench.Ask(**options, given=typed(ctx)))
@@ -246,4 +249,4 @@ def bench_nvlink(ctx, output, force, plot, verbose, quiet, as_json, **options):
     results = _run(prepared, output, verbose, quiet)
     if plot:
         files.write_atomic(plot, drawing.bench(results))
-    emit(results, render.bench, as_json)
+    emit(results, lambda d: render.bench(d, wide=wide, explain=explain), as_json)

@@ -19,29 +19,27 @@ from ..options import (
     training_options,
     typed,
 )
-from .common import Command, notes
+from .common import Command, explain_option, text_only
 
 
-def _show(result, output: str | None) -> None:
-    """Text output: the config on stdout (or "wrote"), notes on stderr, then the launch."""
-    if output:
-        click.echo(f"wrote {', '.join(result.files)}", err=True)
-    else:
-        click.echo(result.text, nl=False)
-    notes(result.warnings)
-    if not result.launch:
-        return
+def _show(result, output: str | None, wide: bool, explain: bool) -> None:
+    """Text output: what was written and its launch first, then the rest of the launch; notes on stderr. Without
+    -o the config goes to stdout, the answer to stderr: before the config on a terminal, after it when stdout is a
+    file or a pipe (the data first, and a stdout that cannot be written is then the only line on stderr)."""
+    from .. import render
+    text = render.deepspeed_config(result.to_dict(), list(result.files), wide=wide, explain=explain)
     out = sys.stdout if output else sys.stderr  # stdout holds the config when it is printed
-    if not output:
-        for name, content in result.launch["files"].items():
-            click.echo(f"--- {name}\n{content}", file=out, nl=not content.endswith("\n"))
-    for r in result.launch["run"]:
-        click.echo(f"# on {r['where']}:\n{r['command']}", file=out)
-    for n in result.launch["notes"]:
-        click.echo(f"# {n}", file=out)
-    click.echo("# the training script needs:", file=out)
-    for line in result.launch["script_needs"]:
-        click.echo(f"#   {line}", file=out)
+    first = bool(output) or sys.stdout.isatty()
+    if not first:
+        click.echo(result.text, nl=False)
+    click.echo("\n".join(text["said"]), err=True)
+    click.echo("\n".join(text["run"]), file=out)
+    if first and not output:
+        click.echo(result.text, nl=False)
+    if text["launch"]:
+        click.echo("\n".join(text["launch"]), file=out)
+    if text["notes"]:
+        click.echo("\n".join(text["notes"]), err=True)
 
 
 @click.command("deepspeed-config", cls=Command, short_help="A DeepSpeed config DeepSpeed accepts, and its launch.",
@@ -82,13 +80,15 @@ def _show(result, output: str | None) -> None:
 @steps_option
 @gpu_options
 @host_options
+@explain_option
 @json_option
 @click.pass_context
 def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, script, ds_optimizer, master_addr,
-                     master_port, cpus_per_task, check, no_compile_ops, as_json, **options):
+                     master_port, cpus_per_task, check, no_compile_ops, explain, as_json, **options):
     """Write a DeepSpeed config that DeepSpeed accepts, sized for the model and layout, and its launch."""
     from .. import configure, files, launch, render, request
     output = None if output == "-" else output  # -o -: stdout, as with no -o
+    text_only(as_json, explain=explain)
     files.check_output(output, force)
     for name in launch.file_names(launcher, options["nodes"]) if output else []:
         files.check_output(os.path.join(os.path.dirname(output), name), force, what="launcher file")
@@ -105,4 +105,4 @@ def deepspeed_config(ctx, stage, offload, auto_, hf, output, force, launcher, sc
     if as_json:
         click.echo(render.to_json(result.to_dict()))
     else:
-        _show(result, output)
+        _show(result, output, False, explain)

@@ -20,7 +20,7 @@ from ..options import (
     steps_option,
     training_options,
 )
-from .common import Command, emit, exit_if_nothing_fits
+from .common import Command, emit, exit_if_nothing_fits, explain_option, text_only, wide_option
 
 
 def _needs_a_topology(ctx) -> str | None:
@@ -123,7 +123,7 @@ def _list_examples(as_json: bool) -> None:
     from .. import render, sources
     data = {"schema_version": 1, "examples": sources.examples()}
     emit(data, lambda d: render.table([[k, v["description"]] for k, v in d["examples"].items()],
-                                      ["example", "machine"]), as_json)
+                                      ["example", "machine"], render.WIDTH, wrap_last=True), as_json)
 
 
 @click.command(cls=Command, short_help="The GPUs, their links explained, health; a plan with --model.")
@@ -161,10 +161,12 @@ def _list_examples(as_json: bool) -> None:
               help="Also draw the topology to a PNG or SVG (needs matplotlib).")
 @click.option("--force", is_flag=True, help="Overwrite --plot if it exists.")
 @host_options
+@explain_option
+@wide_option
 @json_option
 @click.pass_context
 def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log, fleet, hosts, slurm_nodes,
-            partition, timeout, remote_command, markdown, plot, force, as_json, **options):
+            partition, timeout, remote_command, markdown, plot, force, explain, wide, as_json, **options):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model); with
     --nccl-log, what NCCL chose between them."""
     from .. import render, report, sources
@@ -174,6 +176,7 @@ def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log
         return _fleet(ctx, from_file, hosts, slurm_nodes, partition, timeout, remote_command, gpu_model, markdown,
                       as_json)
     _check(ctx, {**options, "best": best, "gpu_ids": gpu_ids}, markdown, plot, force, as_json, example)
+    text_only(as_json, markdown, explain=explain, wide=wide)
     if example == "list":
         return _list_examples(as_json)
     inputs = sources.topology(from_file, example, str(gpu_model) if gpu_model else None)
@@ -188,7 +191,8 @@ def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log
         from .. import markdown as md
         click.echo(md.report(data, inputs.pasted), nl=False)
     else:
-        emit(data, render.inspect, as_json)
+        cells = report.nic_cells(inputs.pasted)   # the paste's NIC-to-NIC cells: the report's links all have a GPU
+        emit(data, lambda d: render.inspect(d, wide=wide, explain=explain, nic_cells=cells), as_json)
     exit_if_nothing_fits(data["plan"])
 
 

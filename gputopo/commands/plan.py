@@ -4,7 +4,10 @@ from __future__ import annotations
 import click
 
 from ..options import COUNT, TIMEOUT, gpu_options, host_options, json_option, model_options, training_options, typed
-from .common import Command, emit, exit_if_nothing_fits
+from .common import Command, emit, exit_if_nothing_fits, explain_option, same_options, text_only, wide_option
+
+# plan's options that deepspeed-config has not: left out of the command its answer names next
+NOT_THERE = ("measure", "steps", "calibrate", "calibrate_seconds", "as_json", "explain", "wide")
 
 
 @click.command(cls=Command, short_help="Memory, step time and the fastest setup that fits, searched.")
@@ -23,14 +26,17 @@ from .common import Command, emit, exit_if_nothing_fits
                                                         " what does not fit (sample pairs past three, ZeRO-3's probe,"
                                                         " DeepSpeed's samples, the model's sample) is skipped and"
                                                         " named, and it is stopped 60 s past them [default: 300].")
+@explain_option
+@wide_option
 @json_option
 @click.pass_context
-def plan(ctx, as_json, measure, steps, calibrate, calibrate_seconds, **options):
+def plan(ctx, as_json, measure, steps, calibrate, calibrate_seconds, explain, wide, **options):
     """Memory and step time for each strategy (DDP, ZeRO-1/2/3, offload) and the fastest that fits."""
     from .. import render, report, request
     from ..errors import BadInput
     if calibrate_seconds is not None and not calibrate:
         raise BadInput("--calibrate-seconds needs --calibrate")
+    text_only(as_json, explain=explain, wide=wide)
     req = request.from_options(options)
     for given, flag in ((calibrate, "--calibrate"), (measure, "--measure")):
         if given:
@@ -46,5 +52,7 @@ def plan(ctx, as_json, measure, steps, calibrate, calibrate_seconds, **options):
     if measure:
         from .. import measure as measuring
         data["measured"] = measuring.check(data)
-    emit(data, render.plan, as_json)
+    nxt = same_options(ctx, ["deepspeed-config", "--auto"], NOT_THERE, ["--launcher", "torchrun", "-o",
+                                                                         "ds_config.json"])
+    emit(data, lambda d: render.plan(d, wide=wide, explain=explain, next_command=nxt), as_json)
     exit_if_nothing_fits(data)
