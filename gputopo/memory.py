@@ -59,6 +59,7 @@ class Shape:
     cuda: bool = True
     fused: bool = False   # one kernel per norm/activation on 16-bit activations (--kernels fused)
     loss: str = "hf"      # hf, fused or chunked (--loss)
+    L: int = 0            # logit columns per token the loss reads (ModelSpec.logits: the vocabulary for an LM head)
     res: int = 4          # bytes of the residual stream: fp32 under autocast (fused kernels too: torch.compile and
                           # Liger keep it), the model's 16 bits when the model itself is (DeepSpeed, FSDP, 16-bit
                           # weights)
@@ -77,6 +78,7 @@ def shape(m, t, device: str = "cuda", half_model: bool = False) -> Shape:
     d = m.head_dim or m.hidden_size // a
     return Shape(T=t.batch_size * t.seq_len, s=t.seq_len, b=t.batch_size, h=m.hidden_size,
                  I=m.intermediate_size or 4 * m.hidden_size, a=a, d=d, kv=m.kv_heads or a, V=m.vocab_size or 0,
+                 L=m.logits,
                  v=v, mixed=mixed, mask=1 if device == "cuda" else v, cuda=device == "cuda",
                  fused=fused, loss=getattr(t, "loss", "hf"), res=v if mixed and half_model else 4)
 
@@ -216,7 +218,7 @@ def head_bytes(m, x: Shape) -> int:
         final = x.T * x.h * x.res + 2 * x.T * 4
     else:
         final = x.T * x.h * 4 + (x.T * x.h * 4 if m.norm == "rmsnorm" else 0)
-    lm_in = x.T * x.h * x.v
+    lm_in = x.T * x.h * x.v if x.L else 0
     emb = x.T * x.h * x.mask if m.embd_dropout else 0
     return final + lm_in + loss_bytes(m, x)[0] + emb
 
@@ -230,11 +232,11 @@ def loss_bytes(m, x: Shape) -> tuple[int, int, int]:
     linear cross-entropy): the logits are never whole; a chunk of about batch x seq x hidden of them lives at a
     time (chunk_size = BT / ceil(V / H)), and the forward leaves the gradients of the head's input and weight
     for backward."""
-    TV = x.T * x.V
+    TV = x.T * x.L
     if x.loss == "fused":
         return TV * x.v + x.T * 4, 0, TV * x.v
     if x.loss == "chunked":
-        return x.T * x.h * x.v + x.V * x.h * 4, x.T * x.h * 4, 0
+        return x.T * x.h * x.v + x.L * x.h * 4, x.T * x.h * 4, 0
     logits = TV * x.v + (TV * 4 if x.mixed else 0)   # lm_head output and HF's logits.float()
     return TV * 4, logits, 2 * TV * 4
 
@@ -251,7 +253,7 @@ def selective_bytes(m, x: Shape, attention: str = "sdpa") -> int:
 
 def param_split(m) -> tuple[int, int]:
     """(embedding parameters, parameters per block)."""
-    emb = (m.vocab_size or 0) * m.hidden_size * (1 if m.tied else 2)
+    emb = (m.vocab_size or 0) * m.hidden_size + m.output_embedding
     return emb, max(0, m.params - emb) // max(1, m.layers)
 
 
@@ -291,7 +293,7 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True,
     own = x.T * x.h * x.res + (selective_bytes(m, x, attention) if t.selective else 0)
     kept = L * own + shared if ckpt else L * block
     head = head_bytes(m, x)
-    lm = (m.vocab_size or 0) * m.hidden_size
+    lm = m.logits * m.hidden_size   # the output head's weight, cast by autocast like the blocks'
     copies = 0
     if x.mixed and plain_torch and not t.pure16:   # 16-bit weights need no autocast copies
         copies = 2 * (lm + (0 if ckpt else L * per_block))  # with checkpointing: recast per recomputed block

@@ -59,6 +59,20 @@ class ModelSpec:
     sdpa: bool = True              # transformers runs this architecture with SDPA when not told otherwise
     rotary: bool = False           # rotary positions (RoPE): no learned table, so max_positions is not a wall
     defaulted: tuple[str, ...] = ()  # what config.json left out, as transformers fills it: "layers (32)"
+    head: str = "lm"               # what the loss sees: "lm" (vocabulary logits for every token: causal or masked
+                                   # LM), "token" (a classifier of `labels` per token), "sequence" (one per sequence)
+    labels: int | None = None      # a classification head's classes
+
+    @property
+    def output_embedding(self) -> int:
+        """Parameters of a vocabulary-wide output matrix besides the input embedding (an untied LM head)."""
+        return (self.vocab_size or 0) * self.hidden_size if self.head == "lm" and not self.tied else 0
+
+    @property
+    def logits(self) -> int:
+        """Logit columns per token the loss reads: the vocabulary (an LM head), the classes (a token
+        classifier), none (a sequence classifier: one row per sequence, its pooled first token)."""
+        return {"lm": self.vocab_size or 0, "token": self.labels or 2}.get(self.head, 0)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -313,7 +327,22 @@ def structure(model, cfg) -> dict:
                 hidden_dropout=get("resid_pdrop", "hidden_dropout", "hidden_dropout_prob", "dropout_rate"),
                 embd_dropout=get("embd_pdrop", "embedding_dropout", "hidden_dropout_prob", "dropout_rate"),
                 sdpa=bool(getattr(type(model), "_supports_sdpa", False)),
-                rotary=any("rotaryembedding" in k for k in kinds))  # LlamaRotaryEmbedding, GPTNeoXRotaryEmbedding
+                rotary=any("rotaryembedding" in k for k in kinds),  # LlamaRotaryEmbedding, GPTNeoXRotaryEmbedding
+                **head_of(model, cfg))
+
+
+# The head transformers' task classes put on a model, by the class's name: what the loss sees.
+HEADS = (("ForSequenceClassification", "sequence"), ("ForTokenClassification", "token"),
+         ("ForQuestionAnswering", "token"))
+
+
+def head_of(model, cfg) -> dict:
+    """{"head", "labels"}: a classification head (sequence, token; question answering's start and end logits per
+    token) with its classes (config.num_labels), else the LM head over the vocabulary."""
+    name = type(model).__name__
+    head = next((h for suffix, h in HEADS if name.endswith(suffix)), "lm")
+    labels = 2 if name.endswith("ForQuestionAnswering") else int(getattr(cfg, "num_labels", 2) or 2)
+    return {"head": head, "labels": None if head == "lm" else labels}
 
 
 def hf_config(spec: ModelSpec) -> dict:

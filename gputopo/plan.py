@@ -182,7 +182,7 @@ def fsdp_units(m: ModelSpec) -> tuple[int, int]:
     """(parameters of one FSDP unit, of the root unit) when each transformer block is wrapped (accelerate's
     TRANSFORMER_BASED_WRAP, llm-foundry's and torchtitan's wrapping): the root holds the embeddings, the head and
     the final norm."""
-    root = (m.vocab_size or 0) * m.hidden_size * (1 if m.tied else 2)
+    root = (m.vocab_size or 0) * m.hidden_size + m.output_embedding
     return max(0, m.params - root) // max(1, m.layers), root
 
 

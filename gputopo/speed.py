@@ -107,17 +107,21 @@ def matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[int, int, 
     scores = [(round(x.b * x.a * causal), x.s, x.s, x.d), (round(x.b * x.a * causal), x.s, x.d, x.s)]
     block = qkv + [(1, x.T, x.h, hq)] + up + [(1, x.T, x.h, x.I)] + scores
     out = [(c * m.layers, M, N, K) for c, M, N, K in block]
-    if x.V:
-        out.append((1, x.T, x.V, x.h))
+    if x.L:   # the output head: the vocabulary's logits (LM), a token classifier's classes
+        out.append((1, x.T, x.L, x.h))
     return out
+
+
+OUTPUT_HEADS = {"lm": "LM head", "token": "classifier head"}
 
 
 def matmul_names(m) -> list[str]:
     """What each of matmuls()'s entries is, in its order."""
     qkv = ["Q, K, V projection"] if m.fused_qkv else ["Q projection", "K, V projections"]
     up = ["MLP gate and up projections" if m.gated_mlp else "MLP up projection"]
-    return (qkv + ["attention output projection"] + up + ["MLP down projection", "attention scores",
-                                                          "attention values"] + (["LM head"] if m.vocab_size else []))
+    head = [OUTPUT_HEADS.get(m.head, "output head")] if m.logits else []
+    return qkv + ["attention output projection"] + up + ["MLP down projection", "attention scores",
+                                                        "attention values"] + head
 
 
 def backward_shapes(M: int, N: int, K: int) -> list[tuple[int, int, int]]:
@@ -136,12 +140,12 @@ def training_matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[i
     out = list(fwd)
     for c, M, N, K in fwd:
         out += [(c, *s) for s in backward_shapes(M, N, K)]
-    if t.grad_checkpointing:  # the blocks' forward runs again in backward; the LM head (last) does not
-        out += fwd[:-1] if m.vocab_size else fwd
+    if t.grad_checkpointing:  # the blocks' forward runs again in backward; the output head (last) does not
+        out += fwd[:-1] if m.logits else fwd
     elif t.selective:   # torchtitan's per-op policy recomputes every other matmul (SDPA's output is kept; eager
         #                   attention's batched matmuls are not on its save list, so they run again)
         scores = score_shapes(m, t, device) if memory.resolve_attention(m, attention) == "sdpa" else []
-        out += [(c / 2, M, N, K) for c, M, N, K in (fwd[:-1] if m.vocab_size else fwd) if (M, N, K) not in scores]
+        out += [(c / 2, M, N, K) for c, M, N, K in (fwd[:-1] if m.logits else fwd) if (M, N, K) not in scores]
     return out
 
 
@@ -246,7 +250,7 @@ def attention_seconds(m, t, rates: Rates, device: str = "cuda") -> float:
 def score_shapes(m, t, device: str = "cuda") -> list[tuple[int, int, int]]:
     """The forward matmuls of the attention scores and values: they end the block's list, the LM head is last."""
     fwd = matmuls(m, t, t.attention, device)
-    return [(M, N, K) for _, M, N, K in (fwd[-3:-1] if m.vocab_size else fwd[-2:])]
+    return [(M, N, K) for _, M, N, K in (fwd[-3:-1] if m.logits else fwd[-2:])]
 
 
 def attention_shapes(m, t, device: str = "cuda") -> frozenset:
@@ -365,11 +369,11 @@ def loss_ops(x, loss: str) -> list[Op]:
     gradient (flash-attn's cross_entropy: upcast only in registers). chunked: a chunk's kernel reads its logits and
     writes their gradient in place in the forward (Liger's fused linear cross-entropy); nothing is left for
     backward."""
-    TV, f, v = x.T * x.V, 4, x.v
+    TV, f, v = x.T * x.L, 4, x.v
     if loss == "fused":
         return [Op("cross-entropy (fused)", TV, v, 1, 2, "stream")]
     if loss == "chunked":
-        chunks = max(1, math.ceil(x.V / max(x.h, 1)))
+        chunks = max(1, math.ceil(x.L / max(x.h, 1)))
         return [Op("cross-entropy (chunked)", TV, v, 2, 0, "stream", (chunks, 0))]
     ops = [Op("logits.float()", TV, (f + v) / 2, 2, 2, "stream")] if x.mixed else []
     # torch's log-softmax over rows this long (cunn_SoftMaxForward / cunn_SoftMaxBackward in SoftMax.cu) reads a row
@@ -426,7 +430,7 @@ def elementwise_ops(m, t, attention: str, device: str, half: bool = False) -> tu
     if biased:   # a bias's gradient sums its output's gradient over the tokens: one read of it, one kernel each
         block.append(Op("bias gradients", x.T * sum(mats[i][1] for i in biased), x.v, 0, 1, "stream",
                         (0, len(biased))))
-    return block, head + (loss_ops(x, t.loss) if x.V else [])
+    return block, head + (loss_ops(x, t.loss) if x.L else [])
 
 
 def _forwards(t) -> int:
@@ -545,7 +549,7 @@ def matmul_kernels(m, t, attention: str, device: str = "cuda") -> int:
     eager = not attention_shapes(m, t, device)
     fwd = len(mats) + (2 if eager else 1)
     bwd = 2 * len(mats) + len(biased) + (4 if eager else 3)
-    return m.layers * (fwd * _forwards(t) + bwd) + (3 if m.vocab_size else 0)
+    return m.layers * (fwd * _forwards(t) + bwd) + (3 if m.logits else 0)
 
 
 def kernels(m, t, attention: str, device: str = "cuda", half: bool = False) -> int:
@@ -591,7 +595,7 @@ def _block_matrices(m) -> tuple[list, set, list, int]:
 def embedding_tensors(m) -> list[int]:
     """The token embedding, learned positions (GPT-2, BERT) and an untied head."""
     h = m.hidden_size
-    emb = [m.vocab_size * h] * (1 if m.tied else 2) if m.vocab_size else []
+    emb = ([m.vocab_size * h] if m.vocab_size else []) + ([m.output_embedding] if m.output_embedding else [])
     pos = [m.max_positions * h] if m.family in ("gpt2", "bert") and m.max_positions else []
     return emb + pos
 
@@ -853,7 +857,8 @@ def parts(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, device: str =
     for what, (c, M, N, K) in zip(matmul_names(m), fwd):
         if key(M, N, K) in fused:
             continue
-        again = 1 if t.grad_checkpointing and what != "LM head" else 0.5 if t.selective and what != "LM head" else 0
+        block = what not in OUTPUT_HEADS.values()   # the output head is not recomputed
+        again = 1 if t.grad_checkpointing and block else 0.5 if t.selective and block else 0
         shapes = [(c * (1 + again), M, N, K)] + [(c, *b) for b in backward_shapes(M, N, K)]
         out[f"matmul: {what}"] = matmul_seconds(shapes, rates, elem)
     if fused:
