@@ -51,6 +51,7 @@ ROWS = [
       "adamw-8bit"]),
 ]
 COMMON = ["--model", str(MODEL), "--gpus", "1", "--gpu-model", "V100-SXM2-16GB", "--seq-len", "512",
+          "--cuda-module-loading", "eager",
           "--attention", "eager", "--cpu-mem", "64GB", "--cpu-cores", "8"]
 
 

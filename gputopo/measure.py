@@ -114,7 +114,7 @@ def check(data: dict, say=on_stderr) -> dict:
     from dataclasses import fields
 
     from .models import ModelSpec
-    from .plan import CUDA_CONTEXT_BYTES, Training
+    from .plan import Training
     model = ModelSpec(**data["model"])
     training = Training(**{f.name: data["training"][f.name] for f in fields(Training)})
     req = request(model, training, training.attention)
@@ -123,7 +123,7 @@ def check(data: dict, say=on_stderr) -> dict:
     step = predicted["weights"] + predicted["optimizer"] + predicted["step"]
     # The child builds the model on its device (calibrate.build_model: `with device:`): on a GPU only the
     # runtime stays on the host.
-    need = ({"need_bytes": RUNTIME_BYTES, "gpu": gpu, "gpu_bytes": step + CUDA_CONTEXT_BYTES} if gpu
+    need = ({"need_bytes": RUNTIME_BYTES, "gpu": gpu, "gpu_bytes": step + training.context_bytes} if gpu
             else {"need_bytes": step + RUNTIME_BYTES})
     started = time.monotonic()
     result = run(req, **need, say=say)

@@ -28,6 +28,9 @@ OFFLOAD_OPTIMIZERS = ("adamw",)
 # CUDA context: 520 MiB by NVML right after the first CUDA tensor, torch 2.11 + CUDA 13.0 on an H100
 # (docs/measurements/h100-2026-11.md); the 1343 MiB of docs/sources.md#memory-per-parameter came from an older stack.
 CUDA_CONTEXT_BYTES = 520 * 2 ** 20
+# ... on a stack that loads every CUDA module at start (CUDA_MODULE_LOADING=EAGER, the only way before CUDA 11.7):
+# "GPU memory occupied: 1343 MB" after torch.ones((1, 1)).to("cuda") on the single-GPU guide's V100 (CUDA 11.2)
+CUDA_CONTEXT_EAGER_BYTES = 1343 * 2 ** 20
 # What nvidia-smi shows beyond the context and the allocated peak: the caching allocator's reserve and cuBLAS
 # workspaces. Same record: NVML's per-process figure was about the allocated peak + 1.4 GB.
 ALLOCATOR_RESERVE_BYTES = 1_400_000_000 - CUDA_CONTEXT_BYTES
@@ -94,6 +97,12 @@ class Training:
     selective: bool = False               # torchtitan's per-op checkpointing: every other matmul's output kept
     pure16: bool = False                  # the weights themselves 16-bit (no fp32 master): plain torch and FSDP
     loss: str = "hf"                      # hf: an fp32 copy of the logits; fused: 16-bit, in place; chunked: none whole
+    cuda_loading: str = "lazy"            # CUDA_MODULE_LOADING: lazy, or eager (all modules at start: more context)
+
+    @property
+    def context_bytes(self) -> int:
+        """The CUDA context this stack takes on each GPU."""
+        return CUDA_CONTEXT_EAGER_BYTES if self.cuda_loading == "eager" else CUDA_CONTEXT_BYTES
 
     @property
     def value_bytes(self) -> int:
@@ -205,16 +214,16 @@ def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
 
 def _overhead(name: str, m: ModelSpec, t: Training) -> int:
     """CUDA context plus communication buffers."""
-    h2 = m.hidden_size ** 2
+    h2, context = m.hidden_size ** 2, t.context_bytes
     if name in ("single", "fsdp"):   # FSDP's unsharded buffers are counted with its states
-        return CUDA_CONTEXT_BYTES
+        return context
     if name == "ddp":
         # DDP's reducer keeps a flat copy of the gradients (gradient_as_bucket_view=False, the default).
-        return CUDA_CONTEXT_BYTES + weight_bytes(t) * m.params
+        return context + weight_bytes(t) * m.params
     if name.startswith("zero3"):
         # prefetch bucket 0.9 h^2 and reduce bucket h^2, 16-bit (the sizes the HF Trainer and gputopo write)
-        return CUDA_CONTEXT_BYTES + 2 * sum(zero3_buckets(m.hidden_size))
-    return CUDA_CONTEXT_BYTES + 2 * 2 * h2  # reduce and all-gather buckets of h^2, 16-bit
+        return context + 2 * sum(zero3_buckets(m.hidden_size))
+    return context + 2 * 2 * h2  # reduce and all-gather buckets of h^2, 16-bit
 
 
 def comm_bytes(name: str, m: ModelSpec, lay: Layout, t: Training) -> int:

@@ -70,6 +70,7 @@ class TrainingAsk:
     selective_checkpointing: bool = False
     pure_16bit: bool = False
     steps: int | None = None       # optimizer steps of the whole run (its time; the launch's --max_steps)
+    cuda_module_loading: str | None = None   # lazy or eager: the CUDA context's size
 
 
 @dataclass(frozen=True)
@@ -486,7 +487,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          attention=_attention(spec, t.attention, t.flash_attention, plan_notes),
                          offload_params=t.offload_params is not False, kernels=t.kernels or "hf",
                          selective=t.selective_checkpointing, pure16=t.pure_16bit,
-                         loss=_loss(t.kernels, t.loss, plan_notes))
+                         loss=_loss(t.kernels, t.loss, plan_notes), cuda_loading=t.cuda_module_loading or "lazy")
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",

@@ -305,6 +305,9 @@ SHARED = {
     "loss": ([], ["--loss", "chunked"], phases("ddp")),                # no whole logits
     "selective_checkpointing": ([], ["--selective-checkpointing"], phases("ddp")),
     "pure_16bit": ([], ["--pure-16bit"], strategy("ddp", "weights")),   # 2 bytes a weight, not 4
+    # an old stack's context: 1343 MB where CUDA loads every module at start (issue 44)
+    "cuda_module_loading": ([], ["--cuda-module-loading", "eager"],
+                            lambda p: by("ddp")(p)["per_gpu_bytes"]["overhead"]),
     "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: p["rates"]["cpu_adam"]),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
