@@ -131,3 +131,13 @@ def pytest_sessionfinish(session, exitstatus):
     if left:
         print(f"\nleft in {tempfile.gettempdir()} by this run: {', '.join(left[:10])}")
         session.exitstatus = 1
+
+
+def readable_paste(path) -> bool:
+    """A fixture gputopo's parser reads (some fixtures are kept to test its refusals)."""
+    from gputopo import parse
+    try:
+        parse.texts([path.read_bytes().decode("utf-8", "replace")])
+        return True
+    except Exception:
+        return False

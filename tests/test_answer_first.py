@@ -5,7 +5,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
+from conftest import FIXTURES, readable_paste
 
 from gputopo import parse, render, report
 from gputopo.cli import cli
@@ -122,15 +122,7 @@ def test_doctor_and_bench_open_with_their_verdicts():
 
 # --- 100 columns ------------------------------------------------------------------------------------------------
 
-def readable(path) -> bool:
-    try:
-        parse.texts([path.read_bytes().decode("utf-8", "replace")])
-        return True
-    except Exception:
-        return False
-
-
-PASTES = sorted(p.name for p in TOPO.glob("*.txt") if readable(p))
+PASTES = sorted(p.name for p in TOPO.glob("*.txt") if readable_paste(p))
 EXAMPLES = sorted(examples())
 PLANS = [H100, RTX3090,
          ["--model", "llama-2-7b", "--gpus", "4", "--gpu-model", "RTX 4090", "--cpu-mem", "256GiB", "--cpu-cores",

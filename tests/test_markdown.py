@@ -4,7 +4,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
+from conftest import FIXTURES, readable_paste
 
 from gputopo import graph, markdown, parse, sources
 from gputopo.cli import cli
@@ -14,15 +14,7 @@ TOPO = FIXTURES / "topo"
 EXAMPLES = sorted(k for k in _examples() if not k.startswith("_"))
 
 
-def readable(path) -> bool:
-    try:
-        parse.texts([path.read_bytes().decode("utf-8", "replace")])
-        return True
-    except Exception:
-        return False
-
-
-FIXTURE_TEXTS = sorted(p.name for p in TOPO.glob("*.txt") if readable(p))
+FIXTURE_TEXTS = sorted(p.name for p in TOPO.glob("*.txt") if readable_paste(p))
 
 
 def run(*args, input=None):
