@@ -19,8 +19,9 @@ OLD_P2P_LEVELS = ["LOC", "PIX", "PXB", "PHB", "SYS"]
 def p2p_level(value: str | None) -> int | None:
     """NCCL_P2P_LEVEL's value (a name or an old number) -> its index in P2P_LEVELS; None if NCCL ignores it."""
     v = (value or "").strip().upper()
-    if v.isdecimal():   # not isdigit: "¹" is a digit int() refuses
-        return P2P_LEVELS.index(OLD_P2P_LEVELS[min(int(v), len(OLD_P2P_LEVELS) - 1)])
+    if v.isdecimal():   # not isdigit: "¹" is a digit int() refuses; nor int() on 4,301 digits: 4 and up are SYS
+        digits = v.lstrip("0")[:3] or "0"
+        return P2P_LEVELS.index(OLD_P2P_LEVELS[min(int(digits), len(OLD_P2P_LEVELS) - 1)])
     return P2P_LEVELS.index(v) if v in P2P_LEVELS else None
 
 
@@ -28,8 +29,11 @@ def p2p_level(value: str | None) -> int | None:
 
 def switch_on(value: str | None) -> bool:
     """An NCCL integer switch that is set (NCCL reads it with strtol: "1", not "true")."""
+    text = str(value).strip()
+    if text.isdecimal():   # strtol saturates where int() refuses 4,301 digits: any digit but 0 is on
+        return text.strip("0") != ""
     try:
-        return int(str(value).strip(), 0) != 0
+        return int(text, 0) != 0
     except ValueError:
         return False
 

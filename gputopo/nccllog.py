@@ -5,15 +5,17 @@ pure: no torch, no machine access.
 and the new `Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read` forms; several hosts and processes interleaved,
 even within one line (it splits at each `NCCL INFO`); anything before `host:pid:tid [dev] NCCL INFO` (mpirun's
 `[1,0]<stdout>:`, pdsh's `host: `, timestamps, Python logging, Markdown quotes and fences, a TUI's box
-characters, line numbers) or no prefix at all; CRLF, blank lines, the program's own output in between. Lines
-a terminal cut at a fixed width or an editor wrapped at spaces are joined back (a connection the way that makes
-it whole, a prefix a long host name split, a variable's line and its value); a line cut at the end of a paste is
-read as far as it goes. Two lines glued without a newline are split at the second's prefix when its host was
-seen before (`...GDRDMAnode2:...` is node2's); when it was not, both halves are left out and counted
-("damaged"), never read as a host of their own. An excerpt `--markdown` kept says how many lines it left out,
-and the summary says its counts are the excerpt's. A file is read as it streams, in memory that holds what the
-log says (distinct connections, the first lines for --markdown), not the log. A text without one NCCL line is
-refused (BadInput); anything else is read for what it holds and never raises.
+characters, line numbers) or no prefix at all; CRLF, blank lines, the program's own output in between; fences and
+a GitHub comment's HTML tags (`</details>`) wherever they stand. Lines a terminal cut at a fixed width or an
+editor wrapped at spaces are joined back (a connection the way that makes it whole, a prefix a long host name
+split, a variable's line and its value); a line cut at the end of a paste is read as far as it goes. Two lines
+glued without a newline are split at the second's prefix when its host was seen before (`...GDRDMAnode2:...` is
+node2's); when it was not, both halves are left out and counted ("damaged"), never read as a host of their own.
+An excerpt `--markdown` kept says how many lines it left out, and the summary says its counts are the excerpt's.
+A file is read as it streams, in memory that holds what the log says (distinct connections, the first lines for
+--markdown), not the log, up to the bounds of MOST: past one the rest is counted ("unread") and a finding names
+it. A line longer than LONGEST_LINE is cut there ("cut"), and the record the cut fell in is not read. A text
+without one NCCL line is refused (BadInput); anything else is read for what it holds and never raises.
 
 `summary(log, topology=None)` is the "nccl" object of `gputopo inspect --nccl-log --json` (docs/inspect.md):
   version         "2.18.5" from `NCCL version ...` (PyTorch's error spelling "21.0.3" read as 2.10.3), else null
@@ -41,7 +43,8 @@ refused (BadInput); anything else is read for what it holds and never raises.
   cross_check     with a topology: {"hosts", "gpu_numbers": "nvml"|"cuda"|"mixed"|null, "pairs": [{"host", "from",
                   "to", "transport", "link", "expected"}]}, else null
   lines           {"nccl": NCCL lines read, "connections", "rings", "trees", "damaged": halves of glued lines
-                  left out, "left_out": lines an excerpt says it left out}
+                  left out, "left_out": lines an excerpt says it left out, "cut": lines cut at LONGEST_LINE,
+                  "unread": lines past a bound of MOST, counted}
 
 KIND (each connection line NCCL printed counts once; a cut last line counts once its transport's name is
 whole, e.g. `via P2P/I`; NVLS and CollNet count their setup lines):
@@ -74,40 +77,47 @@ KINDS = ("P2P", "SHM", "NET/IB", "NET/Socket", "NVLS", "COLLNET")
 RUN_WITH = "run the job with NCCL_DEBUG=INFO and give its output (every rank's stdout and stderr)"
 
 MARKER = re.compile(r"\bNCCL (INFO|WARN|TRACE|ABORT)\b ?")
+# Numbers read are at most 9 digits (`\d{1,9}`; a count an excerpt left out, 18): a longer run is no rank, device or
+# count NCCL prints, so its line is odd and left unread, never given to int() (which refuses 4,301 digits).
 # What a process prints before its marker: host:pid:tid [cudaDev], and on WARN lines the source file:line.
-PREFIX = re.compile(r"(?:(?P<host>[\w.<>-]+):(?P<pid>\w+):\w+\s+)?(?:\[(?P<dev>\d+)\]\s+)?(?:[\w./-]+:\d+\s+)?$")
+PREFIX = re.compile(r"(?:(?P<host>[\w.<>-]+):(?P<pid>\w+):\w+\s+)?(?:\[(?P<dev>\d{1,9})\]\s+)?(?:[\w./-]+:\d+\s+)?$")
 # A host's name starts where a run of its characters does (the look-behind): without it a long run of them is
 # searched from each of its characters, time that grows with the square of the line's length.
 HOST_PID = re.compile(r"(?<![\w.<>-])[\w.<>-]+:\w+:\w+\s+\[\d+\]")
-# The common line, prefix from column 0 (one match instead of a search back from the marker).
-STANDARD = re.compile(r"(?P<host>[\w.<>-]+):(?P<pid>\w+):\w+\s+\[(?P<dev>\d+)\]\s+NCCL (INFO|WARN|TRACE|ABORT)\b ?")
+# The common line, prefix from column 0 (one match instead of a search back from the marker); a longer prefix (a
+# host name of 256 characters and more) is read the slow way, which looks PREFIX_REACH back.
+STANDARD = re.compile(r"(?P<host>[\w.<>-]{1,255}):(?P<pid>\w{1,20}):\w{1,20}\s{1,8}\[(?P<dev>\d{1,9})\]\s{1,8}"
+                      r"NCCL (INFO|WARN|TRACE|ABORT)\b ?")
 PREFIX_REACH = 300  # a prefix is a few dozen characters: looking further back only costs time on junk
-CONNECTION = re.compile(r"\b(Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[(\w+)\])? -> (\d+)(?:\[(\w+)\])?"
-                        r"(?:\s*\[(send|receive)\])?\s+via (.*)")
-COLLNET_CONNECTION = re.compile(r"\b(?:CollNet|Coll) (\d+)(?:/\d+)? : (\d+) \[(send|receive)\] via (COLLNET/.*)")
-VERSION = re.compile(r"\bNCCL version (\d+)\.(\d+)\.(\d+)")
+CONNECTION = re.compile(r"\b(Channel|Ring) (\d{1,9})(?:/\d+)? : (\d{1,9})(?:\[(\w{1,16})\])? -> (\d{1,9})"
+                        r"(?:\[(\w{1,16})\])?(?:\s*\[(send|receive)\])?\s+via (.*)")
+COLLNET_CONNECTION = re.compile(r"\b(?:CollNet|Coll) (\d{1,9})(?:/\d+)? : (\d{1,9}) \[(send|receive)\]"
+                                r" via (COLLNET/.*)")
+VERSION = re.compile(r"\bNCCL version (\d{1,9})\.(\d{1,9})\.(\d{1,9})(?!\d)")
 ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (.+)")
 PLUGIN_ENV = re.compile(r"\bSetting (NCCL_[A-Z0-9_]+) (?:environment variable )?to (\S+)")
 COMMAND_ENV = re.compile(r"(?<![\w$])(NCCL_[A-Z0-9_]+)=(\S+)")
 # A pasted command line: it starts with VAR=value (after a shell prompt, `export` or `env`), or passes -x/-e NCCL_*
 # to mpirun or docker. Prose that mentions NCCL_X=1 sets nothing.
 COMMAND_LINE = re.compile(r"^\s*(?:\S*[$#]\s+)?(?:(?:export|env)\s+)?[A-Za-z_]\w*=\S|(?:^|\s)(?:-x|-e|--env)\s+NCCL_")
-INIT = re.compile(r"\brank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev (\d+))?(?: busId ([0-9a-fA-F]+))?")
-COMM = re.compile(r"\brank (\d+) nRanks (\d+) nNodes (\d+)")
-CHANNELS = re.compile(r"\b(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels)?")
+INIT = re.compile(r"\brank (\d{1,9}) nranks (\d{1,9}) cudaDev (\d{1,9})(?!\d)(?: nvmlDev (\d{1,9})(?!\d))?"
+                  r"(?: busId ([0-9a-fA-F]{1,16})(?!\w))?")
+COMM = re.compile(r"\brank (\d{1,9}) nRanks (\d{1,9}) nNodes (\d{1,9})(?!\d)")
+CHANNELS = re.compile(r"\b(\d{1,9}) coll channels, (?:(\d{1,9}) collnet channels, )?(?:(\d{1,9}) nvls channels)?")
 # A ring list: "Channel 00/08 :    0   1 ..." (the count has two digits, where a connection's index has one), or
 # NCCL 2.4's "Channel 00 :    0   1 ..." without the count.
-RING_LIST = re.compile(r"\bChannel (\d+)(?:/(\d{2,}) :(?:\s+\d+)+| :(?:\s+\d+){2,})\s*$")
+RING_LIST = re.compile(r"\bChannel (\d{1,9})(?:/(\d{2,9}) :(?:\s+\d+)+| :(?:\s+\d+){2,})\s*$")
 RING_GRAPH = re.compile(r"\bRing \d+ : -?\d+ -> -?\d+ -> -?\d+")
 TREE = re.compile(r"\bTrees? (?:\[\d+\]|\d+ : )")
 NVLS_SUPPORT = re.compile(r"\bNVLS multicast support is (not )?available")
 NVLS_SETUP = re.compile(r"\bConnected NVLS tree|\bNVLS comm 0x[0-9a-fA-F]+ headRank")
-P2P_FAILED = re.compile(r"\bCould not enable P2P between dev (\d+)\(=\w+\) and dev (\d+)\(=\w+\)")
+P2P_FAILED = re.compile(r"\bCould not enable P2P between dev (\d{1,9})\(=\w+\) and dev (\d{1,9})\(=\w+\)")
 NETWORK = re.compile(r"\bUsing (?:internal )?[Nn]etwork (\w+)")
 IB_DEVICES = re.compile(r"\bNET/IB ?: ?(?:Using \[\d|\[\d+\] \w)")
 IB_ABSENT = re.compile(r"\bNET/IB ?: ?No device found|\bFailed to open libibverbs")
 COLLNET_OFF = re.compile(r"\bCollNet is not supported")
-TESTS_RANK = re.compile(r"^\s*#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)")
+TESTS_RANK = re.compile(r"^\s*#\s*Rank\s+(\d{1,9})\s+(?:Group\s+\d+\s+)?Pid\s+(\d{1,20})\s+on\s+(\S{1,255})\s+device\s+"
+                        r"(\d{1,9})(?!\d)")
 CONNECTION_HEAD = re.compile(r"(?:Channel|Ring|CollNet|Coll)\s+\d")
 OLD_RING_LIST = re.compile(r"Ring \d+ :(?:\s+\d+)+\s*$")
 # What follows "via" as NCCL prints it (a wrapped line is joined back the way that reads as one of these).
@@ -117,13 +127,21 @@ PIECE = re.compile(r"\s*\S{1,24}\s*")   # the rest of a name a wrap cut (`RDMA`,
 ENV_OPEN = re.compile(r"\b(Setting )?NCCL_[A-Z0-9_]+ ([a-z][a-z ]*)$")   # a variable's line, cut before its value
 FULL_PREFIX = re.compile(r"(?<![\w.<>-])[\w.<>-]+:\w+:\w+\s+\[\d+\]\s+NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 
-LONGEST_LINE = 65_536      # the rest of a longer line is dropped: no line of NCCL's is near it
+LONGEST_LINE = 65_536      # the rest of a longer line is dropped, and said: no line of NCCL's is near it
+LONGEST_DETAIL = 200       # what follows "via" kept: NCCL's is under 60 characters, the rest glued text
 CHUNK = 1 << 18            # characters read at a time
 WIDTH_SAMPLE = 2_000       # lines read to tell a hard-wrapped text's width
 KEPT_CHARS = 40_000        # the log lines --markdown keeps: GitHub refuses comments over 65,536 characters
 LEFT_OUT = "... {} more lines left out (attach the whole log)"
-LEFT_OUT_LINE = re.compile(r"\s*\.\.\. (\d+) more lines left out \(attach the whole log\)")
+LEFT_OUT_LINE = re.compile(r"\s*\.\.\. (\d{1,18}) more lines left out \(attach the whole log\)")
 MOST_WARNINGS = 50         # distinct WARN messages kept
+# What memory holds, however long the log (docs/options.md, "Limits"): past a bound the rest is counted, not read, and
+# a finding names the bound. 4,096 hosts is a 32,768-GPU job on 8-GPU machines.
+MOST = {"hosts": 4096, "ranks": 131_072, "distinct connections": 100_000, "NCCL_* variables": 512, "networks": 64,
+        "GPUs or processes on one host": 256, "P2P failures": 4096}
+# Markdown fences and the HTML tags of a GitHub comment (`<details>`), wherever a paste left them: never NCCL's.
+BACKTICKS, TILDES = re.compile("```+"), re.compile("~~~+")   # apart: a pattern opening with a literal is quick
+TAG = re.compile(r"</?(?:details|summary|pre|code|br|p|div|span|b|i|em|strong|kbd|sub|sup|tt)\b[^<>\n]{0,200}>", re.I)
 
 
 @dataclass
@@ -189,6 +207,9 @@ class NcclLog:
     read_left: int = 0                                # lines that said something, not kept in `read`
     left_out: int = 0                                 # lines an excerpt of the log says it left out
     damaged: int = 0                                  # halves of glued lines whose host could not be told
+    cut: int = 0                                      # lines longer than LONGEST_LINE, cut there
+    unread: int = 0                                   # lines past a bound of MOST, counted, not read
+    full: dict = field(default_factory=dict)          # the bounds of MOST reached, in the order reached
     distinct: dict = field(default_factory=dict)      # connection key -> its Connection in `connections`
 
 
@@ -198,18 +219,21 @@ def parse(source) -> NcclLog:
     """Read an NCCL_DEBUG=INFO log (see the module docstring): `source` is its text or a text stream (a file, read
     as it streams: memory holds what the log says, not the log). BadInput if it holds no NCCL line."""
     log = NcclLog()
-    printed: dict = {}   # a prefix as printed -> (where, level): a process prints many lines, read once
+    printed: dict = {}   # a prefix as printed -> (where, level, host kept): a process prints many lines, read once
     for line in _lines(source):
-        m = STANDARD.match(line)
+        m = STANDARD.match(line) if type(line) is str else None
         end = m.end() if m is not None else 0
         if end and line.find("NCCL ", end) < 0:   # most lines: one process's, its prefix from column 0
             known = printed.get(m[0])
             if known is None:
                 if len(printed) > 2_000:   # a log of ever new processes: memory stays bounded
                     printed.clear()
-                known = printed[m[0]] = ((m["host"], m["pid"], int(m["dev"])), m[4])
-                _process(log, known[0])
+                where = (m["host"], m["pid"], int(m["dev"]))
+                known = printed[m[0]] = (where, m[4], _process(log, where))
             log.lines += 1
+            if not known[2]:   # a host past MOST's bound
+                log.unread += 1
+                continue
             text = line[end:].strip()
             if known[1] == "WARN":
                 _warn(log, text)
@@ -217,7 +241,11 @@ def parse(source) -> NcclLog:
             said = True
         else:
             said = False
-            for where, level, message in _records(log, line):
+            records = _records(log, line)
+            if type(line) is Cut:   # the last record is the one the cut fell in: never read as a connection
+                log.cut += 1
+                records = records[:-1]
+            for where, level, message in records:
                 said = _read(log, where, level, message) or said
         if said:
             if log.read_left:
@@ -225,7 +253,8 @@ def parse(source) -> NcclLog:
             else:
                 _keep(log, line)
     if not log.lines:
-        raise BadInput(f"no NCCL_DEBUG=INFO lines: {RUN_WITH}")
+        cut = f" (in what is left of {log.cut} line(s) cut at {LONGEST_LINE:,} characters)" if log.cut else ""
+        raise BadInput(f"no NCCL_DEBUG=INFO lines{cut}: {RUN_WITH}")
     _finish(log)
     return log
 
@@ -245,10 +274,20 @@ def excerpt(log: NcclLog) -> list[str]:
     return log.read + ([LEFT_OUT.format(left)] if left else [])
 
 
+class Cut(str):
+    """A physical line longer than LONGEST_LINE, kept that long (parse says so, and reads no connection from the
+    record the cut fell in)."""
+
+
+def _bounded(line: str) -> str:
+    """`line`, or its first LONGEST_LINE characters as a Cut."""
+    return line if len(line) <= LONGEST_LINE else Cut(line[:LONGEST_LINE])
+
+
 def _raw(source):
-    """Lists of physical lines without their ends (\\n, \\r\\n or \\r), escapes and NULs, read CHUNK characters at
-    a time; a line longer than LONGEST_LINE is kept that long (a file without a newline is read in bounded memory
-    too)."""
+    """Lists of physical lines without their ends (\\n, \\r\\n or \\r), escapes, NULs and markup, read CHUNK
+    characters at a time; a line longer than LONGEST_LINE is kept that long, as a Cut (a file without a newline is
+    read in bounded memory too)."""
     stream = io.StringIO(source, newline=None) if isinstance(source, str) else source
     carry, skipping, first = "", False, True
     for chunk in iter(lambda: stream.read(CHUNK), ""):
@@ -259,7 +298,7 @@ def _raw(source):
             if not skipping:
                 carry += chunk
                 if len(carry) > LONGEST_LINE:
-                    yield [_clean(carry[:LONGEST_LINE])]
+                    yield [Cut(_clean(carry[:LONGEST_LINE]))]
                     carry, skipping = "", True
             continue
         text, carry = carry + chunk[:end], chunk[end + 1:]
@@ -269,15 +308,22 @@ def _raw(source):
                 continue
             text = text[cut + 1:]
         lines = _clean(text).split("\n")
-        yield lines if max(map(len, lines)) <= LONGEST_LINE else [line[:LONGEST_LINE] for line in lines]
+        yield lines if max(map(len, lines)) <= LONGEST_LINE else [_bounded(line) for line in lines]
     if carry and not skipping:
-        yield [_clean(carry[:LONGEST_LINE])]
+        yield [_bounded(_clean(carry))]
 
 
 def _clean(text: str) -> str:
-    """Without ANSI escapes and NULs."""
+    """Without ANSI escapes, NULs, Markdown fences and HTML tags (a paste from a GitHub issue: "```" or `</details>`
+    after a connection would end up in its transport)."""
     if "\x1b" in text:
         text = ANSI.sub("", text)
+    if "```" in text:
+        text = BACKTICKS.sub("", text)
+    if "~~~" in text:
+        text = TILDES.sub("", text)
+    if "<" in text:
+        text = TAG.sub("", text)
     return text.replace("\x00", "") if "\x00" in text else text
 
 
@@ -289,9 +335,18 @@ def _lines(source):
     pending, last = None, 0
     for lines in itertools.chain([first], raw):
         for line in lines:
+            if type(line) is Cut:   # read on its own: never joined, nor joined to
+                if pending is not None:
+                    yield pending.rstrip()
+                pending = None
+                yield line
+                continue
             if pending is not None:
-                # A line with NCCL's marker is one of its own, unless the line before is a prefix a wrap cut.
-                if "NCCL " not in line:
+                # A line with NCCL's marker is one of its own, unless the line before is a prefix a wrap cut; a line
+                # joined up to LONGEST_LINE goes no further (a text of pieces must not become one long line).
+                if len(pending) >= LONGEST_LINE:
+                    joined = None
+                elif "NCCL " not in line:
                     joined = _joined(pending, last, line, width)
                 elif "NCCL INFO" not in pending and "NCCL WARN" not in pending:
                     joined = _prefix_joined(pending, line)
@@ -466,7 +521,7 @@ def _owner(log: NcclLog, text: str) -> tuple[str, tuple]:
     before = text[:len(text) - len(p.group(0))]
     where = (host, pid, int(dev) if dev else None)
     if host and host not in log.hosts and before.strip():
-        known = max((h for h in log.hosts if host.endswith(h) and len(host) > len(h)), key=len, default=None)
+        known = next((host[i:] for i in range(1, len(host)) if host[i:] in log.hosts), None)   # the longest
         if known:
             return before + host[:-len(known)], (known, pid, where[2])
         if before[-1] not in BEFORE_HOST:
@@ -483,7 +538,9 @@ def _read(log: NcclLog, where: tuple, level: str | None, message: str) -> bool:
     text = message.strip()
     if level:
         log.lines += 1
-        _process(log, where)
+        if not _process(log, where):   # a host past MOST's bound
+            log.unread += 1
+            return True
         if level == "WARN":
             _warn(log, text)
         _message(log, where, text)
@@ -494,12 +551,18 @@ def _read(log: NcclLog, where: tuple, level: str | None, message: str) -> bool:
     return _job_line(log, message)
 
 
-def _process(log: NcclLog, where: tuple) -> None:
-    """The host of a line, and the GPU (or the process, where the prefix names no GPU) it comes from."""
+def _process(log: NcclLog, where: tuple) -> bool:
+    """The host of a line, and the GPU (or the process, where the prefix names no GPU) it comes from; False for a
+    host past MOST's bound."""
     host, pid, dev = where
-    if host:
-        _add_host(log, host)
-        log.processes.setdefault(host, set()).add(dev if dev is not None else f"pid {pid}")
+    if not host:
+        return True
+    if not _add_host(log, host):
+        return False
+    seen, one = log.processes.setdefault(host, set()), dev if dev is not None else f"pid {pid}"
+    if one not in seen and _room(log, seen, "GPUs or processes on one host"):
+        seen.add(one)
+    return True
 
 
 def _warn(log: NcclLog, text: str) -> None:
@@ -514,13 +577,13 @@ def _message(log: NcclLog, where: tuple, message: str) -> bool:
     found = WORDS.findall(message)
     if not found:
         return False
-    key = found[0] if len(found) == 1 else tuple(found)
+    key = found[0] if len(found) == 1 else frozenset(found)   # a set: a line of many words keys as few
     order = ORDERS.get(key)
     if order is None:
         if len(ORDERS) > 10_000:
             ORDERS.clear()
         order = ORDERS[key] = [(HANDLERS[i][1].search, HANDLERS[i][2])
-                               for i in sorted({i for w in ([key] if len(found) == 1 else found) for i in BY_WORD[w]})]
+                               for i in sorted({i for w in ([key] if len(found) == 1 else key) for i in BY_WORD[w]})]
     for search, handle in order:
         m = search(message)
         if m:
@@ -534,10 +597,9 @@ def _job_line(log: NcclLog, line: str) -> bool:
     the log (`--markdown`'s) ends with, saying how many lines it left out."""
     if "Rank" in line:
         m = TESTS_RANK.search(line)
-        if m:
+        if m and _add_host(log, m.group(3)):
             r = _rank(log, int(m.group(1)))
             _fill(r, host=m.group(3), pid=m.group(2), cuda_dev=int(m.group(4)))
-            _add_host(log, m.group(3))
             return True
     if "more lines left out" in line:
         m = LEFT_OUT_LINE.match(line)
@@ -548,7 +610,8 @@ def _job_line(log: NcclLog, line: str) -> bool:
         return False
     found = False
     for m in COMMAND_ENV.finditer(line):
-        log.command_env.setdefault(m.group(1), m.group(2).strip("'\"`"))
+        if m.group(1) in log.command_env or _room(log, log.command_env, "NCCL_* variables"):
+            log.command_env.setdefault(m.group(1), m.group(2).strip("'\"`"))
         found = True
     return found
 
@@ -575,7 +638,7 @@ def transport_kind(detail: str) -> str | None:
 def _connection(log: NcclLog, where: tuple, m) -> None:
     """A `Channel`/`Ring` connection line; the ranks at both ends learn their host and GPU from it."""
     word, channel, a, a_dev, b, b_dev, side, detail = m.groups()
-    detail = detail.strip().rstrip("│|").strip()
+    detail = detail.strip().rstrip("│|").strip()[:LONGEST_DETAIL]
     key = (detail, a, a_dev, b, b_dev, side, where[0], word)
     if _again(log, key):
         return
@@ -597,11 +660,16 @@ def _connection(log: NcclLog, where: tuple, m) -> None:
 
 def _again(log: NcclLog, key: tuple) -> bool:
     """A connection line seen before (another channel, or another run of the same job) counts one line more and
-    says nothing new: memory holds the distinct connections, however long the log."""
+    says nothing new, and so does a new one past MOST's bound, counted as not read: memory holds the distinct
+    connections, however long the log."""
     seen = log.distinct.get(key)
     if seen is not None:
         seen.lines += 1
-    return seen is not None
+        return True
+    if not _room(log, log.distinct, "distinct connections"):
+        log.unread += 1
+        return True
+    return False
 
 
 def _add(log: NcclLog, key: tuple, c: Connection) -> Connection:
@@ -614,7 +682,7 @@ def _add(log: NcclLog, key: tuple, c: Connection) -> Connection:
 def _collnet(log: NcclLog, where: tuple, m) -> None:
     """A CollNet connection: one rank to the network's collective engine."""
     channel, r, side, detail = m.groups()
-    detail = detail.strip()
+    detail = detail.strip()[:LONGEST_DETAIL]
     key = ("COLLNET", detail, r, side, where[0])
     if _again(log, key):
         return
@@ -639,8 +707,10 @@ def _env(log: NcclLog, where: tuple, m) -> None:
     value = m.group(2).strip().rstrip("│|").strip()
     if re.fullmatch(r"-?\d+\.", value):  # NCCL prints integers as "%lld."
         value = value[:-1]
-    if value:
+    if value and (m.group(1) in log.env or _room(log, log.env, "NCCL_* variables")):
         log.env[m.group(1)] = value
+    elif value:
+        log.unread += 1
 
 
 def _init(log: NcclLog, where: tuple, m) -> None:
@@ -705,12 +775,14 @@ def _nvls_setup(log: NcclLog, where: tuple, m) -> None:
 
 def _p2p_failed(log: NcclLog, where: tuple, m) -> None:
     """`Could not enable P2P between dev a(=bus) and dev b(=bus)` (CUDA device numbers)."""
-    log.p2p_failures.add((where[0], int(m.group(1)), int(m.group(2))))
+    failure = (where[0], int(m.group(1)), int(m.group(2)))
+    if failure in log.p2p_failures or _room(log, log.p2p_failures, "P2P failures"):
+        log.p2p_failures.add(failure)
 
 
 def _network(log: NcclLog, where: tuple, m) -> None:
     """`Using network IB|Socket|IBext_v8|...`: the network NCCL picked."""
-    if m.group(1) not in log.networks:
+    if m.group(1) not in log.networks and _room(log, log.networks, "networks"):
         log.networks.append(m.group(1))
 
 
@@ -740,14 +812,33 @@ ORDERS: dict = {}    # the words a message holds -> the handlers to try, in orde
 WORDS = re.compile("|".join(re.escape(w) for w in sorted(BY_WORD, key=len, reverse=True)))
 
 
-def _add_host(log: NcclLog, host: str) -> None:
-    """Hosts in the order they first appear."""
-    log.hosts.setdefault(host)
+def _add_host(log: NcclLog, host: str) -> bool:
+    """Hosts in the order they first appear; False for a new one past MOST's bound."""
+    if host in log.hosts:
+        return True
+    if not _room(log, log.hosts, "hosts"):
+        return False
+    log.hosts[host] = None
+    return True
 
 
 def _rank(log: NcclLog, n: int) -> Rank:
-    """Rank `n`, created on first sight."""
-    return log.ranks.setdefault(n, Rank(n))
+    """Rank `n`, created on first sight (past MOST's bound, one that is not kept)."""
+    r = log.ranks.get(n)
+    if r is None:
+        r = Rank(n)
+        if _room(log, log.ranks, "ranks"):
+            log.ranks[n] = r
+    return r
+
+
+def _room(log: NcclLog, kept, what: str) -> bool:
+    """Whether `kept` (what the log said so far) may hold one more of `what`; at its bound in MOST it may not, and the
+    summary names the bound: memory holds what the log says up to these bounds, whatever the log's size."""
+    if len(kept) < MOST[what]:
+        return True
+    log.full.setdefault(what, MOST[what])
+    return False
 
 
 def _fill(r: Rank, **known) -> None:
@@ -759,7 +850,7 @@ def _fill(r: Rank, **known) -> None:
 
 def _is_index(token: str) -> bool:
     """A device number in brackets (a bus id such as 1a000 or 7000 is longer)."""
-    return token.isdecimal() and int(token) < 256
+    return token.isdecimal() and len(token) <= 3 and int(token) < 256
 
 
 def _device(r: Rank, token: str | None, old_form: bool) -> None:
@@ -818,7 +909,7 @@ def summary(log: NcclLog, topology: Topology | None = None) -> dict:
             "cross_check": check,
             "lines": {"nccl": log.lines, "connections": sum(c.lines for c in log.connections),
                       "rings": log.ring_lines, "trees": log.tree_lines, "damaged": log.damaged,
-                      "left_out": log.left_out}}
+                      "left_out": log.left_out, "cut": log.cut, "unread": log.unread}}
 
 
 def ranks_per_host(log: NcclLog) -> dict:
@@ -935,6 +1026,13 @@ def _reading_findings(log: NcclLog) -> list[str]:
         out.append(f"{log.damaged} log lines were glued to the one before or after without a newline, and where the"
                    " host's name ran on from the line before it could not be told: they were left out of everything"
                    " here (several processes writing one file without line buffering does this)")
+    if log.cut:
+        out.append(f"{log.cut} line(s) were longer than {LONGEST_LINE:,} characters (no line of NCCL's is near that):"
+                   " each was cut there and the record the cut fell in was not read; lines glued without newlines,"
+                   " or not a log?")
+    if log.full:
+        out.append(f"The log goes past what gputopo holds ({', '.join(f'{n:,} {w}' for w, n in log.full.items())}):"
+                   f" {log.unread:,} lines beyond that were counted, not read (docs/options.md, Limits)")
     if log.left_out:
         out.append(f"This is an excerpt: {log.left_out} more lines of the log were left out of it, so the counts and"
                    " pairs above are the excerpt's; give the whole log for all of them")

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from .errors import BadInput
-from .topology import Gpu, Link, Nic, NvLink, Topology
+from .topology import Gpu, Link, Nic, NvLink, Topology, link_type
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # Device labels in the header end in a digit (GPU0, NIC3, mlx5_0, bnxt_re1); trailing column titles do not.
@@ -48,6 +48,10 @@ TOPO_LEGEND = {"SYS", "SOC", "NODE", "PHB", "PXB", "PIX", "NV#"}
 # What every "cut off" refusal tells the user to do instead.
 FULL_COPY = "save the whole output with `nvidia-smi topo -m > topo.txt` and give that file"
 DRIVER = re.compile(r"Driver Version:\s*([\d.]+)")  # nvidia-smi's banner, or gputopo's regenerated text
+# nvidia-smi prints no number longer than this (an index, NV#, a CPU list; a serial number has 13 digits): a longer
+# run is not its output, and int() refuses 4,301 digits.
+MOST_DIGITS = 20
+LONG_NUMBER = re.compile(r"\d{%d,}" % (MOST_DIGITS + 1))
 
 
 def clean(text: str) -> list[str]:
@@ -55,6 +59,10 @@ def clean(text: str) -> list[str]:
     reply; nvidia-smi never starts a line with '>')."""
     if "\x00" in text:
         raise BadInput("the input is binary, not nvidia-smi text")
+    long = LONG_NUMBER.search(text)
+    if long:
+        raise BadInput(f"line {text.count(chr(10), 0, long.start()) + 1} holds a {len(long.group())}-digit number:"
+                       f" nvidia-smi prints none longer than {MOST_DIGITS} digits; is this its output, unedited?")
     lines = ANSI.sub("", text.lstrip("\ufeff")).replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return [QUOTE.sub("", l) for l in lines]
 
@@ -261,6 +269,11 @@ def matrix(text: str) -> Matrix:
             raise BadInput(f"row {row} has more cells than the header has columns ({rest[0]!r} after"
                            f" {labels[-1]}): the header line was cut at the right; {FULL_COPY}")
         for col, v in zip(labels, values):
+            if v.startswith("NV"):
+                try:
+                    link_type(v)   # the rule --link is held to
+                except ValueError as e:
+                    raise BadInput(f"row {row}, column {col}: {e}: an edited or garbled paste?") from None
             m.cells[(row, col)] = v
         if row.startswith("GPU"):
             m.extras[row] = _trailing(row, line, pos, rest, trailers, lines[start])

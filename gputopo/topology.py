@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from .errors import BadInput
@@ -20,7 +21,8 @@ EXPLAIN = {
 }
 # Some drivers print "SOC" (older name of SYS) and "CPU" (older name of NODE/PHB).
 ALIASES = {"SOC": "SYS", "CPU": "NODE"}
-NV_RE = re.compile(r"^NV(\d+)$")
+# At most 9 digits: a longer count is no NV# (no GPU has near that many NVLinks, and int() refuses 4,301 digits).
+NV_RE = re.compile(r"^NV(\d{1,9})$")
 
 # Theoretical NVLink bandwidth per link per direction in GB/s, by GPU model (first match wins).
 # Sources: NVIDIA architecture whitepapers (GA102: 4 x4 links, 14.0625 GB/s per link per direction).
@@ -208,26 +210,30 @@ class Topology:
         return [grp for grp in groups.values() if len(grp) > 1]
 
     def best(self, k: int) -> list[str]:
-        """The k GPUs whose weakest link is strongest; ties go to more bandwidth, then one NUMA node."""
+        """The k GPUs whose weakest link is strongest; ties go to more bandwidth (the fewest pairs on the slowest class,
+        then on the next), then fewer NUMA nodes, then the lowest indices: what trying every k-subset gives, found by
+        a search that proves it (_cheapest). BadInput past BEST_GPUS or BEST_WORK."""
         names = [g.name for g in self.gpus]
-        if k >= len(names):
+        n = len(names)
+        if k >= n:
             return names
-
-        def score(group: tuple[str, ...]):
-            ranks = [rank(l.type) for l in self.gpu_links(list(group))]
-            numas = {self.gpu(n).numa_affinity for n in group}
-            return (min(ranks, default=(99, 0)), sorted(ranks), -len(numas))
-        if len(names) <= 16:
-            return list(max(itertools.combinations(names, k), key=score))
-        # Beyond 16 GPUs the combinations explode: grow greedily from each start.
-        best_group = None
-        for start in names:
-            group = [start]
-            while len(group) < k:
-                group.append(max((n for n in names if n not in group), key=lambda n: score(tuple(group + [n]))))
-            if best_group is None or score(tuple(group)) > score(tuple(best_group)):
-                best_group = group
-        return sorted(best_group, key=names.index)
+        if n > BEST_GPUS:
+            raise BadInput(f"--best {k}: {n} GPUs are more than it searches (at most {BEST_GPUS}, more than any machine"
+                           " holds); is the paste one machine's?")
+        at = {name: i for i, name in enumerate(names)}
+        ranks = {frozenset((at[l.a], at[l.b])): rank(l.type) for l in self.gpu_links()}
+        levels = sorted(set(ranks.values()) | {(-1, 0)})
+        # A pair's price: a class costs more than all pairs (at most k(k-1)/2) of the faster ones together, and the
+        # cheapest pair more than the NUMA nodes (at most k): the sum orders subsets as the rule above does.
+        base = k * (k - 1) // 2 + 1
+        price = {r: base ** (len(levels) - 1 - i) * (k + 1) for i, r in enumerate(levels)}
+        cost = [[price[ranks.get(frozenset((i, j)), (-1, 0))] if i != j else 0 for j in range(n)] for i in range(n)]
+        found = _cheapest(cost, [g.numa_affinity for g in self.gpus], k)
+        if found is None:
+            raise BadInput(f"--best {k}: the best {k} of these {n} GPUs is not proven within the search's bound (about"
+                           " a second: the matrix lacks the switches and NVLink islands of alike GPUs machines have);"
+                           " choose GPUs with --gpu-ids")
+        return [names[i] for i in found]
 
     def bandwidth_gbps(self, link: Link) -> tuple[float | None, str]:
         """Theoretical per-direction bandwidth of a GPU pair, and how it was derived."""
@@ -250,6 +256,99 @@ class Topology:
         if None in pcie:
             return None, "PCIe generation and width unknown (known only from a live probe)"
         return min(pcie), "theoretical: PCIe generation x width, per direction; the path may be slower"
+
+
+# `--best K`'s bounds: the work of its lower bounds (GPUs x kinds of GPU, summed over the partial subsets it weighs),
+# about a second here; and 256 GPUs, more than any machine holds. Machines as built (PCIe switches, NVLink islands,
+# alike GPUs) take a small part of it even at 64 GPUs, k from 2 to 63; a random matrix of 64 is answered at k=8 and
+# refused beyond, rather than answered with a subset that may not be the best.
+BEST_WORK = 40_000_000
+BEST_GPUS = 256
+
+
+def _cheapest(cost: list[list[int]], numa: list, k: int) -> list[int] | None:
+    """The k indices whose pairs cost least in all (cost[i][j]), then with the fewest NUMA nodes, then the lowest
+    indices; None past BEST_WORK. Two depth-first searches that leave a branch once a lower bound says it holds
+    nothing better: one that tries the GPUs nearest those taken first finds the least total, then one in index order
+    (as itertools.combinations lists subsets) stops at the first subset with it. Once a GPU is left out, so are its
+    twins (GPUs with its NUMA node and links): eight alike GPUs behind a switch are one choice of how many, not 8 of
+    which."""
+    n = len(cost)
+    twin = list(range(n))   # the first GPU alike to each
+    for j in range(n):
+        twin[j] = next((i for i in range(j) if twin[i] == i and _twins(cost, numa, i, j)), j)
+    rows = [sorted((cost[x][y], y) for y in range(n) if y != x) for x in range(n)]
+    work = [0]
+
+    def lower(free: list[int], spent: int, margin: list[int], numas: frozenset, r: int) -> int:
+        """No r of `free` added to those taken cost less. Pairs: each of the r pays its pairs to those taken (margin)
+        and half its r-1 cheapest among the free; or all the free are taken, less what leaving the others out saves at
+        most (the tighter when r is most of them). NUMA nodes: those r more GPUs must add, at the least."""
+        each, row, within = {}, {}, set(free)
+        for x in free:
+            if twin[x] in each:   # twins pay alike
+                continue
+            d, need = 0, r - 1
+            for c, y in rows[x]:
+                if not need:
+                    break
+                if y in within:
+                    d, need = d + c, need - 1
+            each[twin[x]] = 2 * margin[x] + d
+            row[twin[x]] = margin[x] + sum(cost[x][y] for y in free)
+        pairs = max(sum(sorted(each[twin[x]] for x in free)[:r]) // 2,
+                    sum(margin[x] for x in free) + sum(row[twin[x]] - margin[x] for x in free) // 2
+                    - sum(sorted((row[twin[x]] for x in free), reverse=True)[:len(free) - r]))
+        have = sum(numa[x] in numas for x in free)
+        sizes = sorted(Counter(numa[x] for x in free if numa[x] not in numas).values(), reverse=True)
+        new = next(i for i, most in enumerate(itertools.accumulate([have] + sizes)) if most >= r)
+        return spent + pairs + len(numas) + new
+
+    def search(most: int, first: bool) -> tuple[int, list[int]] | None:
+        """The least total up to `most` and its indices; `first`: the first subset of total `most` in index order."""
+        found: list = []
+
+        def step(free: list[int], taken: list[int], spent: int, margin: list[int], numas: frozenset):
+            """Extend `taken` by r of `free`; margin[x]: x's pairs to those taken."""
+            r, limit = k - len(taken), found[0][0] - 1 if found else most
+            if r == 0:
+                if spent + len(numas) <= limit:
+                    found[:] = [(spent + len(numas), taken)]
+                return
+            if len(free) < r:
+                return
+            work[0] += (n + len(free)) * len({twin[x] for x in free}) + n   # what lower() and a child cost
+            if work[0] > BEST_WORK:
+                raise _Unproven
+            if lower(free, spent, margin, numas, r) > limit:
+                return
+            if not first:
+                free = sorted(free, key=margin.__getitem__)
+            left_out: set = set()   # twins of GPUs left out from here on
+            for i, c in enumerate(free):
+                if len(free) - i < r or (first and found):
+                    break
+                if twin[c] not in left_out:
+                    step([x for x in free[i + 1:] if twin[x] not in left_out], taken + [c], spent + margin[c],
+                         [m + cost[c][x] for x, m in enumerate(margin)], numas | {numa[c]})
+                    left_out.add(twin[c])
+        step(list(range(n)), [], 0, [0] * n, frozenset())
+        return found[0] if found else None
+
+    try:
+        least = search(sum(map(sum, cost)) + n, False)   # its first subset is the greedy one: a bound from there on
+        return sorted(search(least[0], True)[1])
+    except _Unproven:
+        return None
+
+
+class _Unproven(Exception):
+    """_cheapest went past BEST_WORK."""
+
+
+def _twins(cost: list[list[int]], numa: list, i: int, j: int) -> bool:
+    """GPUs i and j are alike: one NUMA node, and the same price to every other GPU."""
+    return numa[i] == numa[j] and all(a == b for x, (a, b) in enumerate(zip(cost[i], cost[j])) if x != i and x != j)
 
 
 def select(topo: Topology, gpu_ids) -> list[str]:
