@@ -65,20 +65,24 @@ def check_output(path: str | None, force: bool = False, what: str = "--output") 
 
 def write_atomic(path: str, data: str | bytes) -> None:
     """Write to a temporary file in the same folder, then os.replace it into place (as pip's adjacent_tmp_file):
-    a failure leaves the old file or nothing, never half a file."""
+    a failure leaves the old file or nothing, never half a file. A file replaced (--force) keeps its mode, and its
+    owner and group where this process may give them (root; a group it is in), as `sed -i` keeps them: a private
+    0600 file stays private, a file of another user stays theirs."""
     import tempfile  # here: inspect of a paste writes nothing and should not pay for it
     folder = os.path.dirname(os.path.abspath(path))
+    old = _regular(path)
+    kept = "the old file is kept as it was" if old else "nothing was left there"
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     except OSError as e:
-        raise WriteFailed(f"{path}: not written ({e.strerror})") from None
+        raise WriteFailed(f"{path}: not written ({e.strerror}); {kept}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        mode = 0o666 & ~_umask()
-        os.chmod(tmp, mode)  # mkstemp makes 0600; a config is as readable as any file the user writes
+        old = _regular(path) or old   # the file as it is now: replaced while the work ran, it is that one's
+        os.chmod(tmp, _take_over(tmp, old) if old else 0o666 & ~_umask())   # mkstemp makes 0600
         kind = not_replaceable(path)   # checked before the work, and again: the work may have taken minutes
         if kind:
             raise WriteFailed(f"{path}: not written: it is {kind} now, and gputopo replaces only regular files")
@@ -89,8 +93,33 @@ def write_atomic(path: str, data: str | bytes) -> None:
         except OSError:
             pass
         if isinstance(e, OSError):
-            raise WriteFailed(f"{path}: not written ({e.strerror}); nothing was left there") from None
+            raise WriteFailed(f"{path}: not written ({e.strerror}); {kept}") from None
         raise
+
+
+def _regular(path: str) -> os.stat_result | None:
+    """The stat of the regular file at `path` (not followed through a link), else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def _take_over(tmp: str, old: os.stat_result) -> int:
+    """Give `tmp` the owner and group of the file it replaces, where allowed (chown first: it clears the set-id
+    bits); the mode to give it: the old one, without set-user/group-ID where the owner could not be kept."""
+    mine = True
+    if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        for uid, gid in ((old.st_uid, old.st_gid), (-1, old.st_gid)):   # root gives both; a user, a group of theirs
+            try:
+                os.chown(tmp, uid, gid)
+                mine = uid != -1 or old.st_uid == os.geteuid()
+                break
+            except OSError:
+                mine = False
+    mode = stat.S_IMODE(old.st_mode)
+    return mode if mine else mode & ~(stat.S_ISUID | stat.S_ISGID)
 
 
 def _umask() -> int:
@@ -113,15 +142,21 @@ def check_picture(path: str | None, force: bool, what: str = "--plot", suffixes=
 
 def read_own(path, most: int) -> bytes | None:
     """A file gputopo writes for itself (a cache): its bytes when it is a regular file of at most `most` bytes,
-    else None. A link is not followed, a FIFO not waited on, a device not read (/dev/zero never ends)."""
+    else None. A link is not followed, a FIFO not waited on, a device not read (/dev/zero never ends), a folder
+    not opened as a file (fdopen refuses one: it is checked first)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
+    try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = f.read(most + 1)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(most + 1)
+    except OSError:   # unreadable after all (an I/O error, a file system gone): no cache, never a failure
+        return None
+    finally:
+        os.close(fd)
     return data if len(data) <= most else None
 
 

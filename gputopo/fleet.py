@@ -27,6 +27,21 @@ SAY_ONLY = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCC
 UNREPORTED = "model not reported"   # a pasted topo -m without `nvidia-smi -L` lines or --gpu-model
 
 
+def shown(text: str) -> str:
+    """`text` on one line, as it is: every control or invisible character (a newline, ESC, a bidi override) written
+    as Python writes it in a string (\\n, \\x1b, \\u202e), the rest untouched. Node names and report values come from
+    files and other machines: raw, a newline splits a table row or a drain line, and ESC is a terminal's command
+    (click drops its sequences when piped, so the name shown would not be the file's)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _shown_all(d: dict) -> dict:
+    """A flat dict's keys and text values through shown()."""
+    return {shown(k): shown(v) if isinstance(v, str) else v for k, v in d.items()}
+
+
 def facets(report: dict) -> dict[str, str]:
     """One node's facts a multi-node job depends on, each a short text; what a report does not say is left
     out (a pasted topo -m has no driver), so it is compared only where known."""
@@ -96,8 +111,10 @@ def _gpu_order(name: str) -> tuple:
 def compare(reports: dict[str, dict], unreachable: dict[str, str] | None = None) -> dict:
     """{"nodes", "groups", "norm", "odd", "health", "unreachable", "slows", "recommendation"} for reports keyed by
     node name (in the order given) and the nodes that gave none, with the reason."""
-    unreachable = dict(unreachable or {})
-    facts = {node: facets(r) for node, r in reports.items()}
+    # what came from files and other machines is shown escaped, in text and JSON alike (shown)
+    reports = {shown(node): r for node, r in reports.items()}
+    unreachable = {shown(node): shown(str(why)) for node, why in (unreachable or {}).items()}
+    facts = {node: _shown_all(facets(r)) for node, r in reports.items()}
     # a variable set on some nodes only is a difference: "unset" on the others that report their variables
     names = {k for f in facts.values() for k in f if k.startswith("env ")}
     for node, r in reports.items():
@@ -111,7 +128,7 @@ def compare(reports: dict[str, dict], unreachable: dict[str, str] | None = None)
                 break
         else:
             groups.append({"nodes": [node], "facets": f})
-    health = [{"node": node, **f} for node, r in reports.items() for f in health_of(r)]
+    health = [{"node": node, **_shown_all(f)} for node, r in reports.items() for f in health_of(r)]
     sick = {node: sum(1 for h in health if h["node"] == node) for node in reports}
     # the largest group is the norm; among equals the one with fewer health findings, then the first
     if groups:   # the others keep the nodes' order
@@ -171,41 +188,81 @@ def slowing(o: dict) -> bool:
 
 def _differences(node: str, mine: dict, norm: dict) -> list[dict]:
     """Each fact where `node` differs from the norm (None where one side does not have it). Where the GPUs
-    themselves differ (another count or model, none visible), their per-GPU facts would only repeat that; where
-    only one side names the model (a paste), the count is compared and the model is "not reported"."""
+    themselves differ (another count, another model or mix of models, none visible), their per-GPU facts would
+    only repeat that; where only one side names the model (a paste), the count is compared and the model is
+    "not reported"."""
     out = []
     (n_norm, m_norm), (n_mine, m_mine) = _gpus(norm.get("GPUs")), _gpus(mine.get("GPUs"))
-    gpus_differ = n_norm != n_mine or None not in (m_norm, m_mine) and not _same_model(m_norm, m_mine)
+    gpus_differ = n_norm != n_mine or None not in (m_norm, m_mine) and not _same_mix(m_norm, m_mine)
     for what in list(norm) + [k for k in mine if k not in norm]:
         a, b = norm.get(what), mine.get(what)
         if what == "GPUs" and not gpus_differ:
             if None in (m_norm, m_mine) and m_norm != m_mine:
-                out.append({"node": node, "what": "GPU model", "norm": m_norm, "value": m_mine})
+                out.append({"node": node, "what": "GPU model", "norm": _models(m_norm), "value": _models(m_mine)})
         elif a != b and not (gpus_differ and re.match(r"GPU\d", what)):
             out.append({"node": node, "what": what, "norm": a, "value": b})
     return out
 
 
 def _gpus(text: str | None) -> tuple:
-    """(count, models) of a "GPUs" facet ("4 x NVIDIA H100 80GB HBM3", "2 x A, 2 x B"); models None where a
-    paste did not name them; (None, text) for "none visible"."""
+    """(count, ((n, model), ...)) of a "GPUs" facet ("4 x NVIDIA H100 80GB HBM3", "3 x A, 1 x B"); the models None
+    where a paste did not name them; (None, text) for "none visible"."""
     parts = [p.split(" x ", 1) for p in (text or "").split(", ")]
     if not text or not all(len(p) == 2 and p[0].isdecimal() for p in parts):
         return None, text
-    models = ", ".join(m for _, m in parts)
-    return sum(int(n) for n, _ in parts), None if UNREPORTED in models else models
+    models = tuple((int(n), m) for n, m in parts)
+    return sum(n for n, _ in models), None if any(m == UNREPORTED for _, m in models) else models
+
+
+def _models(models) -> str | None:
+    """The models of a _gpus answer as the facet names them."""
+    return models if models is None or isinstance(models, str) else ", ".join(m for _, m in models)
+
+
+# Distinct models of one node compared one against another by the catalog (gpus.lookup); past it, by name: no
+# machine holds that many, and a report that says so is not worth a quadratic search.
+MOST_MODELS = 64
+
+
+def _same_mix(a: tuple, b: tuple) -> bool:
+    """Two nodes' GPUs are the same models in the same numbers, each model however spelt (_same_model): "4 x H100"
+    is not "3 x H100, 1 x L40S", whichever name sorts first."""
+    a, b = [p for p in a if p not in b], [p for p in b if p not in a]   # the same spelling and count: alike
+    if len(a) != len(b):
+        return False
+    if len(a) > MOST_MODELS:
+        return not a
+    left = list(b)
+    for n, model in a:
+        match = next((i for i, (k, other) in enumerate(left) if k == n and _same_model(model, other)), None)
+        if match is None:
+            return False
+        left.pop(match)
+    return True
 
 
 def _same_model(a: str, b: str) -> bool:
     """One GPU model however spelt: NVML's "NVIDIA H100 80GB HBM3" and a paste's --gpu-model "H100" (the catalog's
-    entry; a size only one of them gives is no difference)."""
-    if a == b:
+    entry; a size only one of them gives is no difference), or the same name but for "NVIDIA" and spacing (an
+    older driver's "A100-SXM4-80GB"). Two full names that differ in more are two products ("H100 PCIe" is not
+    "H100 80GB HBM3"), and so are names the catalog does not know."""
+    if a == b or _plain(a) == _plain(b):
         return True
     from .gpus import lookup
     x, y = lookup(a), lookup(b)
-    if x is None or y is None or x.key != y.key:
+    if x is None or y is None or x.key != y.key or not (_says_only_key(a, x.key) or _says_only_key(b, y.key)):
         return False
     return None in (x.memory_bytes, y.memory_bytes) or x.memory_bytes == y.memory_bytes
+
+
+def _plain(name: str) -> str:
+    """A GPU name without the brand words nvidia-smi has added or dropped over the years, case and punctuation."""
+    return re.sub(r"[^A-Z0-9]", "", re.sub(r"\b(NVIDIA|GEFORCE|TESLA)\b", "", name.upper()))
+
+
+def _says_only_key(name: str, key: str) -> bool:
+    """A name that says no more than the catalog's model and a size ("H100", "A100-80GB": --gpu-model as typed)."""
+    return _plain(re.sub(r"(?<![\w.])\d+\s*G(?:i?B)?\b", "", name, flags=re.I)) == _plain(key)
 
 
 def sentence(o: dict) -> str:

@@ -19,7 +19,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import launch
 from .errors import BadInput
+from .parse import ANSI
 
 MARK = "GPUTOPO_NODE"     # the first line each srun task prints: which node the task's lines come from
 STARTUP_S = 15            # what an engine may take beyond the per-node timeout to start and connect
@@ -36,14 +38,14 @@ def remote_command(remote: str | None, timeout: float) -> str:
 # The most nodes one --fleet asks: a hostfile or a Slurm host list past it is refused, not read on (2 million
 # lines would take minutes before the first ssh, and over ssh 64 at a time each node costs up to --timeout).
 MOST_NODES = 10_000
-# What a host name may hold (RFC 1123 names, IPv4 and IPv6 addresses, ssh's user@host, a scope's %): anything
-# else would be read by pdsh as a list (`,`, `[1-4]`) or by the remote shell, where pdsh writes it unquoted (%h).
-HOST = re.compile(r"[A-Za-z0-9_.:@%-]+")
+# What a host name may hold: launch.HOST, the one rule for --hosts and deepspeed-config --master-addr.
+HOST, MOST_HOST, host_problem = launch.HOST, launch.MOST_HOST, launch.host_problem
 
 
 def hostfile(path: str) -> list[str]:
     """Hosts from DeepSpeed's hostfile format (`name slots=N`) or one name per line; # comments. At most
-    MOST_NODES; a name that starts with '-' (ssh would read it as an option) or is not a host name is refused."""
+    MOST_NODES; a name that starts with '-' (ssh would read it as an option) or is not a host name (host_problem) is
+    refused."""
     from .sources import read_text
     try:
         text = read_text(path, expect="a hostfile (one host per line)")
@@ -55,12 +57,9 @@ def hostfile(path: str) -> list[str]:
         if not words:
             continue
         host = words[0]
-        if host.startswith("-"):
-            raise BadInput(f"--hosts {path}: line {number}: {host!r} starts with '-', which ssh would read as an"
-                           " option: not a host name")
-        if not HOST.fullmatch(host):
-            raise BadInput(f"--hosts {path}: line {number}: {host!r} is not a host name (letters, digits and"
-                           " . - _ : @ %)")
+        found = host_problem(host)
+        if found:
+            raise BadInput(f"--hosts {path}: line {number}: {found}")
         hosts[host] = hosts.get(host, 0) + 1
         if len(hosts) > MOST_NODES:
             raise BadInput(f"--hosts {path}: more than {MOST_NODES} hosts; --fleet asks at most {MOST_NODES}"
@@ -126,10 +125,15 @@ def pdsh_argv(hosts: list[str], cmd: str, timeout: float) -> list[str]:
     return ["pdsh", "-R", "exec", "-f", "64", "-w", ",".join(hosts), *ssh_argv("%h", cmd, timeout)]
 
 
+def connect_s(timeout: float) -> int:
+    """ssh's ConnectTimeout for a per-node timeout: seconds, at most STARTUP_S."""
+    return max(1, int(min(timeout, STARTUP_S)))
+
+
 def ssh_argv(host: str, cmd: str, timeout: float) -> list[str]:
     """One ssh to `host` (%h for pdsh's exec module), with a terminal (-tt): when the connection ends (the
     deadline, Ctrl-C) the remote command gets SIGHUP and ends too, instead of running on unseen."""
-    connect = max(1, int(min(timeout, STARTUP_S)))
+    connect = connect_s(timeout)
     name = host if host == "%h" else shlex.quote(host)
     return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect}", "-o", "LogLevel=ERROR",
             "--", host, f"GPUTOPO_NODE={name} {cmd}"]   # after --: a host is never an option
@@ -238,7 +242,9 @@ def answer(lines: list[str], status, err: str, timeout: float) -> tuple[dict | N
             return None, f"its report: {found}"
     if status is None or status in (124, 137):
         return None, f"no answer within {timeout:g} s"
-    last = (err.strip().splitlines() or text.strip().splitlines() or ["nothing"])[-1].strip()
+    last = ANSI.sub("", (err.strip().splitlines() or text.strip().splitlines() or [""])[-1]).strip()
+    if not last:
+        return None, (f"exit status {status}" if status else "ended") + ", with no report and no message"
     return None, (f"exit status {status}: " if status else "") + last[:200]
 
 
@@ -385,8 +391,8 @@ def over_hosts(hosts: list[str], cmd: str, timeout: float, *, pdsh: bool) -> tup
     """(reports, unreachable) through pdsh (one process, lines prefixed by host) or one ssh per host."""
     if pdsh:
         status, out, err = run({"pdsh": pdsh_argv(hosts, cmd, timeout)}, timeout + STARTUP_S)["pdsh"]
-        lines = split_lines(out, r"^(\S+?): ?(.*)$")
-        errs = split_lines(err, r"^(?:pdsh@\S+: )?(\S+?): ?(.*)$")
+        lines = split_lines(out, PDSH_LINE)
+        errs = split_lines(err, r"^(?:pdsh@\S+: )?" + PDSH_LINE[1:])
         results = {h: (None if status is None else _exit_code("\n".join(errs.get(h, []))) or 0, lines.get(h, []),
                        "\n".join(e for e in errs.get(h, []) if "exited with exit code" not in e)) for h in hosts}
     else:
@@ -398,9 +404,16 @@ def over_hosts(hosts: list[str], cmd: str, timeout: float, *, pdsh: bool) -> tup
         report, why = answer(node_lines, status, node_err, timeout)
         if report is not None:
             reports[h] = report
+        elif status == 255 and re.search(r"timed out", why, re.I):   # ssh's own: no connection at all
+            unreachable[h] = f"no connection within {connect_s(timeout)} s: {why.removeprefix('exit status 255: ')}"
         else:
             unreachable[h] = why
     return reports, unreachable
+
+
+# pdsh's line: `host: text`. The host ends at the first ": " (an IPv6 address holds colons, never ": "); an empty
+# line is `host:`.
+PDSH_LINE = r"^(\S+?)(?:: |:$)(.*)$"
 
 
 def _said(err: str, pattern: str) -> dict[str, str]:
@@ -427,10 +440,12 @@ def from_files(paths: list[str], gpu_model: str | None = None) -> dict:
     --json output, or a pasted `nvidia-smi topo -m` (its GPUs' model from `nvidia-smi -L` lines in the file, else
     `gpu_model`). Read as `inspect -f` reads them: '-' is stdin, a BOM or UTF-16 (PowerShell) is text."""
     from . import parse, report, sources
+    from .fleet import shown
     out, pastes = {}, 0
     for path in paths:
         name = "stdin" if path == "-" else Path(path).name   # node17.json, node17.topo.txt -> node17
-        node = re.sub(r"(\.(topo|inspect|report))?\.(json|txt|md|log)$", "", name, flags=re.I) or name
+        # escaped here as everywhere it is shown (a newline or ESC in a file name), so two names never become one
+        node = shown(re.sub(r"(\.(topo|inspect|report))?\.(json|txt|md|log)$", "", name, flags=re.I) or name)
         if node in out:
             raise BadInput(f"--from-file: two files name node {node!r}: one file per node, named after it")
         try:
@@ -438,13 +453,13 @@ def from_files(paths: list[str], gpu_model: str | None = None) -> dict:
         except BadInput as e:
             raise BadInput(f"--from-file {e}") from None
         if text.lstrip().startswith("{"):
-            out[node] = read_report(text, f"--from-file {path}")
+            out[node] = read_report(text, f"--from-file {shown(path)}")
             continue
         pasted = sources.unwrap(text)
         try:
             topo = parse.texts(pasted, gpu_model)
         except BadInput as e:
-            raise BadInput(f"--from-file {path}: {e}") from None
+            raise BadInput(f"--from-file {shown(path)}: {e}") from None
         out[node] = report.inspect(topo, sources=[path])
         pastes += 1
     if gpu_model and not pastes:

@@ -15,6 +15,7 @@ holding `$`, a backquote, a backslash or a double quote is left out, with a note
 from __future__ import annotations
 
 import os
+import re
 import shlex
 
 from .errors import BadInput
@@ -30,6 +31,25 @@ ENV_CARRIED = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "TORCH_EXTENSIONS_DIR", "
 UNSAFE_IN_ENV = set('$`\\"\n')
 
 
+# What a host name may hold (RFC 1123 names, IPv4 and IPv6 addresses, ssh's user@host, a scope's %): anything
+# else would be read by pdsh as a list (`,`, `[1-4]`) or by the remote shell, where pdsh writes it unquoted (%h).
+HOST = re.compile(r"[A-Za-z0-9_.:@%-]+")
+MOST_HOST = 4096   # characters, as any name or path gputopo takes (options.MOST_PATH: Linux's PATH_MAX)
+
+
+def host_problem(host: str) -> str | None:
+    """What makes `host` no host name to hand to ssh, pdsh or a launcher, as the end of a sentence that names it
+    ("'a;b' is not a host name ..."); None for a host name or address. The one rule for --hosts (gputopo.gather)
+    and --master-addr."""
+    if len(host) > MOST_HOST:
+        return f"{host[:20]!r}... has {len(host)} characters: a host name has at most {MOST_HOST}"
+    if host.startswith("-"):
+        return f"{host!r} starts with '-', which ssh would read as an option: not a host name"
+    if not HOST.fullmatch(host):
+        return f"{host!r} is not a host name or IP address (letters, digits and . - _ : @ %)"
+    return None
+
+
 def check_options(launcher: str | None, nodes: int, master_addr: str | None, port: int | None,
                   script_given: bool = False, cpus_given: bool = False) -> None:
     """Refuse launch options that would change nothing for this launcher and layout (--ds-optimizer is the
@@ -42,12 +62,36 @@ def check_options(launcher: str | None, nodes: int, master_addr: str | None, por
         if launcher is None or launcher == "slurm" or nodes < 2:
             raise BadInput("--master-addr is for --launcher torchrun|deepspeed|accelerate with --nodes 2 or more"
                            " (Slurm finds its head node itself)")
-        if not master_addr.strip() or any(c.isspace() or c in "$`'\"" for c in master_addr):
-            raise BadInput(f"--master-addr {master_addr!r}: a host name or IP address")
-        if ":" in master_addr and not master_addr.startswith("["):
-            raise BadInput(f"--master-addr {master_addr}: the address alone; the port goes in --master-port")
+        found = master_problem(master_addr)
+        if found:
+            raise BadInput(f"--master-addr {found}")
     if port is not None and (launcher is None or (launcher == "torchrun" and nodes == 1)):
         raise BadInput("--master-port is for --launcher (one-node torchrun --standalone picks a free port itself)")
+
+
+def master_problem(addr: str) -> str | None:
+    """What makes `addr` no head-node address, as a sentence that names it; None for a host name, an IPv4 address
+    or an IPv6 one in brackets ([fe80::1%eth0], as host:port needs it), by --hosts' rule (host_problem):
+    the address reaches the hostfile, DeepSpeed's pdsh runner puts it unquoted into each node's remote shell, and
+    ssh reads a leading '-' as an option."""
+    import ipaddress
+    inner = addr[1:-1] if addr.startswith("[") and addr.endswith("]") else None
+    if inner is not None:
+        try:
+            ipaddress.IPv6Address(inner)
+        except ValueError:
+            return f"{addr!r}: not an IPv6 address in its brackets"
+        return f"{addr!r}: not an IPv6 address in its brackets" if host_problem(inner) else None   # its %scope
+    found = host_problem(addr)
+    if found:
+        return found
+    if ":" in addr:
+        try:
+            ipaddress.IPv6Address(addr)
+        except ValueError:
+            return f"{addr}: the address alone; the port goes in --master-port"
+        return f"{addr}: an IPv6 address goes in brackets, [{addr}], as host:port needs it"
+    return None
 
 
 def file_names(launcher: str | None, nodes: int) -> list[str]:
@@ -209,13 +253,13 @@ def accelerate_yaml(config: str, *, gpus: int, nodes: int, master: str | None, p
         "compute_environment: LOCAL_MACHINE",
         "distributed_type: DEEPSPEED",
         "deepspeed_config:",
-        f"  deepspeed_config_file: {config}",
+        f"  deepspeed_config_file: {yaml_text(config)}",
         # "standard": torchrun on each node (accelerate's DEEPSPEED_MULTINODE_LAUNCHERS[1]); the default is pdsh
         # from node 0, and accelerate takes any other word, "standalone" too, as pdsh without a warning.
         *(["  deepspeed_multinode_launcher: standard"] if nodes > 1 else []),
         f"  zero3_init_flag: {'true' if stage == 3 else 'false'}",
         "machine_rank: 0",
-        *([f"main_process_ip: {master}"] if master else []),
+        *([f"main_process_ip: {yaml_text(master)}"] if master else []),
         f"main_process_port: {port}",
         "main_training_function: main",
         f"num_machines: {nodes}",
@@ -225,6 +269,22 @@ def accelerate_yaml(config: str, *, gpus: int, nodes: int, master: str | None, p
         "use_cpu: false",
         ""]
     return "\n".join(lines)
+
+
+# YAML 1.1's words for true, false and null (PyYAML's resolver, which accelerate reads its config with): a host
+# named `yes` or `null` would be read as a bool or None.
+YAML_WORDS = frozenset("y n yes no true false on off null".split())
+
+
+def yaml_text(value: str) -> str:
+    """`value` as a YAML scalar that reads back as this very string: plain where it can be nothing else (a letter or
+    / first, then letters, digits and . / _ @ % + -: no number, date, bool, null, alias, tag, flow or comment), else
+    double-quoted by JSON's rules, which YAML reads as they are."""
+    import json
+    import re
+    if re.fullmatch(r"[A-Za-z/_][A-Za-z0-9_./@%+-]*", value) and value.lower() not in YAML_WORDS:
+        return value
+    return json.dumps(value)
 
 
 def sbatch(args: str, *, gpus: int, nodes: int, port: int, cpus: int) -> str:

@@ -352,3 +352,36 @@ def test_a_binary_hostfile_is_one_line(tmp_path):
     r = run("inspect", "--fleet", "--hosts", tmp_path / "hosts")
     assert r.exit_code == 2 and r.output == (f"Error: --hosts {tmp_path / 'hosts'}: binary file, not a hostfile (one"
                                              " host per line)\n")
+
+
+# --- issue 42 review: a node with one GPU of another model ---------------------------------------------------------
+
+@pytest.mark.parametrize("model", ["NVIDIA L40S", "NVIDIA H200", "NVIDIA H800", "NVIDIA H100 80GB HBM3 X", "REDM",
+                                   "NVIDIA H100 PCIe", "NVIDIA A100-SXM4-80GB"])
+def test_a_node_with_one_gpu_of_another_model_is_odd(tmp_path, model):
+    """gpus[3] of another model passed with exit 0 ("all 3 node(s) alike") unless its name sorted first: the
+    joined list "NVIDIA H100 80GB HBM3, NVIDIA L40S" was looked up as one name, and the catalog found the H100."""
+    base = json.loads((FLEET / "node01.json").read_text())
+    odd = copy.deepcopy(base)
+    odd["gpus"][3]["model"] = model
+    for name, report in (("ok1", base), ("ok2", base), ("mixed", odd)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(report))
+    r = run("inspect", "--fleet", *[x for n in ("ok1", "ok2", "mixed") for x in ("-f", tmp_path / f"{n}.json")])
+    assert r.exit_code == 1, r.output
+    mix = ", ".join(sorted(["3 x NVIDIA H100 80GB HBM3", f"1 x {model}"], key=lambda p: p.split(" x ")[1]))
+    assert f"mixed: GPUs {mix}, the others 4 x NVIDIA H100 80GB HBM3" in r.output
+    assert "scontrol update nodename=mixed state=drain reason='gputopo: GPUs " in r.output
+    assert "alike in everything compared" not in r.output
+
+
+def test_the_same_mix_however_spelt_is_alike():
+    """A paste's --gpu-model names the catalog's model; an older driver's name lacks "NVIDIA"; the order of a mix
+    is not a difference."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    assert fleet._same_mix(((4, h100),), ((4, "H100"),)) and fleet._same_mix(((4, h100),), ((4, "H100-80GB"),))
+    assert fleet._same_mix(((2, "A100-SXM4-80GB"),), ((2, "NVIDIA A100-SXM4-80GB"),))
+    assert fleet._same_mix(((3, h100), (1, "NVIDIA L40S")), ((1, "L40S"), (3, "H100")))
+    assert not fleet._same_mix(((4, h100),), ((3, h100), (1, "NVIDIA L40S")))
+    assert not fleet._same_mix(((3, h100), (1, "NVIDIA L40S")), ((2, h100), (2, "NVIDIA L40S")))
+    assert not fleet._same_mix(((4, "H100"),), ((4, "NVIDIA H200"),))
+    assert not fleet._same_mix(((4, "A100-40GB"),), ((4, "NVIDIA A100-SXM4-80GB"),))

@@ -125,6 +125,44 @@ def test_a_regular_file_and_stdout_still_work(tmp_path):
     assert json.loads(run("deepspeed-config", "--stage", "2", "-o", "-").stdout)["zero_optimization"]["stage"] == 2
 
 
+def test_force_keeps_the_replaced_files_mode_and_owner(tmp_path):
+    """`--force` over a 0600 file gave a 0644 one, and a file of `nobody` became root's: a file replaced keeps its
+    mode and, where this process may give it, its owner, as `sed -i` does."""
+    out = tmp_path / "priv.json"
+    out.write_text("old")
+    out.chmod(0o600)
+    owner = (65534, 65534) if ROOT else (os.geteuid(), os.getegid())
+    os.chown(out, *owner)
+    r = run("deepspeed-config", "--stage", "2", "--gpus", "2", "-o", out, "--force")
+    assert r.exit_code == 0, r.output
+    st = os.lstat(out)
+    assert stat.S_IMODE(st.st_mode) == 0o600 and (st.st_uid, st.st_gid) == owner
+    assert json.loads(out.read_text())["zero_optimization"]["stage"] == 2
+    out.chmod(0o640)
+    from gputopo import files
+    files.write_atomic(str(out), "{}")
+    assert stat.S_IMODE(os.lstat(out).st_mode) == 0o640 and sorted(p.name for p in tmp_path.iterdir()) == ["priv.json"]
+    fresh = tmp_path / "fresh.json"
+    files.write_atomic(str(fresh), "{}")   # nothing replaced: as any file the user writes
+    assert stat.S_IMODE(os.lstat(fresh).st_mode) == 0o666 & ~files._umask()
+
+
+def test_a_full_disk_says_whether_the_old_file_is_kept(tmp_path, monkeypatch):
+    """"nothing was left there" was said also when the old file was, correctly, kept."""
+    from gputopo import files
+    from gputopo.errors import WriteFailed
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text("keep me")
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    with pytest.raises(WriteFailed) as e:
+        files.write_atomic(str(old), "{}")
+    assert str(e.value) == f"{old}: not written (No space left on device); the old file is kept as it was"
+    with pytest.raises(WriteFailed) as e:
+        files.write_atomic(str(new), "{}")
+    assert str(e.value) == f"{new}: not written (No space left on device); nothing was left there"
+    assert old.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]
+
+
 # --- 2. the DeepSpeed validation cache ----------------------------------------------------------------------------
 
 @pytest.fixture
@@ -181,6 +219,18 @@ def test_a_cache_that_never_ends_is_not_read(cache, kind):
     assert r.returncode == 0 and r.stdout.strip() == "{}", r.stderr[-2000:]
 
 
+def test_a_cache_that_is_a_folder_is_ignored(cache, tmp_path):
+    """validated.json as a folder was exit 70 (IsADirectoryError from fdopen, before the fstat that would have
+    skipped it) for every deepspeed-config run."""
+    from gputopo import files, validate
+    (cache / "validated.json").mkdir()
+    assert files.read_own(cache / "validated.json", 100) is None and validate._cache_key({"a": 1})[1] == {}
+    out = tmp_path / "ds.json"
+    r = run("deepspeed-config", "--stage", "2", "--gpus", "2", "-o", out)
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text())["zero_optimization"]["stage"] == 2 and (cache / "validated.json").is_dir()
+
+
 # --- 3. command lines quote what they hold -------------------------------------------------------------------------
 
 EVIL = "evil;$(touch x)'y"
@@ -211,6 +261,53 @@ def test_the_drain_line_quotes_the_node_name(tmp_path):
     assert fleet.drain_command(["node1", "node2"], "x").startswith("scontrol update nodename='node[1-2]' ")
 
 
+BAD_MASTERS = [("a;id", "is not a host name"), ("-oProxyCommand=x", "starts with '-'"), ("{a}", "is not a host name"),
+               ("*a", "is not a host name"), ("~", "is not a host name"), ("|x", "is not a host name"),
+               ("[1]", "not an IPv6 address in its brackets"), ("[a;b]", "not an IPv6 address in its brackets"),
+               ("[fe80::1%a;b]", "not an IPv6 address in its brackets"), ("a:29500", "the port goes in --master-port"),
+               ("::1", "an IPv6 address goes in brackets, [::1]"), ("$MASTER_ADDR", "is not a host name")]
+
+
+@pytest.mark.parametrize("launcher", ["deepspeed", "accelerate", "torchrun"])
+@pytest.mark.parametrize("addr, said", BAD_MASTERS)
+def test_master_addr_is_held_to_the_host_rule(tmp_path, launcher, addr, said):
+    """Only whitespace and $ ` ' " were refused: `a;id` went into the hostfile and, through DeepSpeed's pdsh runner,
+    unquoted into every node's remote shell; `{a}` into accelerate's YAML as a dict."""
+    out = tmp_path / "ds.json"
+    one_line(run("deepspeed-config", "--stage", "2", "--launcher", launcher, "--gpus", "2", "--nodes", "2", "-o", out,
+                 "--master-addr", addr), 2, "Error: --master-addr ", said)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("addr", ["yes", "null", "On", "node1", "10.1.2.3", "head.example", "[::1]", "[fe80::1%eth0]"])
+def test_master_addr_reads_back_as_written(tmp_path, addr):
+    """`yes` became True and `~` None in accelerate's YAML (PyYAML, as accelerate reads it): every value gputopo
+    writes into YAML reads back as the string it is, the config's path too (a space, a colon, a #)."""
+    import yaml
+    folder = tmp_path / "a b: #c"
+    folder.mkdir()
+    out = folder / "ds.json"
+    r = run("deepspeed-config", "--stage", "2", "--launcher", "accelerate", "--gpus", "2", "--nodes", "2", "-o", out,
+            "--master-addr", addr)
+    assert r.exit_code == 0, r.output
+    cfg = yaml.safe_load((folder / "accelerate_config.yaml").read_text())
+    assert cfg["main_process_ip"] == addr and cfg["deepspeed_config"]["deepspeed_config_file"] == str(out)
+    r = run("deepspeed-config", "--stage", "2", "--launcher", "deepspeed", "--gpus", "2", "--nodes", "2", "-o", out,
+            "--master-addr", addr, "--force")
+    assert r.exit_code == 0 and (folder / "hostfile").read_text().splitlines()[0] == f"{addr} slots=2"
+
+
+def test_yaml_text_reads_back_as_itself():
+    import yaml
+
+    from gputopo.launch import yaml_text
+    for value in ("yes", "No", "~", "null", "{a}", "[1]", "*a", "&a", "!x", "|x", ">x", "%x", "@x", "`x", "-a", "? x",
+                  "a: b", "a #b", "#a", "1", "1.5", "0x1f", "1_000", "1e3", ".inf", ".nan", "2001-12-14", "1:20",
+                  "10.1.2.3", "/tmp/a b/ds.json", "ds_config.json", "a\nb", "\t", "é", 'a"b\\c', ""):
+        assert yaml.safe_load(f"k: {yaml_text(value)}\n")["k"] == value, value
+    assert yaml_text("ds_config.json") == "ds_config.json" and yaml_text("/x/ds.json") == "/x/ds.json"
+
+
 def test_a_code_span_holds_a_backtick():
     from gputopo.markdown import _code
     assert _code("a`b") == "``a`b``" and _code("`x") == "`` `x ``"
@@ -234,6 +331,33 @@ def test_a_host_that_is_not_a_host_name_is_refused(tmp_path, line, said):
     p = tmp_path / "hosts"
     p.write_text(f"node1\n{line} slots=8\n")
     one_line(run("inspect", "--fleet", "--hosts", p), 2, f"--hosts {p}: {said}")
+
+
+def test_a_host_name_is_at_most_4096_characters(tmp_path):
+    """A 5,000-character name was accepted; names, paths and addresses are at most 4,096 (docs/options.md, Limits)."""
+    p = tmp_path / "hosts"
+    p.write_text("node1\n" + "a" * (gather.MOST_HOST + 1) + "\n")
+    one_line(run("inspect", "--fleet", "--hosts", p), 2,
+             f"--hosts {p}: line 2: 'aaaaaaaaaaaaaaaaaaaa'... has 4097 characters: a host name has at most 4096")
+    p.write_text("node1\n" + "a" * gather.MOST_HOST + "\n")
+    assert gather.hostfile(str(p))[1] == "a" * 4096
+
+
+def test_a_node_that_timed_out_says_so(monkeypatch):
+    """`fe80::1%eth0: nothing`: pdsh's `host: line` was split at the address's first colon, so the node's own lines
+    went to a host "fe80", and the node had neither lines nor an exit status."""
+    host = "fe80::1%eth0"
+    err = (f"{host}: ssh: connect to host {host} port 22: Connection timed out\n"
+           f"pdsh@login: {host}: ssh exited with exit code 255\n")
+    monkeypatch.setattr(gather, "run", lambda groups, deadline: {"pdsh": (1, "", err)})
+    reports, unreachable = gather.over_hosts([host, "node2"], "true", 30, pdsh=True)
+    assert reports == {} and unreachable[host] == (f"no connection within {gather.STARTUP_S} s: ssh: connect to host"
+                                                   f" {host} port 22: Connection timed out")
+    assert unreachable["node2"] == "ended, with no report and no message"
+    assert gather.split_lines(f"{host}: a: b\n{host}:\nnode1: x\n", gather.PDSH_LINE) == {host: ["a: b", ""],
+                                                                                           "node1": ["x"]}
+    assert gather.answer([], 3, "\x1b[31mboom\x1b[0m\n", 30) == (None, "exit status 3: boom")
+    assert gather.answer([], 124, "", 30) == (None, "no answer within 30 s")
 
 
 def test_hosts_are_capped_and_deduplicated_in_linear_time(tmp_path):
@@ -320,6 +444,46 @@ def test_a_hot_node_at_its_power_cap_stands_out(tmp_path):
     # a report whose findings already say so is not said twice
     r2 = run("inspect", "--fleet", "-f", files[0], "-f", files[2], "--json")
     assert len(json.loads(r2.stdout)["fleet"]["health"]) == 2
+
+
+def test_control_characters_are_shown_escaped_and_the_drain_line_names_the_node_shown(tmp_path):
+    """A newline in a report's driver or a file's name split table rows and drain lines in two (the quoting held);
+    an ESC sequence in a file name was dropped by click when piped, so the drain line named "escred" while the file
+    was esc<ESC>[31mred. Every control character is shown as Python writes it, the same string everywhere."""
+    base = json.loads((FIXTURES / "fleet" / "node01.json").read_text())
+    odd = dict(base, driver="5\n50;$(id)", versions=dict(base["versions"], driver="5\n50;$(id)"))
+    paths = []
+    for name, report in (("a", base), ("b", base), ("bad\nnode", odd), ("esc\x1b[31mred", odd), ("rlo\u202egpj", odd),
+                         ("c", base), ("d", base)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(report))
+        paths.append(tmp_path / f"{name}.json")
+    shown = ["bad\\nnode", "esc\\x1b[31mred", "rlo\\u202egpj"]
+    args = ["inspect", "--fleet", *[x for p in paths for x in ("-f", p)]]
+    for output in ("text", "markdown", "json"):
+        r = run(*args, *({"text": [], "markdown": ["--markdown"], "json": ["--json"]}[output]))
+        assert r.exit_code == 1, r.output
+        assert all(c in "\n" or c.isprintable() for c in r.output), repr(r.output)
+        lines = r.output.splitlines()
+        drain = next(x for x in lines if "scontrol update" in x)
+        drain = drain[drain.index("scontrol"):].rstrip('`",')
+        if output == "json":
+            drain = json.loads(f'"{drain}"')
+        assert shlex.split(drain) == ["scontrol", "update", f"nodename={','.join(shown)}", "state=drain",
+                                      "reason=gputopo: driver 5\\n50;$(id)"], drain
+        if output != "json":
+            row = next(x for x in lines if shown[0] in x and "550.54.15" not in x)
+            assert ", ".join(shown) in row and "5\\n50;$(id)" in row, row
+    data = json.loads(run(*args, "--json").stdout)["fleet"]
+    assert data["nodes"] == ["a", "b", *shown, "c", "d"]
+    assert fleet.shown("a\tb\x00\u2028") == "a\\tb\\x00\\u2028" and fleet.shown("node-01.é") == "node-01.é"
+
+
+def test_two_files_that_show_as_one_node_are_refused(tmp_path):
+    base = (FIXTURES / "fleet" / "node01.json").read_text()
+    (tmp_path / "a\nb.json").write_text(base)
+    (tmp_path / "a\\nb.json").write_text(base)
+    one_line(run("inspect", "--fleet", "-f", tmp_path / "a\nb.json", "-f", tmp_path / "a\\nb.json"), 2,
+             "two files name node 'a\\\\nb'")
 
 
 # --- 6. stdout that cannot be written ------------------------------------------------------------------------------
