@@ -211,9 +211,10 @@ def by_speed(strategies, times: dict, order: tuple) -> list[str] | None:
 
 
 def run_words(seconds: float) -> str:
-    """A whole run's predicted time, in the unit that reads best."""
-    return f"{seconds / 60:.1f} min" if seconds < 6000 else f"{seconds / 3600:.1f} h" if seconds < 172800 else \
-        f"{seconds / 86400:.1f} days"
+    """A time in the unit that reads best, written one way everywhere (a step, a whole run; plan's tables and
+    deepspeed-config's line): 0.432 s, 7.2 min, 2.0 h, 13.5 d."""
+    return (f"{seconds:.3f} s" if seconds < 100 else f"{seconds / 60:.1f} min" if seconds < 6000 else
+            f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} d")
 
 
 def speed_words(ranked: list[str], times: dict) -> str:

@@ -138,6 +138,19 @@ def check_model(name: str) -> None:
                    " (nothing is downloaded)")
 
 
+def _resolved(endpoint: str):
+    """HOST:PORT -> (host, port, family, socket address), or a refusal naming the host; an IPv6 host in its brackets
+    ([fe80::1]:29500, as torchrun takes it) is looked up without them."""
+    import socket
+    host, _, port = endpoint.rpartition(":")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        family, _, _, _, addr = socket.getaddrinfo(bare, int(port), type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise BadInput(f"--master-addr {host}: does not resolve here ({e.strerror or e})") from None
+    return host, port, family, addr
+
+
 def check_own_endpoint(endpoint: str) -> None:
     """On node 0, which opens the rendezvous: refuse in a second an address that does not resolve or is not this
     machine's, and a port another process listens on (a second bench on the same --master-port ran 200 s before
@@ -145,11 +158,7 @@ def check_own_endpoint(endpoint: str) -> None:
     finished run left in TIME_WAIT pass."""
     import errno
     import socket
-    host, _, port = endpoint.rpartition(":")
-    try:
-        family, _, _, _, addr = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0]
-    except (socket.gaierror, UnicodeError) as e:
-        raise BadInput(f"--master-addr {host}: does not resolve here ({e.strerror or e})") from None
+    host, port, family, addr = _resolved(endpoint)
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -170,11 +179,7 @@ def check_endpoint(endpoint: str, wait: float = 3.0) -> None:
     starts, and this node's torchrun waits for it."""
     import errno
     import socket
-    host, _, port = endpoint.rpartition(":")
-    try:
-        addr = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][4]
-    except (socket.gaierror, UnicodeError) as e:
-        raise BadInput(f"--master-addr {host}: does not resolve here ({e.strerror or e})") from None
+    host, port, _, addr = _resolved(endpoint)
     try:
         with socket.create_connection(addr[:2], timeout=wait):
             return
@@ -206,7 +211,47 @@ def _gpus(a: Ask, topo) -> tuple[Options, dict | None]:
     model_name = topo.model_of(names)
     o = Options(device="cuda", nproc=len(names), precision=precision(a.precision, model_name)[0],
                 visible_devices=",".join(str(topo.gpu(n).index) for n in names) if a.gpu_ids else None)
+    if not a.train_only:
+        check_sizes(a.allreduce_sizes, o, [topo.gpu(n) for n in names])
     return o, link
+
+
+# What a sweep's process holds besides its buffer: the interpreter, torch and gloo (232 MB measured, torch 2.13).
+WORKER_BYTES = 256 * 2 ** 20
+
+
+def check_sizes(sizes: list[int], o: Options, gpus=()) -> None:
+    """--allreduce-sizes against the memory that holds them, before any process starts (2 TiB on CPU ran both
+    training arms, then failed in the sweep's child): each process fills one buffer of each size in turn
+    (gputopo.worker.allreduce_sweep), on a GPU in that GPU's free memory, on CPU all of this node's processes in the
+    host's available memory (MemAvailable)."""
+    from .units import size
+    if not sizes:
+        return
+    most = max(sizes)
+    if o.device == "cuda":
+        for g in gpus:
+            if g.memory_total_bytes and most > g.memory_total_bytes - (g.memory_used_bytes or 0):
+                free = g.memory_total_bytes - (g.memory_used_bytes or 0)
+                raise BadInput(f"--allreduce-sizes {size(most)}: more than {g.name}'s {size(free)} free (of"
+                               f" {size(g.memory_total_bytes)}), and the buffer lives in one GPU's memory")
+        return
+    avail = available_memory()
+    if avail is not None and o.nproc * (most + WORKER_BYTES) > avail:
+        each = max(0, avail // o.nproc - WORKER_BYTES)
+        raise BadInput(f"--allreduce-sizes {size(most)}: {o.nproc} processes holding it each (and about"
+                       f" {size(WORKER_BYTES)} of torch each) need more than this machine's {size(avail)} of available"
+                       f" memory (MemAvailable); at most {size(each)} a buffer here")
+
+
+def available_memory() -> int | None:
+    """The host's available memory in bytes (/proc/meminfo MemAvailable), None when unreadable."""
+    try:
+        with open("/proc/meminfo") as f:
+            m = re.search(r"^MemAvailable:\s+(\d+) kB", f.read(), re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) * 1024 if m else None
 
 
 def prepare(a: Ask) -> Prepared:
@@ -228,6 +273,8 @@ def prepare(a: Ask) -> Prepared:
                          " has no peer (on CPU the twin runs 2 processes)")
     else:
         o, link = Options(device="cpu", nproc=a.nproc or 2, precision=precision(a.precision, None, "cpu")[0]), None
+        if not a.train_only:
+            check_sizes(a.allreduce_sizes, o)
     for k, v in DEFAULTS[o.device].items():
         setattr(o, k, v if getattr(a, k) is None else getattr(a, k))
     if o.warmup_steps >= o.steps:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from . import children, dsops
-from .errors import BenchmarkFailed
+from .errors import BadInput, BenchmarkFailed
 
 RESULT = "GPUTOPO_CALIBRATE "
 SECONDS = 3.0           # the whole calibration's budget, shared among the shapes
@@ -432,6 +432,11 @@ def for_plan(req, budget: float | None = None, say=None) -> tuple[object, str]:
     copies = min(lay.gpus_per_node, gpus or cores)
     deepspeed = find_spec("deepspeed") is not None
     budget = DEFAULT_SECONDS if budget is None else budget
+    if budget < FLOOR[device]:
+        raise BadInput(f"--calibrate-seconds {budget:g}: less than a calibration takes on this machine's"
+                       f" {'GPUs' if gpus else 'CPU'} (at least {FLOOR[device]:g} s: starting torch in each process,"
+                       " then the kernels, the optimizer and the all-reduce sweep, which always run); give"
+                       f" {FLOOR[device]:g} or more, or leave it out ({DEFAULT_SECONDS:g})")
     unsampled = _why_no_deepspeed_sample(deepspeed, copies, lay, t)
     cal = run(request(req.model, t, None if gpus else max(1, cores // copies), device=device,
                       cpu_adam=deepspeed and "if-built", sweep=SWEEP if copies > 1 else None,
@@ -462,6 +467,10 @@ def for_plan(req, budget: float | None = None, say=None) -> tuple[object, str]:
 
 DEFAULT_SECONDS = 300.0   # plan --calibrate's budget unless --calibrate-seconds: gpt2 at 4 x 1024 in 2 CPU copies
                           # took 319 s here with five sample pairs; within 300 it takes three
+# The least budget a calibration keeps: starting Python and torch in each copy, then the kernels, the optimizer and
+# the sweep, which always run (RESERVE, RESERVE_CUDA). gpt2 in 2 CPU copies took 42 s at --calibrate-seconds 40, 33 s
+# at 1 on a quiet machine and 53 s at 0.001 on a busy one (issue 42's review): a smaller budget is not one it holds.
+FLOOR = {"cpu": 40.0, "cuda": 20.0}
 
 
 def _why_no_deepspeed_sample(deepspeed: bool, copies: int, lay, t) -> str | None:

@@ -10,6 +10,7 @@ from .commands.doctor import doctor
 from .commands.inspect import inspect
 from .commands.plan import plan
 from .errors import GputopoError, InternalError, Interrupted, WriteFailed
+from .units import escaped
 
 
 def _usage_error(e: click.UsageError) -> click.exceptions.Exit:
@@ -20,9 +21,9 @@ def _usage_error(e: click.UsageError) -> click.exceptions.Exit:
     if isinstance(e, click.BadParameter) and not isinstance(e, click.MissingParameter) and e.param is not None:
         opts = [o for o in getattr(e.param, "opts", []) if o.startswith("--")] or getattr(e.param, "opts", [])
         name = max(opts, key=len) if opts else e.param.name
-        click.echo(f"Error: {name} {e.message}", err=True)
+        click.echo(f"Error: {escaped(f'{name} {e.message}')}", err=True)
     else:
-        click.echo(f"Error: {e.format_message()}", err=True)
+        click.echo(f"Error: {escaped(e.format_message())}", err=True)
     return click.exceptions.Exit(e.exit_code)
 
 
@@ -65,7 +66,7 @@ class Group(click.Group):
     def _say(e: GputopoError, ctx) -> None:
         for line in e.details:
             click.echo(line, err=True)
-        click.echo(f"Error: {e}", err=True)
+        click.echo(f"Error: {escaped(str(e))}", err=True)   # one line, whatever a path or value held
         if isinstance(e, Interrupted):
             STOPPED.append(e.exit_code)   # main() ends the process at once with it
         ctx.exit(e.exit_code)

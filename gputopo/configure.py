@@ -364,6 +364,23 @@ def for_plan(req, options: dict, given: frozenset, rates=None, device: str = "cu
             "grad_accum": t.grad_accum, "grad_checkpointing": t.grad_checkpointing}
 
 
+SETUP = ("strategy", "micro_batch", "grad_accum", "grad_checkpointing")   # what a config's pick is
+
+
+def next_step(req, options: dict, given: frozenset, shown: dict, command: str, calibrated: bool = False) -> dict | None:
+    """The command `plan` names next (`command`: deepspeed-config --auto with plan's options as typed) and the setup
+    it writes: {"command", "writes", "same"}. `shown` is plan's deepspeed_config (for_plan with plan's rates); with
+    `calibrated` (plan --calibrate, which deepspeed-config cannot repeat) the command plans from the GPU's
+    datasheet instead, so what it writes is planned here the same way, and "same" says whether it is `shown`."""
+    if not shown["config"]:
+        return None
+    writes = for_plan(req, options, given) if calibrated else shown
+    same = writes["config"] == shown["config"] and all(writes.get(k) == shown.get(k) for k in SETUP)
+    return {"command": command, "same": same,
+            "writes": {k: writes.get(k) for k in SETUP} if writes["config"] else {"strategy": None,
+                                                                                 "why": writes["why"]}}
+
+
 def generate(a: Ask, req) -> Result:
     """The config, validated by DeepSpeed where it is installed, with every note and the launch."""
     c = compose(a, req)

@@ -12,6 +12,8 @@ import re
 import shlex
 from collections import Counter
 
+from .units import escaped as shown  # one line, control characters escaped
+
 SCHEMA_VERSION = 1
 # Facets whose difference does not slow or break a job by itself (a GPU's NUMA node: its CPU affinity, a
 # few percent on data loading): reported, exit status unchanged; so is a fact one side does not report.
@@ -25,16 +27,6 @@ SAY_ONLY = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCC
                       "NCCL_GRAPH_DUMP_FILE", "NCCL_SET_THREAD_NAME", "CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE",
                       "CUDA_CACHE_DISABLE", "CUDA_LOG_FILE"})
 UNREPORTED = "model not reported"   # a pasted topo -m without `nvidia-smi -L` lines or --gpu-model
-
-
-def shown(text: str) -> str:
-    """`text` on one line, as it is: every control or invisible character (a newline, ESC, a bidi override) written
-    as Python writes it in a string (\\n, \\x1b, \\u202e), the rest untouched. Node names and report values come from
-    files and other machines: raw, a newline splits a table row or a drain line, and ESC is a terminal's command
-    (click drops its sequences when piped, so the name shown would not be the file's)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _shown_all(d: dict) -> dict:

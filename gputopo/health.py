@@ -107,7 +107,7 @@ def _gpu_findings(topo: Topology, names: list[str]) -> list[Finding]:
                                " a problem only if it stays so under load"))
         inactive = [n.link for n in g.nvlinks or () if not n.active]
         active_n = sum(1 for n in g.nvlinks or () if n.active)
-        promised = max((l.nvlinks for l in topo.gpu_links() if g.name in (l.a, l.b)), default=0)
+        promised = max((l.nvlinks for l in topo.links_of(g.name)), default=0)
         if g.nvlinks is not None and promised > active_n:
             out.append(Finding("warn", "nvlink_inactive", g.name,
                                f"the matrix shows NV{promised} but only {active_n} NVLink(s) are active"
@@ -121,9 +121,10 @@ def _gpu_findings(topo: Topology, names: list[str]) -> list[Finding]:
 def _link_findings(topo: Topology, names: list[str]) -> list[Finding]:
     out = []
     beyond = {}  # (model, its NVLinks) -> the pairs whose matrix entry claims more
+    caps: dict = {}   # per model, looked up once: a paste of 256 GPUs has 32,640 links
     for l in topo.gpu_links(names):
         model = topo.gpu(l.a).model or topo.gpu(l.b).model
-        cap = max_nvlinks(model)
+        cap = caps[model] if model in caps else caps.setdefault(model, max_nvlinks(model))
         if l.nvlinks and cap is not None and l.nvlinks > cap:
             beyond.setdefault((model, cap), []).append(f"{l.a}-{l.b} NV{l.nvlinks}")
         bad = {mode: s for mode, s in (l.p2p or {}).items() if s not in ("OK", "X")}

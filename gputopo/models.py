@@ -26,6 +26,14 @@ SHAPE_KEYS = {**dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_
               **dict.fromkeys(("hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head", "num_heads",
                                "num_key_value_heads", "vocab_size", "intermediate_size", "n_inner", "d_ff",
                                "ffn_dim"), "widths")}
+# What some transformers config class (5.x) holds in place of a number, and so may config.json: null (GPT-2's
+# n_inner, GPT-Neo's intermediate_size, ESM's vocab_size, Nemotron's K/V heads), a list (Swin's heads per stage,
+# Gemma 3n's intermediate size per layer), an object (LXMERT's layers per part). Elsewhere each is refused, naming it,
+# before transformers reads it (its own refusal came after 2 s and 266 MB, cut at a colon).
+NULLABLE = {"n_inner", "intermediate_size", "vocab_size", "num_key_value_heads"}
+LISTED = {"num_attention_heads", "num_heads", "intermediate_size"}
+PER_PART = {"num_hidden_layers"}
+MOST_DIGITS = 20   # config.json's longest whole number: a 64-bit integer's 20 digits (int() refuses 4,301)
 # The bound of each and why, for config.json's counts and --layers, --hidden-size, --vocab-size alike
 BOUNDS = {"layers": (MOST_LAYERS, "twice DeepNet's 1,000, the deepest transformer trained"),
           "widths": (MOST_WIDTH, "one h x h pair of it is half of the 100T parameters any model has")}
@@ -149,9 +157,23 @@ def _count(family: str, h: int, L: int, a: int, V: int, P: int = 0, I: int | Non
     raise BadInput(f"unknown model family {family!r}")
 
 
+def _known_names() -> dict[str, str]:
+    """Every name of a catalog model, lowercased: its hub ids, and each hub id without its owner when that names one
+    model only (Meta-Llama-3-8B as meta-llama/Meta-Llama-3-8B, as transformers' old ids without owners read)."""
+    tails: dict[str, set] = {}
+    for hub, key in ALIASES.items():
+        tails.setdefault(hub.rpartition("/")[2].lower(), set()).add(key)
+    return {**{t: keys.pop() for t, keys in tails.items() if len(keys) == 1},
+            **{hub.lower(): key for hub, key in ALIASES.items()}}
+
+
+KNOWN_NAMES = _known_names()
+
+
 def catalog_key(name: str) -> str:
-    """The catalog's name for a model name or hub id (either in any case); the name itself when unknown."""
-    return {k.lower(): v for k, v in ALIASES.items()}.get(name.lower(), name.lower())
+    """The catalog's name for a model name or hub id (either in any case, the owner left out or not); the name
+    itself when unknown."""
+    return KNOWN_NAMES.get(name.lower(), name.lower())
 
 
 def named(name: str) -> ModelSpec:
@@ -210,15 +232,51 @@ def read_config(folder) -> dict:
         text = data.decode()
         if _depth(text) > MOST_DEPTH:
             raise ValueError(f"JSON nested more than {MOST_DEPTH} deep")
-        raw = json.loads(text)
+        raw = json.loads(text, parse_int=_whole)
     except ValueError as e:   # UnicodeDecodeError and json's errors are ValueErrors
         raise BadInput(f"{where} unreadable ({e})") from None
     if not isinstance(raw, dict):
         raise BadInput(f"{where} is not a JSON object")
-    if "auto_map" in raw:
-        raise BadInput(f"{where} has auto_map: the model is code in the folder, and gputopo never runs a folder's"
-                       " code (transformers' trust_remote_code); give --params with its size instead")
+    for key, value in _walk(raw):
+        if isinstance(value, _Long):
+            raise BadInput(f"{where} {key} is a {value.digits:,}-digit number: no config holds one longer than"
+                           f" {MOST_DIGITS} digits (a 64-bit integer)")
+        if key.rpartition(".")[2] == "auto_map":   # at any depth: a sub-config's auto_map names code too
+            at = "" if key == "auto_map" else f" (at {key})"
+            raise BadInput(f"{where} has auto_map{at}: the model is code in the folder, and gputopo never runs a"
+                           " folder's code (transformers' trust_remote_code); give --params with its size instead")
     return raw
+
+
+class _Long(int):
+    """A whole number of config.json longer than MOST_DIGITS, kept as its digit count (never converted), so the
+    refusal names its key rather than Python's sys.set_int_max_str_digits() advice."""
+    digits: int
+
+    def __new__(cls, digits: int):
+        self = super().__new__(cls, 0)
+        self.digits = digits
+        return self
+
+
+def _whole(text: str) -> int:
+    """json's reader of a whole number, within MOST_DIGITS."""
+    digits = len(text.lstrip("-"))
+    return _Long(digits) if digits > MOST_DIGITS else int(text)
+
+
+def _walk(node, at: str = ""):
+    """(dotted key, value) of every entry of a JSON value, at any depth, parents first: text_config.n_layer,
+    layers[2].n_head."""
+    stack = [(at, node)]
+    while stack:
+        at, node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            here = f"{at}[{key}]" if isinstance(node, list) else f"{at}.{key}" if at else str(key)
+            yield here, value
+            if isinstance(value, (dict, list)):
+                stack.append((here, value))
 
 
 def _depth(text: str) -> int:
@@ -240,19 +298,39 @@ def _depth(text: str) -> int:
 
 def check_counts(raw: dict, folder) -> None:
     """config.json's layers, widths (hidden size, heads, vocabulary, intermediate size), at any depth: whole
-    numbers from 1 to their bound, refused before anything is built."""
-    stack = [raw]
-    while stack:
-        node = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, value in items:
-            if isinstance(value, (dict, list)):
-                stack.append(value)
-            elif key in SHAPE_KEYS and value is not None:
-                most, why = BOUNDS[SHAPE_KEYS[key]]
-                if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
-                    raise BadInput(f"--model {folder}: config.json {key} {shown(value)}: must be a whole number from"
-                                   f" 1 to {most} ({why})")
+    numbers from 1 to their bound (null, a list or an object only where transformers holds one: NULLABLE, LISTED,
+    PER_PART), refused before anything is built, naming the key and what it holds."""
+    for at, value in _walk(raw):
+        key = at.rpartition(".")[2]
+        if key not in SHAPE_KEYS:
+            continue
+        if value is None and key in NULLABLE:
+            continue
+        if isinstance(value, list) and key in LISTED:
+            counts = [(f"{at}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, dict) and key in PER_PART:
+            counts = [(f"{at}.{k}", v) for k, v in value.items()]
+        else:
+            counts = [(at, value)]
+        for name, v in counts:
+            _check_count(folder, name, SHAPE_KEYS[key], v)
+
+
+def _check_count(folder, name: str, shape: str, value) -> None:
+    """One count of config.json: a whole number from 1 to the bound of its `shape` (layers, widths)."""
+    most, why = BOUNDS[shape]
+    rule = f"a whole number from 1 to {most}: {why}"
+    where = f"--model {folder}: config.json {name}"
+    if isinstance(value, str):
+        raise BadInput(f'{where} is the text {json.dumps(shown(value))}, not a number: write it without quotes'
+                       f" ({rule})")
+    if value is None or isinstance(value, (bool, list, dict)):
+        what = ("null" if value is None else "true" if value is True else "false" if value is False else
+                f"a list ({shown(json.dumps(value))})" if isinstance(value, list) else
+                f"an object ({shown(json.dumps(value))})")
+        raise BadInput(f"{where} is {what}, not a number ({rule})")
+    if not isinstance(value, int) or not 1 <= value <= most:
+        raise BadInput(f"{where} {shown(value)}: must be a whole number from 1 to {most} ({why})")
 
 
 def from_path(path: str) -> ModelSpec:
@@ -274,8 +352,9 @@ def from_path(path: str) -> ModelSpec:
     except BadInput as e:
         raise BadInput(f"--model {path}: {e}") from None
     except Exception as e:  # transformers raises many kinds for a bad config; the user needs one line
-        raise BadInput(f"--model {path}: transformers cannot build it"
-                       f" ({type(e).__name__}: {e})".split("\n")[0]) from None
+        said = " ".join(str(e).split())   # on one line, not cut at its first line's end ("for field 'n_layer':")
+        said = said if len(said) <= 300 else said[:300] + "..."
+        raise BadInput(f"--model {path}: transformers cannot build it ({type(e).__name__}: {said})") from None
     params = sum(p.numel() for p in model.parameters())  # shared (tied) parameters are listed once
     if params > MOST_PARAMS:
         raise BadInput(f"--model {path}: {params:,} parameters, more than any model has (at most {MOST_PARAMS:.0e})")

@@ -44,7 +44,7 @@ without one NCCL line is refused (BadInput); anything else is read for what it h
                   "to", "transport", "link", "expected"}]}, else null
   lines           {"nccl": NCCL lines read, "connections", "rings", "trees", "damaged": halves of glued lines
                   left out, "left_out": lines an excerpt says it left out, "cut": lines cut at LONGEST_LINE,
-                  "unread": lines past a bound of MOST, counted}
+                  "unread": lines past a bound of MOST, counted, "nul": lines that held NUL bytes, skipped}
 
 KIND (each connection line NCCL printed counts once; a cut last line counts once its transport's name is
 whole, e.g. `via P2P/I`; NVLS and CollNet count their setup lines):
@@ -209,6 +209,7 @@ class NcclLog:
     damaged: int = 0                                  # halves of glued lines whose host could not be told
     cut: int = 0                                      # lines longer than LONGEST_LINE, cut there
     unread: int = 0                                   # lines past a bound of MOST, counted, not read
+    holed: int = 0                                    # lines that held NUL bytes (a crash's hole), skipped
     full: dict = field(default_factory=dict)          # the bounds of MOST reached, in the order reached
     distinct: dict = field(default_factory=dict)      # connection key -> its Connection in `connections`
 
@@ -221,6 +222,9 @@ def parse(source) -> NcclLog:
     log = NcclLog()
     printed: dict = {}   # a prefix as printed -> (where, level, host kept): a process prints many lines, read once
     for line in _lines(source):
+        if type(line) is Holed:   # part of it may be lost in the hole: a half record is never read
+            log.holed += 1
+            continue
         m = STANDARD.match(line) if type(line) is str else None
         end = m.end() if m is not None else 0
         if end and line.find("NCCL ", end) < 0:   # most lines: one process's, its prefix from column 0
@@ -279,15 +283,25 @@ class Cut(str):
     record the cut fell in)."""
 
 
+class Holed(str):
+    """A physical line that held NUL bytes: the hole a crash, a full disk or a truncating writer leaves in a log
+    file. What was written before and after the hole is not whole, so parse skips the line and counts it."""
+
+
+def _holed(lines: list[str]) -> list[str]:
+    """`lines` with those holding a NUL marked Holed (their NULs dropped: a quoted line stays printable)."""
+    return [Holed(line.replace("\x00", "")) if "\x00" in line else line for line in lines]
+
+
 def _bounded(line: str) -> str:
     """`line`, or its first LONGEST_LINE characters as a Cut."""
     return line if len(line) <= LONGEST_LINE else Cut(line[:LONGEST_LINE])
 
 
 def _raw(source):
-    """Lists of physical lines without their ends (\\n, \\r\\n or \\r), escapes, NULs and markup, read CHUNK
-    characters at a time; a line longer than LONGEST_LINE is kept that long, as a Cut (a file without a newline is
-    read in bounded memory too)."""
+    """Lists of physical lines without their ends (\\n, \\r\\n or \\r), escapes and markup, read CHUNK characters
+    at a time (a line that held NULs marked Holed); a line longer than LONGEST_LINE is kept that long, as a Cut (a
+    file without a newline is read in bounded memory too)."""
     stream = io.StringIO(source, newline=None) if isinstance(source, str) else source
     carry, skipping, first = "", False, True
     for chunk in iter(lambda: stream.read(CHUNK), ""):
@@ -298,7 +312,7 @@ def _raw(source):
             if not skipping:
                 carry += chunk
                 if len(carry) > LONGEST_LINE:
-                    yield [Cut(_clean(carry[:LONGEST_LINE]))]
+                    yield [Cut(_clean(carry[:LONGEST_LINE]).replace("\x00", ""))]
                     carry, skipping = "", True
             continue
         text, carry = carry + chunk[:end], chunk[end + 1:]
@@ -308,13 +322,14 @@ def _raw(source):
                 continue
             text = text[cut + 1:]
         lines = _clean(text).split("\n")
+        lines = _holed(lines) if "\x00" in text else lines
         yield lines if max(map(len, lines)) <= LONGEST_LINE else [_bounded(line) for line in lines]
     if carry and not skipping:
-        yield [_bounded(_clean(carry))]
+        yield _holed([_bounded(_clean(carry))])
 
 
 def _clean(text: str) -> str:
-    """Without ANSI escapes, NULs, Markdown fences and HTML tags (a paste from a GitHub issue: "```" or `</details>`
+    """Without ANSI escapes, Markdown fences and HTML tags (a paste from a GitHub issue: "```" or `</details>`
     after a connection would end up in its transport)."""
     if "\x1b" in text:
         text = ANSI.sub("", text)
@@ -324,7 +339,7 @@ def _clean(text: str) -> str:
         text = TILDES.sub("", text)
     if "<" in text:
         text = TAG.sub("", text)
-    return text.replace("\x00", "") if "\x00" in text else text
+    return text
 
 
 def _lines(source):
@@ -335,7 +350,7 @@ def _lines(source):
     pending, last = None, 0
     for lines in itertools.chain([first], raw):
         for line in lines:
-            if type(line) is Cut:   # read on its own: never joined, nor joined to
+            if type(line) in (Cut, Holed):   # read (or skipped) on its own: never joined, nor joined to
                 if pending is not None:
                     yield pending.rstrip()
                 pending = None
@@ -909,7 +924,7 @@ def summary(log: NcclLog, topology: Topology | None = None) -> dict:
             "cross_check": check,
             "lines": {"nccl": log.lines, "connections": sum(c.lines for c in log.connections),
                       "rings": log.ring_lines, "trees": log.tree_lines, "damaged": log.damaged,
-                      "left_out": log.left_out, "cut": log.cut, "unread": log.unread}}
+                      "left_out": log.left_out, "cut": log.cut, "unread": log.unread, "nul": log.holed}}
 
 
 def ranks_per_host(log: NcclLog) -> dict:
@@ -1030,6 +1045,9 @@ def _reading_findings(log: NcclLog) -> list[str]:
         out.append(f"{log.cut} line(s) were longer than {LONGEST_LINE:,} characters (no line of NCCL's is near that):"
                    " each was cut there and the record the cut fell in was not read; lines glued without newlines,"
                    " or not a log?")
+    if log.holed:
+        out.append(f"{log.holed} line(s) held NUL bytes (the hole a crash or a full disk leaves in a log file): what"
+                   " was written around the hole is not whole, so those lines were skipped and the rest read")
     if log.full:
         out.append(f"The log goes past what gputopo holds ({', '.join(f'{n:,} {w}' for w, n in log.full.items())}):"
                    f" {log.unread:,} lines beyond that were counted, not read (docs/options.md, Limits)")

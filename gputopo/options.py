@@ -6,7 +6,7 @@ import re
 
 import click
 
-from .units import MOST_BYTES, MOST_CHARS, MOST_COUNT, NUMBER, shown
+from .units import MOST_BYTES, MOST_CHARS, MOST_COUNT, NUMBER, shown, whole
 
 OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd")  # plan.OPTIMIZER_BYTES; named here so --help stays light
 
@@ -59,10 +59,7 @@ class SizeList(Size):
     most_chars, kind = 1024, "list of sizes"
 
     def parse(self, text):
-        parts = [p for p in text.split(",") if p.strip()]
-        if not parts:
-            raise ValueError(f"{text!r}: expected sizes like 1MB,4MB,64MB")
-        return [super(SizeList, self).parse(p) for p in parts]
+        return [super(SizeList, self).parse(p) for p in entries(text, "sizes like 1MB,4MB,64MB")]
 
 
 class Count(_Owned):
@@ -84,10 +81,7 @@ class Count(_Owned):
         return n
 
     def parse(self, text):
-        try:
-            return int(text.strip())
-        except ValueError:
-            raise ValueError(f"{text!r}: expected a whole number") from None
+        return whole(text)
 
 
 class ModelCount(Count):
@@ -169,12 +163,29 @@ class GpuIds(_Owned):
     most_chars, kind = MOST_PATH, "list of GPUs"
 
     def parse(self, text):
-        parts = [p.strip() for p in text.split(",")]
-        bad = [p for p in parts if not p.isdecimal() or len(p) > 4 or int(p) >= GPU_COUNT.most]
-        if bad:
-            raise ValueError(f"{shown(text)}: GPU indices like 0,1,3, below {GPU_COUNT.most} (--gpus is a count);"
-                             f" not {shown(bad[0])!r}")
-        return tuple(dict.fromkeys(int(p) for p in parts))
+        rule = f"GPU indices like 0,1,3, below {GPU_COUNT.most} (--gpus is a count)"
+        ids = []
+        for p in entries(text, rule):
+            try:
+                n = whole(p) if len(p) <= 8 and p.strip()[:1] not in "+-" else -1
+            except ValueError:
+                n = -1
+            if not 0 <= n < GPU_COUNT.most:
+                raise ValueError(f"{shown(text)}: {rule}; not {shown(p.strip())!r}")
+            if n in ids:
+                raise ValueError(f"{shown(text)}: GPU {n} is named twice; name each GPU once")
+            ids.append(n)
+        return tuple(ids)
+
+
+def entries(text: str, rule: str) -> list[str]:
+    """The entries of a comma-separated list (--gpu-ids, --allreduce-sizes): an empty one ('0,,1', '1MB,') is
+    refused, not skipped, by every list alike. `rule` says what the list holds."""
+    parts = text.split(",")
+    if any(not p.strip() for p in parts):
+        where = "is empty" if not text.strip() else "has an empty entry"
+        raise ValueError(f"{shown(text)!r} {where}: expected {rule}")
+    return parts
 
 
 class Text(_Owned):

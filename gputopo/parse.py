@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from .errors import BadInput
-from .topology import Gpu, Link, Nic, NvLink, Topology, link_type
+from .topology import MAX_NVLINKS, Gpu, Link, Nic, NvLink, Topology, link_type
+from .units import shown
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # Device labels in the header end in a digit (GPU0, NIC3, mlx5_0, bnxt_re1); trailing column titles do not.
-LABEL = re.compile(r"^(?:GPU\d+|NIC\d+|[A-Za-z][\w.:-]*\d)$")
+# ASCII digits throughout (re.A): int() would read a digit of another script as a GPU index or an NV count. A label
+# is short (mlx5_bond_0): a longer token is no device's.
+LABEL = re.compile(r"^(?:GPU\d{1,20}|NIC\d{1,20}|[A-Za-z][\w.:-]{0,62}\d)$", re.A)
 TRAILERS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # Cell values, longest first so that cells run together by a lost tab ("NV12SYS") still split.
-LINK_CELL = re.compile(r"\s*(NV\d+|NODE|SYS|PHB|PXB|PIX|SOC|CPU|CNS|GNS|TNS|N/A|OK|NS|X|U)(?![a-z])")
+LINK_CELL = re.compile(r"\s*(NV\d+|NODE|SYS|PHB|PXB|PIX|SOC|CPU|CNS|GNS|TNS|N/A|OK|NS|X|U)(?![a-z])", re.A)
 LINK_WORDS = ("NODE", "SYS", "PHB", "PXB", "PIX", "SOC", "CPU", "CNS", "GNS", "TNS", "OK", "NS", "NV")
 P2P_VALUES = {"OK", "CNS", "GNS", "TNS", "NS", "U", "X"}
 P2P_ONLY = P2P_VALUES - {"X"}
@@ -25,12 +29,12 @@ TOPO_ONLY = {"SYS", "NODE", "PHB", "PXB", "PIX", "SOC", "CPU"}
 P2P_EXPLAIN = {"OK": "supported", "CNS": "chipset not supported", "GNS": "GPU not supported",
                "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
 P2P_MODE = re.compile(r"-p2p\s+(rw|r|w|n|a)\b")
-GPU_LINE = re.compile(r"^\s*GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
+GPU_LINE = re.compile(r"^\s*GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$", re.A)
 MIG_LINE = re.compile(r"^\s*MIG\s+(\S+)\s+Device\s+\d+:")   # `nvidia-smi -L`: an instance under its GPU
-NVLINK_LINE = re.compile(r"^\s*Link (\d+):\s*(.*?)\s*$")
+NVLINK_LINE = re.compile(r"^\s*Link (\d+):\s*(.*?)\s*$", re.A)
 RUN_ON_ROW = re.compile(r"X(?:NV\d|NODE|SYS|PH|PX|PI|SOC|CPU|OK|CNS|GNS|TNS|NS|U)")
 QUOTE = re.compile(r"^>+ ?")
-CPULIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+CPULIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$", re.A)
 # nvidia-smi's legend lines, every wording seen across drivers (old ones say SOC and "PCIe switch").
 LEGEND = (
     "X = Self", "SYS = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
@@ -52,6 +56,32 @@ DRIVER = re.compile(r"Driver Version:\s*([\d.]+)")  # nvidia-smi's banner, or gp
 # run is not its output, and int() refuses 4,301 digits.
 MOST_DIGITS = 20
 LONG_NUMBER = re.compile(r"\d{%d,}" % (MOST_DIGITS + 1))
+# The most GPUs one paste is read for: --best's bound, more than any machine holds. Every command on a paste of
+# them answers in a few seconds (inspect, --json, --markdown, --model, --best: 1 to 3 s here); at 600 GPUs `inspect`
+# took 23 s and 205 MB, and `nvlink -s` of 2,000 GPUs more than a minute.
+MOST_GPUS = 256
+MOST_NICS = 64         # NIC columns of `topo -m` (DGX H100 has 12; nccllog reads 64 networks)
+MOST_NAME = 96         # characters of a GPU's name or UUID: NVML_DEVICE_NAME_V2_BUFFER_SIZE
+MOST_MIG = 7           # MIG instances a GPU lists (`nvidia-smi -L`): A100, H100 and B200 have at most 7
+TOO_MANY = ("more than a paste is read for (at most {most}{why}): is it one machine's nvidia-smi output,"
+            " unedited?")
+
+
+def _echo(text: str) -> str:
+    """A piece of the paste as an error quotes it: whole up to 160 characters (a legend line, to where it was cut),
+    else its start and its length."""
+    return text if len(text) <= 160 else f"{text[:100]}... ({len(text):,} characters)"
+
+
+def _few(names, most: int = 6) -> str:
+    """The first few names, each as a refusal quotes it, and how many more: an error stays one short line."""
+    names = list(names)
+    more = f" and {len(names) - most:,} more" if len(names) > most else ""
+    return ", ".join(shown(n) for n in names[:most]) + more
+
+
+def _too_many(what: str, n: int, most: int, why: str = "") -> BadInput:
+    return BadInput(f"{n:,} {what}: " + TOO_MANY.format(most=most, why=why))
 
 
 def clean(text: str) -> list[str]:
@@ -103,10 +133,11 @@ def _header(lines: list[str]) -> tuple[int, list[str], list[str]] | None:
         while rest:
             title = next((t for t in TRAILERS if rest.startswith(t)), None)
             if title is None and any(t.startswith(rest) for t in TRAILERS):
-                raise BadInput(f"the matrix header ends in {rest!r}, the start of a column title: the line was cut"
-                               f" at the right; {FULL_COPY}")
+                raise BadInput(f"the matrix header ends in {_echo(rest)!r}, the start of a column title: the line"
+                               f" was cut at the right; {FULL_COPY}")
             if title is None:   # whole words no driver gputopo knows prints: a newer one, or an edited paste
-                raise BadInput(f"the matrix header ends in {rest!r}, not a column title nvidia-smi is known to print"
+                raise BadInput(f"the matrix header ends in {_echo(rest)!r}, not a column title nvidia-smi is known to"
+                               " print"
                                " (CPU Affinity, NUMA Affinity, GPU NUMA ID): a newer driver's column, or an edited"
                                " paste? Remove that column to read the rest, and report it")
             trailers.append(title)
@@ -155,7 +186,7 @@ def _trailing(row: str, line: str, cells_end: int, values: list[str], trailers: 
         if not CPULIST.match(v) or any(int(a) > int(b) for a, b in re.findall(r"(\d+)-(\d+)", v)):
             how = ("starts mid-list" if v[:1] in "-," else "ends mid-list" if v[-1:] in "-," else
                    "is not a CPU/NUMA list")
-            raise BadInput(f"row {row}, {title} {v!r} {how}: the paste lost part of the line; {FULL_COPY}")
+            raise BadInput(f"row {row}, {title} {_echo(v)!r} {how}: the paste lost part of the line; {FULL_COPY}")
     return {t: (None if placed.get(t) in (None, "N/A") else placed[t]) for t in trailers}
 
 
@@ -184,7 +215,7 @@ def _legend(lines: list[str]) -> set[str]:
                 break
             norm, i = longer, i + 1
         if _cut_mid_word(norm, full):
-            raise BadInput(f"the legend line {norm!r} is cut short: the paste was cut at the right, so the"
+            raise BadInput(f"the legend line {_echo(norm)!r} is cut short: the paste was cut at the right, so the"
                            f" matrix may be too; {FULL_COPY}")
     return codes
 
@@ -209,6 +240,22 @@ def _row_like(line: str) -> str | None:
     return tokens[0] if all(LINK_CELL.fullmatch(" " + t) for t in tokens[1:]) else None
 
 
+def _check_labels(labels: list[str]) -> None:
+    """A header's device labels: at most MOST_GPUS GPUs and MOST_NICS others, each once; checked before any row is
+    read (a 10,000-column paste was read whole, then refused in an 89 KB line naming every GPU)."""
+    gpus = sum(label.startswith("GPU") for label in labels)
+    if gpus > MOST_GPUS:
+        raise _too_many("GPU columns in the matrix header", gpus, MOST_GPUS, ", as --best; more than any machine"
+                        " holds")
+    if len(labels) - gpus > MOST_NICS:
+        raise _too_many("NIC columns in the matrix header", len(labels) - gpus, MOST_NICS)
+    seen: set = set()
+    twice = [label for label in labels if label in seen or seen.add(label)]
+    if twice:
+        raise BadInput(f"the matrix header repeats a device label: {_few(dict.fromkeys(twice))}")
+
+
+@lru_cache(maxsize=2)   # kind() then topo_matrix() or p2p_matrix() read the same text; callers never change it
 def matrix(text: str) -> Matrix:
     """Parse the grid of `nvidia-smi topo -m` or `topo -p2p`."""
     lines = clean(text)
@@ -220,8 +267,7 @@ def matrix(text: str) -> Matrix:
                            f" header was lost in copying; {FULL_COPY}")
         raise BadInput("not nvidia-smi output: expected `nvidia-smi topo -m`, `topo -p2p`, `nvlink -s` or `-L`")
     start, labels, trailers = found
-    if len(set(labels)) != len(labels):
-        raise BadInput("the matrix header repeats a device label: " + " ".join(labels))
+    _check_labels(labels)
     m = Matrix(labels=labels, cells={}, trailers=trailers)
     mode = P2P_MODE.search("\n".join(lines[:start + 1]))
     m.p2p_mode = mode.group(1) if mode else None
@@ -235,8 +281,8 @@ def matrix(text: str) -> Matrix:
         if not first or first.group(1) not in labels or first.group(1) in seen:
             stray = _row_like(line)
             if stray and stray not in labels:
-                raise BadInput(f"the matrix has a row for {stray} but the header has no column for it: the header"
-                               f" line was cut at the right; {FULL_COPY}")
+                raise BadInput(f"the matrix has a row for {_echo(stray)} but the header has no column for it: the"
+                               f" header line was cut at the right; {FULL_COPY}")
             continue
         row = first.group(1)
         seen.add(row)
@@ -251,12 +297,12 @@ def matrix(text: str) -> Matrix:
         if len(values) < len(labels) and rest:
             col = labels[len(values)]
             if len(rest) == 1 and any(w.startswith(rest[0]) and w != rest[0] for w in LINK_WORDS):
-                raise BadInput(f"row {row}, column {col}: {rest[0]!r} is a link type cut mid-word: the line was cut"
-                               f" at the right; {FULL_COPY}")
-            raise BadInput(f"row {row}, column {col}: {rest[0]!r} is not a link type of nvidia-smi's legend"
+                raise BadInput(f"row {row}, column {col}: {_echo(rest[0])!r} is a link type cut mid-word: the line"
+                               f" was cut at the right; {FULL_COPY}")
+            raise BadInput(f"row {row}, column {col}: {_echo(rest[0])!r} is not a link type of nvidia-smi's legend"
                            " (X, SYS, NODE, PHB, PXB, PIX, NV#): cut off or garbled?")
         if len(values) < len(labels):
-            missing = ", ".join(labels[len(values):])
+            missing = _few(labels[len(values):])
             if not any(l.strip() for l in lines[n + 1:]):
                 raise BadInput(f"the paste ends inside row {row} ({len(values)} of {len(labels)} cells): it was cut"
                                f" off at the bottom; {FULL_COPY}")
@@ -266,7 +312,7 @@ def matrix(text: str) -> Matrix:
             raise BadInput(f"row {row} has {values[labels.index(row)]!r} where its own column should say X:"
                            " the columns are misaligned (a cell lost or added in the paste)")
         if rest and (LINK_CELL.fullmatch(" " + rest[0]) and rest[0] != "N/A" or not row.startswith("GPU")):
-            raise BadInput(f"row {row} has more cells than the header has columns ({rest[0]!r} after"
+            raise BadInput(f"row {row} has more cells than the header has columns ({_echo(rest[0])!r} after"
                            f" {labels[-1]}): the header line was cut at the right; {FULL_COPY}")
         for col, v in zip(labels, values):
             if v.startswith("NV"):
@@ -280,7 +326,7 @@ def matrix(text: str) -> Matrix:
     gpu_labels = [l for l in labels if l.startswith("GPU")]
     missing_rows = [l for l in gpu_labels if l not in seen]
     if missing_rows:
-        raise BadInput(f"the matrix header names {', '.join(missing_rows)} but no row for it:"
+        raise BadInput(f"the matrix header names {_few(missing_rows)} but no row for it:"
                        " the paste looks cut off at the bottom")
     codes = _legend(lines[body_end:])
     for line in lines[start + 1:]:
@@ -333,7 +379,7 @@ def topo_matrix(text: str) -> Topology:
     blank = [l for l in m.labels if l.startswith("GPU") and "CPU Affinity" in m.trailers
              and m.extras.get(l, {}).get("CPU Affinity") is None]
     if blank:
-        notes.append(f"nvidia-smi printed no CPU affinity for {', '.join(blank)} (blank or N/A: a container or VM that"
+        notes.append(f"nvidia-smi printed no CPU affinity for {_few(blank)} (blank or N/A: a container or VM that"
                      " hides the host's CPUs)")
     gpus = []
     for label in m.labels:
@@ -347,7 +393,7 @@ def topo_matrix(text: str) -> Topology:
     asym = [f"{a}-{b}" for a, b, _ in _pairs(m)
             if (b, a) in m.cells and (a, b) in m.cells and m.cells[(a, b)] != m.cells[(b, a)]]
     if asym:
-        notes.append("the matrix is not symmetric for " + ", ".join(asym) + "; rows were read as printed")
+        notes.append(f"the matrix is not symmetric for {_few(asym)}; rows were read as printed")
     return Topology(gpus=tuple(gpus), nics=nics, links=links, source="file", notes=tuple(notes))
 
 
@@ -360,29 +406,45 @@ def p2p_matrix(text: str) -> tuple[str | None, dict[tuple[str, str], str]]:
 
 
 def gpu_list(text: str) -> list[Gpu]:
-    """`nvidia-smi nvlink -s` or `nvidia-smi -L` text -> GPUs with model, UUID and NVLinks."""
+    """`nvidia-smi nvlink -s` or `nvidia-smi -L` text -> GPUs with model, UUID and NVLinks; at most MOST_GPUS GPUs,
+    MAX_NVLINKS links and MOST_MIG instances each."""
     gpus: list[Gpu] = []
     links: dict[int, list[NvLink]] = {}
     migs: dict[int, list[str]] = {}
-    for line in clean(text):
+    lines = clean(text)
+    listed_gpus = sum(1 for line in lines if GPU_LINE.match(line))
+    if listed_gpus > MOST_GPUS:
+        raise _too_many("`GPU n:` lines", listed_gpus, MOST_GPUS, ", as --best; more than any machine holds")
+    for line in lines:
         mig = MIG_LINE.match(line)
         if mig and gpus:
-            migs.setdefault(len(gpus) - 1, []).append(mig.group(1))
+            listed = migs.setdefault(len(gpus) - 1, [])
+            if len(listed) == MOST_MIG:
+                raise BadInput(f"GPU {gpus[-1].index} lists more than {MOST_MIG} MIG instances, more than a GPU splits"
+                               " into: is this nvidia-smi's output, unedited?")
+            listed.append(shown(mig.group(1)))
             continue
         g = GPU_LINE.match(line)
         if g:
-            gpus.append(Gpu(name=f"GPU{g.group(1)}", index=int(g.group(1)), model=g.group(2).strip() or None,
-                            uuid=g.group(3)))
+            model, uuid = g.group(2).strip(), g.group(3)
+            if len(model) > MOST_NAME or len(uuid or "") > MOST_NAME:
+                raise BadInput(f"GPU {g.group(1)}: a {'name' if len(model) > MOST_NAME else 'UUID'} longer than"
+                               f" nvidia-smi prints (at most {MOST_NAME} characters): is this its output, unedited?")
+            gpus.append(Gpu(name=f"GPU{g.group(1)}", index=int(g.group(1)), model=model or None, uuid=uuid))
             continue
         ln = NVLINK_LINE.match(line)
         if ln and gpus:
             state = ln.group(2)
-            speed = re.fullmatch(r"(\d+(?:\.\d+)?)\s*GB/s", state)
+            speed = re.fullmatch(r"(\d+(?:\.\d+)?)\s*GB/s", state, re.A)
             if not speed and "inactive" not in state.lower():
-                raise BadInput(f"GPU {gpus[-1].index}, Link {ln.group(1)}: {state!r} is neither a speed (26.562 GB/s)"
-                               " nor <inactive>: the paste is garbled")
-            links.setdefault(len(gpus) - 1, []).append(NvLink(
-                link=int(ln.group(1)), active=bool(speed), speed_gbps=float(speed.group(1)) if speed else None))
+                raise BadInput(f"GPU {gpus[-1].index}, Link {ln.group(1)}: {_echo(state)!r} is neither a speed"
+                               " (26.562 GB/s) nor <inactive>: the paste is garbled")
+            listed = links.setdefault(len(gpus) - 1, [])
+            if len(listed) == MAX_NVLINKS:
+                raise BadInput(f"GPU {gpus[-1].index} lists more than {MAX_NVLINKS} NVLinks, and no GPU has more"
+                               f" (NV1 to NV{MAX_NVLINKS}, as --link): is this nvidia-smi's output, unedited?")
+            listed.append(NvLink(link=int(ln.group(1)), active=bool(speed),
+                                 speed_gbps=float(speed.group(1)) if speed else None))
     if not gpus:
         raise BadInput("no `GPU n: <name>` lines found (expected `nvidia-smi nvlink -s` or `nvidia-smi -L`)")
     return [replace(g, nvlinks=tuple(links[i]) if i in links else g.nvlinks,
@@ -408,6 +470,9 @@ def texts(pasted: list[str], gpu_model: str | None = None, names: list[str] | No
         listed.extend(more)
     if topo is None:
         names_ = sorted({g.name for g in listed} | {n for pair in p2p for n in pair}, key=lambda n: int(n[3:]))
+        if len(names_) > MOST_GPUS:   # each text within the bound, all of them together not
+            raise _too_many("GPUs in these texts together", len(names_), MOST_GPUS, ", as --best; more than any"
+                            " machine holds")
         gpus = tuple(Gpu(name=n, index=int(n[3:])) for n in names_)
         pairs = [(a.name, b.name) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
         topo = Topology(gpus=gpus, links=tuple(Link(a, b, None) for a, b in pairs), source="file",
@@ -464,7 +529,7 @@ def merge(topo: Topology, listed: list[Gpu], p2p: dict, gpu_model: str | None = 
                                                         nvlinks=had.nvlinks or g.nvlinks, mig=had.mig or g.mig)
     unknown = sorted(set(by_name) - {g.name for g in topo.gpus})
     if unknown:
-        raise BadInput(f"{', '.join(unknown)} appear in `nvlink -s`/`-L` but not in the matrix: texts from"
+        raise BadInput(f"{_few(unknown)} appear in `nvlink -s`/`-L` but not in the matrix: texts from"
                        " different machines?")
     gpus = []
     for g in topo.gpus:

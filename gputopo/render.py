@@ -349,9 +349,16 @@ def _recommended(data: dict) -> str:
             + ckpt + params)
 
 
-def plan_answer(data: dict, next_command: list[str] | None = None, width: int | None = WIDTH) -> list[str]:
+def _setup(w: dict) -> str:
+    """A config's pick in a few words: strategy, micro-batch x accumulation, checkpointing."""
+    return (f"{w['strategy']} at micro-batch {w['micro_batch']} x {w['grad_accum']}"
+            + (", gradient checkpointing" if w["grad_checkpointing"] else ", no checkpointing"))
+
+
+def plan_answer(data: dict, width: int | None = WIDTH) -> list[str]:
     """plan's answer: the configuration to use; its memory per GPU of the card and its step (and run) time on the
-    machine planned; the command to run next (`next_command`: deepspeed-config --auto with the same options)."""
+    machine planned; the command to run next (data["next"]: deepspeed-config --auto with the same options), and
+    what it writes where that is not this configuration."""
     r, lay = data["recommendation"], data["layout"]
     out = wrap(_recommended(data), "  ", width=width)
     if not r["strategy"]:
@@ -371,18 +378,33 @@ def plan_answer(data: dict, next_command: list[str] | None = None, width: int | 
     else:
         said += f"no step time: {t['basis']}"
     out += wrap(said, "  ", width=width)
-    ds = data.get("deepspeed_config")
-    if ds and ds["config"] and next_command:
-        if ds["strategy"] != r["strategy"]:
+    ds, nxt = data.get("deepspeed_config"), data.get("next")
+    if nxt:
+        w = nxt["writes"]
+        if not nxt["same"]:   # the pick is --calibrate's: deepspeed-config plans from the datasheet
+            out += wrap("Next (deepspeed-config cannot repeat --calibrate: this writes "
+                        + (_setup(w) if w["strategy"] else f"nothing ({w['why']})")
+                        + "; --json's deepspeed_config holds the calibrated config):", "  ", width=width)
+            out += shell_lines(nxt["command"], "  ", "      ", width)
+        elif ds["strategy"] != r["strategy"]:
             out += wrap(f"Next ({r['strategy']} is not DeepSpeed; this writes the fastest DeepSpeed setup,"
                         f" {ds['strategy']} at micro-batch {ds['micro_batch']} x {ds['grad_accum']}):", "  ",
                         width=width)
-            out += shell_lines(next_command, "  ", "      ", width)
+            out += shell_lines(nxt["command"], "  ", "      ", width)
         else:
-            out += shell_lines(next_command, "Next: ", "      ", width)
+            out += shell_lines(nxt["command"], "Next: ", "      ", width)
     elif ds and ds["why"]:
         out += wrap(f"DeepSpeed: {ds['why']}", "  ", width=width)
     return out
+
+
+def _if(condition: str | None) -> str:
+    """A row's condition (what the host planned for must have: RAM, NVMe or both) in a few words for its fits cell;
+    the condition itself says how much (--json, and --explain under the table)."""
+    if not condition:
+        return ""
+    what = [w for w, said in (("RAM", " of RAM "), ("NVMe", " NVMe ")) if said in condition]
+    return ", if enough " + ("+".join(what) or "host")
 
 
 def _memory(data: dict, width: int | None, explain: bool = False) -> str:
@@ -394,9 +416,8 @@ def _memory(data: dict, width: int | None, explain: bool = False) -> str:
     for s in data["strategies"]:
         b = s["per_gpu_bytes"]
         comm = "-" if not s["comm_bytes_per_step"] else size(s["comm_bytes_per_step"]) + (
-            f" {s['comm_seconds_per_step']:.3f}s" if s["comm_seconds_per_step"] is not None else " (link unknown)")
-        fits = ("tight" if s.get("tight") else "yes") + (", if NVMe free" if s.get("condition") else "") \
-            if s["fits"] else "no: " + ", ".join(
+            f" {_s(s['comm_seconds_per_step'])}" if s["comm_seconds_per_step"] is not None else " (link unknown)")
+        fits = ("tight" if s.get("tight") else "yes") + _if(s.get("condition")) if s["fits"] else "no: " + ", ".join(
             f"{where[k]} {size(v)} short" for k, v in s.get("short_bytes", {}).items()) if s.get("short_bytes") else (
             "yes" if s["fits"] else "no")
         rows.append([s["name"], fits, size(b["weights"]), size(b["gradients"]),
@@ -411,24 +432,28 @@ def _memory(data: dict, width: int | None, explain: bool = False) -> str:
     out = table([[r[i] for i in fit] for r in rows], [header[i] for i in fit], width)
     if explain:
         out += "\n" + table([[r[i] for i in parts] for r in rows], [header[i] for i in parts], width)
+        out += "".join("\n" + x for s in data["strategies"] if s["fits"] and s.get("condition")
+                       for x in wrap(f"{s['name']} fits only with {s['condition']}", "    ", "  ", width))
     return out
 
 
-def plan(data: dict, *, wide: bool = False, explain: bool = False, next_command: list[str] | None = None,
-         answer: bool = True) -> str:
+def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool = True) -> str:
     """Human text for `gputopo plan`: the answer (unless `answer` is False: inspect --model gives its own), what was
     planned, the memory and step tables, the search, and what was assumed."""
     width = None if wide else WIDTH
     m, lay, t = data["model"], data["layout"], data["training"]
-    out = plan_answer(data, next_command, width) + [""] if answer else []
+    out = plan_answer(data, width) + [""] if answer else []
     out += wrap(f"Model: {m['name']} ({m['params'] / 1e6:,.0f}M params, hidden {m['hidden_size']}, {m['layers']}"
                 f" layers; {m['source']})", "  ", width=width)
     out += wrap(f"Layout: {lay['nodes']} node(s) x {lay['gpus_per_node']} GPU(s) of {size(lay['gpu_mem_bytes'])}"
                 + (f" ({lay['gpu_model']})" if lay["gpu_model"] else "")
                 + (f", weakest link {lay['link_type']}" if lay["link_type"] else "")
-                + f"; CPU RAM {size(lay['cpu_mem_bytes'])}/node, NVMe free "
-                + (size(lay["nvme_free_bytes"]) if lay["nvme_free_bytes"] is not None else
-                   "not given (another machine)"), "  ", width=width)
+                + "; CPU RAM " + (f"{size(lay['cpu_mem_bytes'])}/node" if lay["cpu_mem_bytes"] is not None else
+                                  "not given")
+                + ", NVMe free " + (f"{size(lay['nvme_free_bytes'])}/node" if lay["nvme_free_bytes"] is not None
+                                    else "not given")
+                + (" (another machine)" if None in (lay["cpu_mem_bytes"], lay["nvme_free_bytes"]) else ""),
+                "  ", width=width)
     out += wrap(f"Training: {t['precision']}, {t['optimizer']}, micro-batch {t['batch_size']} x {t['seq_len']} tokens,"
                 f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
                 + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
@@ -457,18 +482,23 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, next_command:
         out += [x for reason in r["reasons"] for x in wrap(reason, "    ", "  ", width)]
         if link_assumed:
             out += wrap(f"(link bandwidth {data['layout']['link_basis']})", "    ", "  ", width)
-        ds = data.get("deepspeed_config")
+        ds, nxt = data.get("deepspeed_config"), data.get("next")
         if ds:
+            calibrated = nxt is not None and not nxt["same"]
             out += wrap(f"DeepSpeed: {ds['why']}" if not ds["config"] else
-                        f"DeepSpeed: `gputopo deepspeed-config --auto` with these options writes {ds['strategy']}'s"
-                        " config" + ("" if ds["strategy"] == r["strategy"] else
+                        ("DeepSpeed: this calibrated plan's config is" if calibrated else
+                         "DeepSpeed: `gputopo deepspeed-config --auto` with these options writes")
+                        + f" {ds['strategy']}'s config" + ("" if ds["strategy"] == r["strategy"] else
                                      f" at micro-batch {ds['micro_batch']} x {ds['grad_accum']} ({r['strategy']} is"
                                      " not DeepSpeed)")
                         + f" (ZeRO stage {ds['config']['zero_optimization']['stage']}"
                         + "".join(f", {what} offloaded to {v['device']}"
                                   for k, what in (("offload_optimizer", "optimizer"), ("offload_param", "parameters"))
                                   for v in [ds["config"]["zero_optimization"].get(k)] if v)
-                        + "; --json: deepspeed_config) and the launch line with --launcher.", "  ", width=width)
+                        + "; --json: deepspeed_config)" + (
+                            "; `gputopo deepspeed-config --auto` cannot calibrate: it plans from the GPU's datasheet"
+                            " and writes " + (_setup(nxt["writes"]) if nxt["writes"]["strategy"] else "nothing")
+                            if calibrated else " and the launch line with --launcher") + ".", "  ", width=width)
         out += [x for n in data.get("notes", []) for x in wrap(f"Note: {n}", "  ", width=width)]
     else:
         more = ([f"step times from {basis['summary'].split(' (')[0]}"] if basis.get("summary") else []) + (
@@ -508,11 +538,9 @@ def searched(found: dict, width: int | None = WIDTH) -> str:
 
 
 def _s(v) -> str:
-    """Seconds as the step table prints them."""
-    if v is None:
-        return "?"
-    return (f"{v:.3f}s" if v < 100 else f"{v / 60:.1f}min" if v < 6000 else f"{v / 3600:.1f}h" if v < 172800
-            else f"{v / 86400:.1f}d")
+    """Seconds as every table and answer prints them (advise.run_words), "?" when unknown."""
+    from .advise import run_words
+    return "?" if v is None else run_words(v)
 
 
 def step_times(data: dict, width: int | None = WIDTH, explain: bool = True) -> str:
@@ -522,7 +550,7 @@ def step_times(data: dict, width: int | None = WIDTH, explain: bool = True) -> s
     rows = [[s["name"], _s(t["step_s"]), _s(t["compute_s"]),
              f"{_s(t['comm_s'])} ({_s(t['exposed_comm_s'])})" if t["comm_s"] else "-", _s(t["offload_s"]) if
              t["offload_s"] != 0 else "-", _s(t["optimizer_s"])]
-            + ([f"{t['sampled_extra_s']:+.3f}s" if t.get("sampled_extra_s") else "-"] if extra else [])
+            + ([f"{t['sampled_extra_s']:+.3f} s" if t.get("sampled_extra_s") else "-"] if extra else [])
             + [f"{t['tokens_per_s']:,.0f}" if t["tokens_per_s"] else "?"] + ([_s(t.get("run_s"))] if runs else [])
             for s in data["strategies"] for t in [s["time"]]]
     out = ["Predicted step time (per optimizer step):",
@@ -722,7 +750,11 @@ def deepspeed_config(d: dict, files: list[str], *, wide: bool = False, explain: 
         out["launch"] += [x for n in launch["script_needs"] for x in wrap(f"#   {n}", "#     ", width=width)]
     assumed = set((d.get("plan") or {}).get("notes") or [])
     shown = [n for n in d["warnings"] if explain or n not in assumed and not n.startswith(VALIDATED)]
-    out["notes"] = [x for n in shown for x in wrap(f"note: {n}", "  ", width=width)]
+    rec = (d.get("plan") or {}).get("recommendation")
+    if explain and rec:   # --auto: why the plan picked what it did, as `plan --explain` says it
+        out["notes"] += wrap(f"Why {rec['strategy']} (gputopo plan's reasons):", "  ", width=width)
+        out["notes"] += [x for reason in rec["reasons"] for x in wrap(reason, "    ", "  ", width)]
+    out["notes"] += [x for n in shown for x in wrap(f"note: {n}", "  ", width=width)]
     if not explain:
         out["notes"] += in_short([n for n in d["warnings"] if n in assumed], width=width)
     return out

@@ -5,7 +5,8 @@ the same model, layout and training everywhere (bench-nvlink asks `precision` fo
 options and renders; values arrive already checked one by one (sizes, counts, bandwidths, GPU models), and
 what is checked here is how they relate:
 - bf16 needs an Ampere or newer GPU;
-- --global-batch = micro-batch x accumulation x GPUs per node x nodes, exactly;
+- --global-batch = micro-batch x accumulation x GPUs per node x nodes, exactly; given or derived, at most
+  MOST_COUNT;
 - an explicit --cpu-mem / --nvme-free wins over what is measured on this machine (gputopo.nvme owns the folder);
   GPUs described (--gpus with --gpu-model/--gpu-mem, an example, a paste) inherit nothing of this host: their
   RAM, cores and NVMe are what the options say, else unknown;
@@ -154,8 +155,8 @@ def precision(chosen: str | None, gpu_model: str | None, device: str = "cuda") -
 
 
 def first_micro(micro: int | None, accum: int | None, global_batch: int | None, world: int) -> int:
-    """--batch-size, else DEFAULT_MICRO or the largest power of two below it that --global-batch allows (the
-    plan's search then tries the others)."""
+    """--batch-size, else DEFAULT_MICRO or the largest power of two below it that --global-batch, and the bound on
+    the global batch (bounded), allow (the plan's search then tries the others)."""
     if micro:
         return micro
     if global_batch and accum:
@@ -163,7 +164,9 @@ def first_micro(micro: int | None, accum: int | None, global_batch: int | None, 
             raise BadInput(f"--global-batch {global_batch} is not a multiple of --grad-accum x GPUs ({accum} x {world}"
                            f" = {accum * world}): try {max(1, global_batch // (accum * world)) * accum * world}")
         return global_batch // (accum * world)
-    fits = [b for b in (DEFAULT_MICRO, 2, 1) if global_batch is None or global_batch % (b * world) == 0]
+    if global_batch is None:   # the largest within the bound; past it at 1, bounded() names the product
+        return next((b for b in (DEFAULT_MICRO, 2) if b * (accum or 1) * world <= MOST_COUNT), 1)
+    fits = [b for b in (DEFAULT_MICRO, 2, 1) if global_batch % (b * world) == 0]
     if not fits and global_batch % world:   # no micro-batch can make it: the GPUs do not divide it
         near = " or ".join(str(x) for x in (global_batch // world * world, (global_batch // world + 1) * world)
                            if 0 < x <= MOST_COUNT)   # a value --global-batch takes
@@ -187,6 +190,17 @@ def accumulation(micro: int, accum: int | None, global_batch: int | None, world:
         raise BadInput(f"--global-batch {global_batch} is not a multiple of --batch-size x GPUs"
                        f" ({micro} x {world} = {per_step}): try {near}")
     return global_batch // per_step
+
+
+def bounded(micro: int, accum: int, per_node: int, nodes: int) -> int:
+    """The global batch micro-batch x accumulation x GPUs per node x nodes, held to MOST_COUNT (what a count may
+    be: docs/options.md#limits), or a one-line refusal naming the product."""
+    product = micro * accum * per_node * nodes
+    if product > MOST_COUNT:
+        raise BadInput(f"the global batch, micro-batch x accumulation x GPUs per node x nodes = {micro} x {accum} x"
+                       f" {per_node} x {nodes} = {product}, is above {MOST_COUNT}, the most a count may be:"
+                       " lower one of them")
+    return product
 
 
 def _live(gpus: int | None):
@@ -330,6 +344,9 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
             raise _variants(gm) if gm is not None else BadInput(
                 f"GPU memory unknown: the paste names {named}, sold as"
                 f" {' or '.join(f'{v}GB' for v in model.variants)}: give --gpu-mem")
+        if mem is None and model is None:   # the model gives the memory and the step times; a size only the memory
+            raise BadInput("GPU memory unknown: the topology names no GPU model: give --gpu-model NAME (its memory,"
+                           " and step times from its datasheet) or --gpu-mem SIZE (the memory alone)")
     return layout_from_topology(topology, selected, mem, **host_facts)
 
 
@@ -476,6 +493,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     plan_notes: dict = {}  # what only the memory plan reads: said only when a plan is made
     world = per_node * hw.nodes
     micro = first_micro(t.batch_size, t.grad_accum, t.global_batch, world)
+    accum = accumulation(micro, t.grad_accum, t.global_batch, world)
+    bounded(micro, accum, per_node, hw.nodes)
     # What plan's search may change: what the user did not pin (gputopo.search); a config without --auto has none.
     open_ = {"batch_size": t.batch_size is None and not (t.global_batch and t.grad_accum),
              "offload_params": t.offload_params is None,
@@ -483,7 +502,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     searchable = frozenset(k for k, v in open_.items() if v) if need_layout and spec is not None else frozenset()
     training_ = Training(precision=chosen, optimizer=t.optimizer, batch_size=micro,
                          seq_len=_seq_len(spec, t.seq_len, plan_notes), grad_checkpointing=bool(t.grad_checkpointing),
-                         grad_accum=accumulation(micro, t.grad_accum, t.global_batch, world),
+                         grad_accum=accum,
                          attention=_attention(spec, t.attention, t.flash_attention, plan_notes),
                          offload_params=t.offload_params is not False, kernels=t.kernels or "hf",
                          selective=t.selective_checkpointing, pure16=t.pure_16bit,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from . import advise, speed
 from .errors import BadInput
 from .plan import HEADROOM, Training, strategies
-from .request import Request, accumulation
+from .request import Request, accumulation, bounded
 from .units import gib
 
 MAX_MICRO = 256      # micro-batches searched: 1, 2, 4 ... up to this
@@ -45,10 +45,12 @@ class Candidate:
 
 def _accum(req: Request, micro: int) -> int | None:
     """Accumulation steps for this micro-batch: what makes --global-batch (None when it does not divide it),
-    else the request's own."""
+    else the request's own (None when the global batch they make is past request.bounded's bound)."""
     try:
-        return accumulation(micro, None if req.global_batch else req.training.grad_accum, req.global_batch,
-                            req.world)
+        accum = accumulation(micro, None if req.global_batch else req.training.grad_accum, req.global_batch,
+                             req.world)
+        bounded(micro, accum, req.gpus_per_node, req.nodes)   # a micro-batch past the bound is not tried
+        return accum
     except BadInput:
         return None
 

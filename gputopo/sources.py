@@ -70,9 +70,10 @@ def _head(f) -> bytes:
     return f.peek(SNIFF)[:SNIFF]
 
 
-def _sniff(name: str, head: bytes, expect: str) -> str:
+def _sniff(name: str, head: bytes, expect: str, holes: bool = False) -> str:
     """The encoding of a text that starts with `head` (a character cut at its end is no error); one line if it is
-    empty or binary."""
+    empty or binary. `holes`: NUL bytes are let through when text is left around them (a crash or a full disk
+    leaves a run of them in a log: its reader skips the lines that hold them, and says so); all NULs is binary."""
     if not head:
         raise BadInput(f"{name}: empty; paste the output of `nvidia-smi topo -m`" if expect == "nvidia-smi text"
                        else f"{name}: empty, not {expect}")
@@ -81,6 +82,8 @@ def _sniff(name: str, head: bytes, expect: str) -> str:
         text = codecs.getincrementaldecoder(encoding)().decode(head)
     except UnicodeDecodeError:
         encoding, text = ("latin-1", head.decode("latin-1")) if encoding != "utf-16" else (encoding, "\x00")
+    if holes and encoding != "utf-16":
+        text = text.replace("\x00", "") or "\x00"
     if CONTROL.search(text):
         raise BadInput(f"{name}: binary file, not {expect}")
     return encoding
@@ -112,10 +115,12 @@ def read_text(path: str, expect: str = "nvidia-smi text") -> str:
 @contextlib.contextmanager
 def streamed_text(path: str, expect: str):
     """(name, text stream) of a file or '-' of any size, read as it is used (`inspect --nccl-log`): refused in one
-    line as read_text refuses, from its first SNIFF bytes; undecodable bytes further on read as U+FFFD."""
+    line as read_text refuses, from its first SNIFF bytes (NUL bytes amid text aside: a log's crash hole, which its
+    reader skips); undecodable bytes further on read as U+FFFD."""
     name, f = _open(path)
     try:
-        stream = io.TextIOWrapper(f, encoding=_sniff(name, _head(f), expect), errors="replace", newline=None)
+        stream = io.TextIOWrapper(f, encoding=_sniff(name, _head(f), expect, holes=True), errors="replace",
+                                  newline=None)
         try:
             yield name, stream
         finally:

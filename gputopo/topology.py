@@ -5,6 +5,7 @@ import itertools
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 from .errors import BadInput
 
@@ -22,7 +23,7 @@ EXPLAIN = {
 # Some drivers print "SOC" (older name of SYS) and "CPU" (older name of NODE/PHB).
 ALIASES = {"SOC": "SYS", "CPU": "NODE"}
 # At most 9 digits: a longer count is no NV# (no GPU has near that many NVLinks, and int() refuses 4,301 digits).
-NV_RE = re.compile(r"^NV(\d{1,9})$")
+NV_RE = re.compile(r"^NV([0-9]{1,9})$")   # ASCII digits: int() would read "NV٣" as 3
 
 # Theoretical NVLink bandwidth per link per direction in GB/s, by GPU model (first match wins).
 # Sources: NVIDIA architecture whitepapers (GA102: 4 x4 links, 14.0625 GB/s per link per direction).
@@ -64,7 +65,11 @@ MAX_NVLINKS = 18
 
 
 def link_type(text: str) -> str:
-    """A link type as a user writes it ('nv12', 'SOC') -> as nvidia-smi prints it; ValueError if no GPU has it."""
+    """A link type as a user writes it ('nv12', 'SOC') -> as nvidia-smi prints it; ValueError if no GPU has it.
+    ASCII only: upper() makes 'ſys' SYS and a digit of another script is no NV count nvidia-smi prints."""
+    if not str(text).isascii():
+        raise ValueError(f"{text}: not a link type of nvidia-smi (NV#, PIX, PXB, PHB, NODE, SYS; in ASCII letters"
+                         " and digits)")
     t = ALIASES.get(str(text).strip().upper(), str(text).strip().upper())
     n = nvlink_count(t)
     if n is not None and not 1 <= n <= MAX_NVLINKS:
@@ -174,16 +179,48 @@ class Topology:
     driver: str | None = None          # NVIDIA driver version, when NVML or the pasted text says it
     notes: tuple[str, ...] = field(default=())
 
+    # Indexes built once per topology (it is frozen): a paste of 256 GPUs has 32,640 links, and a lookup that walks
+    # them for each GPU or pair made `inspect` cubic in the GPUs.
+    @cached_property
+    def _by_name(self) -> dict[str, Gpu]:
+        return {g.name: g for g in self.gpus}
+
+    @cached_property
+    def _by_pair(self) -> dict[frozenset, Link]:
+        out: dict[frozenset, Link] = {}
+        for l in self.links:
+            out.setdefault(frozenset((l.a, l.b)), l)   # the first, as a search in order finds it
+        return out
+
+    @cached_property
+    def _gpu_links(self) -> tuple[Link, ...]:
+        return tuple(l for l in self.links if l.a in self._by_name and l.b in self._by_name)
+
+    @cached_property
+    def _links_of(self) -> dict[str, tuple[Link, ...]]:
+        out: dict[str, list[Link]] = {g.name: [] for g in self.gpus}
+        for l in self._gpu_links:
+            out[l.a].append(l)
+            if l.b != l.a:
+                out[l.b].append(l)
+        return {k: tuple(v) for k, v in out.items()}
+
     def gpu(self, name: str) -> Gpu:
-        return next(g for g in self.gpus if g.name == name)
+        return self._by_name[name]
 
     def link(self, a: str, b: str) -> Link | None:
-        return next((l for l in self.links if {l.a, l.b} == {a, b}), None)
+        return self._by_pair.get(frozenset((a, b)))
 
     def gpu_links(self, names: list[str] | None = None) -> list[Link]:
         """GPU-GPU links, among `names` when given."""
-        chosen = set(names) if names is not None else {g.name for g in self.gpus}
-        return [l for l in self.links if l.a in chosen and l.b in chosen]
+        if names is None:
+            return list(self._gpu_links)
+        chosen = set(names)
+        return [l for l in self._gpu_links if l.a in chosen and l.b in chosen]
+
+    def links_of(self, name: str) -> tuple[Link, ...]:
+        """The GPU-GPU links of one GPU."""
+        return self._links_of.get(name, ())
 
     def model_of(self, names) -> str | None:
         """The GPU model the topology names for these GPUs (the first that has one), or None."""

@@ -19,12 +19,34 @@ MOST_BYTES = 2 ** 60   # 1 EiB: beyond any GPU, host or disk a plan is for
 NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 MOST_CHARS = 32        # the longest number typed: "16000MiB", "3.2Tb/s", "1.5e9" are short; 4301 digits is not a number
 MOST_COUNT = 2 ** 31 - 1   # a count (batch, tokens, steps): beyond the largest 32-bit int is a typo
+# A whole number as typed: ASCII digits, an optional sign, blanks around. int() alone also reads "1_000", "٢" and
+# "１０００", which no other number gputopo reads takes (sizes, bandwidths), and which would be echoed as typed.
+WHOLE = re.compile(r"[ \t]*([+-]?[0-9]+)[ \t]*")
 
 
 def shown(text) -> str:
     """A value as a refusal quotes it: whole when short, else its start and its length (one readable line)."""
     text = str(text)
     return text if len(text) <= 40 else f"{text[:24]}... ({len(text)} characters)"
+
+
+def escaped(text: str) -> str:
+    """`text` on one line, as it is: every control or invisible character (a newline, ESC, a bidi override) written
+    as Python writes it in a string (\\n, \\x1b, \\u202e), the rest untouched. Node names, report values and paths
+    come from files and other machines: raw, a newline splits a table row, a drain line or an `Error:` line, and ESC
+    is a terminal's command (click drops its sequences when piped, so the name shown would not be the file's)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def whole(text: str) -> int:
+    """A whole number as typed ('8', ' 8 ', '08', '-3'): ASCII digits only, for every count, GPU index and NV#;
+    ValueError naming what it got. Its length is the caller's to bound (a count's 32 characters)."""
+    m = WHOLE.fullmatch(str(text))
+    if not m:
+        raise ValueError(f"{shown(text)!r}: expected a whole number in ASCII digits (like 8 or 1000; not 1_000)")
+    return int(m.group(1))
 
 
 def exact(n: int) -> str:

@@ -49,10 +49,12 @@ def test_plan_opens_with_the_answer(args):
     assert f"step {render._s(row['time']['step_s'])}, {row['time']['tokens_per_s']:,.0f} tokens/s" in head
     if "--steps" in args:
         assert f"1,000 steps: {render._s(row['time']['run_s'])}" in head
-    # the next command: deepspeed-config --auto with the same options as typed, quoted for the shell
+    # the next command: deepspeed-config --auto with the same options as typed (--steps too: its --max_steps),
+    # quoted for the shell, as --json's `next` holds it
     nxt = head[head.index("gputopo deepspeed-config"):].replace(" \\ ", " ")
-    typed = " ".join(f"'{a}'" if " " in a else a for a in args if a not in ("--steps", "1000"))
+    typed = " ".join(f"'{a}'" if " " in a else a for a in args)
     assert nxt.startswith(f"gputopo deepspeed-config --auto {typed} --launcher torchrun -o ds_config.json")
+    assert data["next"]["command"] == nxt and data["next"]["same"]
     ds = data["deepspeed_config"]
     if ds["strategy"] != rec["strategy"]:   # FSDP: the command writes the fastest DeepSpeed setup, said so
         assert f"{ds['strategy']} at micro-batch {ds['micro_batch']} x {ds['grad_accum']}" in head
@@ -303,3 +305,77 @@ def test_nic_cells_unknown_live_are_said(fake_nvml, monkeypatch):
     out = render.inspect(data, nic_cells={})
     assert "NIC-to-NIC cells: not known here" in flat(out) and "`nvidia-smi topo -m` shows them" in flat(out)
     assert "NIC-to-NIC" not in render.inspect(data, nic_cells=report.nic_cells([("p", PASTE.read_text())]))
+
+
+# --- the review of issues 42/43: what the text says, and how ------------------------------------------------------
+
+def memory_rows(text: str) -> dict:
+    """plan's memory table (the default width): strategy -> its fits cell."""
+    block = text[text.index("strategy            fits"):].split("\n\n")[0].splitlines()
+    start, end = block[0].index("fits"), block[0].index("total/GPU")
+    return {x.split()[0]: x[start:end].strip() for x in block[1:] if x[:1].isalpha() and x.split()[0] != "strategy"}
+
+
+def test_the_fits_cell_says_what_the_condition_is_on():
+    """Was: "yes, if NVMe free" on CPU-offload rows whose condition is the host's RAM."""
+    rows = memory_rows(run("plan", *H100).stdout)
+    assert rows["zero2_offload_cpu"] == rows["zero3_offload_cpu"] == "yes, if enough RAM"
+    assert rows["zero3_offload_nvme"] == "yes, if enough RAM+NVMe" and rows["zero3"] == "yes"
+    rows = memory_rows(run("plan", *H100, "--cpu-mem", "1TB").stdout)
+    assert rows["zero2_offload_cpu"] == "yes" and rows["zero3_offload_nvme"] == "yes, if enough NVMe"
+    data = json.loads(run("plan", *H100, "--json").stdout)
+    full = flat(run("plan", *H100, "--explain").stdout)
+    for s in data["strategies"]:   # --explain: each condition whole, as --json holds it
+        assert (f"{s['name']} fits only with {s['condition']}" in full) == bool(s["condition"]), s["name"]
+
+
+def test_another_machines_host_is_said_not_given():
+    """Was: `CPU RAM N/A/node`."""
+    layout = flat(run("plan", *H100).stdout.split("Layout: ")[1].split("Training: ")[0])
+    assert layout.endswith("CPU RAM not given, NVMe free not given (another machine)") and "N/A" not in layout
+    layout = flat(run("plan", *H100, "--cpu-mem", "1TB", "--nvme-free", "2TB").stdout.split("Layout: ")[1]
+                  .split("Training: ")[0])
+    assert layout.endswith("CPU RAM 1.0 TiB/node, NVMe free 2.0 TiB/node"), layout
+
+
+def test_times_are_written_one_way_in_plan_and_deepspeed_config(tmp_path, monkeypatch):
+    """Was: 7.2min in plan's answer, 7.2 min in deepspeed-config's --auto line."""
+    import re
+
+    from gputopo import advise
+    monkeypatch.chdir(tmp_path)
+    data = json.loads(run("plan", *H100, "--json").stdout)
+    row = next(s for s in data["strategies"] if s["name"] == data["recommendation"]["strategy"])
+    out = run("plan", *H100, "--explain").stdout
+    assert f"1,000 steps: {advise.run_words(row['time']['run_s'])}" in flat(out)
+    assert not re.search(r"\d(s|min|h|d)\b", out), re.search(r".{20}\d(s|min|h|d)\b", out).group(0)
+    auto = json.loads(run("deepspeed-config", "--auto", *H100, "-o", "ds.json", "--json").stdout)
+    said = next(w for w in auto["warnings"] if w.startswith("--auto: "))
+    assert f"{advise.run_words(row['time']['run_s'])} for 1,000 steps" in said
+
+
+def test_a_paste_without_its_gpu_model_asks_for_it():
+    """Was: "give --gpu-mem", where --gpu-model gives the memory and step times too."""
+    r = run("inspect", "-f", TOPO / "a100x2_nv12_8mlx5_lmdeploy_check_env.txt", "--model", "gpt2-xl")
+    assert r.exit_code == 2 and r.stdout == "" and r.output.count("\n") == 1
+    assert r.output.startswith("Error: GPU memory unknown: the topology names no GPU model: give --gpu-model NAME"
+                               " (its memory, and step times from its datasheet) or --gpu-mem SIZE"), r.output
+
+
+def test_inspect_gpus_names_the_command_that_asks_it():
+    """inspect reads a machine (this one, a paste, an example); "8 x H100" described by count is plan's: --gpus is
+    refused naming that plan command, as typed (or --gpu-ids among a topology's GPUs)."""
+    import shlex
+    r = run("inspect", *H100)
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    command = r.output.split("count are plan's: ")[1].strip()
+    assert command == "gputopo plan " + shlex.join(H100), command
+    planned = json.loads(run(*shlex.split(command)[1:], "--json").stdout)
+    assert planned["recommendation"]["strategy"]
+    r = run("inspect", "--gpus", "2", "--gpu-model", "RTX 4090")
+    assert r.output.endswith("gputopo plan --gpus 2 --gpu-model 'RTX 4090' --model NAME\n"), r.output
+    r = run("inspect", "--example", "h100x8", "--gpus", "2", "--model", "gpt2")
+    assert r.output == ("Error: --gpus 2: inspect reads the GPUs of its topology; --gpu-ids 0,1 (or --best 2) picks"
+                        " among them\n")
+    r = run("inspect", "--example", "h100x8", "--link", "NV4", "--model", "gpt2")
+    assert r.output == "Error: --link NV4: inspect reads the links of its topology (--gpu-ids picks GPUs among them)\n"

@@ -195,6 +195,11 @@ def test_bad_input(tmp_path, tiny_model, fake_nvml):
                       (["--master-port", "29400"], "--master-port needs --master-addr"),
                       (["--nodes", "2", "--node-rank", "1", "--master-addr", "no-such-host.invalid"],
                        "--master-addr no-such-host.invalid: does not resolve here"),
+                      # deepspeed-config's host rule: the address reaches torchrun's argv and each node's shell
+                      (["--nodes", "2", "--master-addr", "-oProxyCommand=x"], "which ssh would read as an option"),
+                      (["--nodes", "2", "--master-addr", "a;b"], "is not a host name or IP address"),
+                      (["--nodes", "2", "--master-addr", "fe80::1"], "goes in brackets, [fe80::1]"),
+                      (["--nodes", "2", "--master-addr", "[node01]"], "not an IPv6 address in its brackets"),
                       (["--verbose", "--quiet"], "exclude each other"),
                       (["--steps", "0"], "--steps must be 1 or more"),
                       (["--steps", "2", "--warmup-steps", "2"], "leaves no timed step")):

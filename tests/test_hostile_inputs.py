@@ -7,6 +7,7 @@ import os
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,7 +15,7 @@ from conftest import FIXTURES, TINY_GPT2, make_model_dir
 
 from gputopo import models
 from gputopo.cli import cli
-from gputopo.errors import BadInput
+from gputopo.errors import BadInput, NvmlUnavailable
 from gputopo.options import one_value
 
 GPUS = ["--gpus", "1", "--gpu-mem", "80GB", "--cpu-mem", "64GB", "--cpu-cores", "8"]
@@ -172,7 +173,7 @@ def test_brackets_inside_strings_are_not_nesting(tmp_path):
 
 @pytest.mark.parametrize("key,value", [("n_layer", 1_000_000_000), ("n_layer", -3), ("n_layer", 0),
                                        ("n_embd", 10 ** 12), ("n_head", 0), ("vocab_size", 10 ** 10),
-                                       ("n_layer", 2.5), ("n_layer", "12")])
+                                       ("n_layer", 2.5)])
 def test_config_counts_are_checked_before_anything_is_built(tmp_path, key, value):
     """1e9 layers grew at 25 MB/s until killed; -3 layers planned negative bytes and a negative step time."""
     make_model_dir(tmp_path / "m", **{key: value})
@@ -182,7 +183,8 @@ def test_config_counts_are_checked_before_anything_is_built(tmp_path, key, value
 
 def test_config_counts_nested_in_a_sub_config_are_checked_too(tmp_path):
     make_model_dir(tmp_path / "m", text_config={"num_hidden_layers": 10 ** 9})
-    one_line(run("plan", "--model", tmp_path / "m", *GPUS), "config.json num_hidden_layers 1000000000: must be")
+    one_line(run("plan", "--model", tmp_path / "m", *GPUS),
+             "config.json text_config.num_hidden_layers 1000000000: must be")
 
 
 def test_a_count_no_key_names_stops_the_build_at_the_module_bound(tmp_path):
@@ -319,3 +321,150 @@ def test_bench_nvlinks_model_folder_is_read_as_plans(tmp_path):
     (code / "config.json").write_text(json.dumps({"model_type": "gpt2", "auto_map": {"AutoModel": "m.M"}}))
     with pytest.raises(BadInput, match="auto_map"):
         bench.check_model(str(code))
+
+
+# --- issue 42's review: config.json's values named as what they are ------------------------------------------------
+
+@pytest.mark.parametrize("value,said", [
+    ("12", 'config.json n_layer is the text "12", not a number: write it without quotes'),
+    (None, "config.json n_layer is null, not a number (a whole number from 1 to 2048"),
+    ([12], "config.json n_layer is a list ([12]), not a number"),
+    (True, "config.json n_layer is true, not a number"),
+    ({"a": 1}, 'config.json n_layer is an object ({"a": 1}), not a number'),
+])
+def test_a_config_count_that_is_no_number_is_named_before_transformers(tmp_path, value, said):
+    """"12" was "n_layer 12: must be a whole number"; null and [12] were transformers' error cut at a colon after 2 s
+    and 266 MB: each is refused naming the key and what it holds, before transformers is imported."""
+    make_model_dir(tmp_path / "m", n_layer=value)
+    code = ("import sys\nfrom gputopo import models\nfrom gputopo.errors import BadInput\n"
+            f"try:\n    models.from_path({str(tmp_path / 'm')!r})\nexcept BadInput as e:\n    print(e)\n"
+            "print('transformers' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert said in p.stdout and p.stdout.endswith("False\n"), p.stdout + p.stderr
+    one_line(run("plan", "--model", tmp_path / "m", *GPUS), said)
+
+
+def test_null_lists_and_objects_where_transformers_holds_them_are_read():
+    """GPT-2's own config.json says "n_inner": null; Swin's heads and Gemma 3n's intermediate size are lists, LXMERT's
+    layers an object: each entry is a count, held to its bound."""
+    models.check_counts({"n_inner": None, "num_heads": [3, 6, 12], "intermediate_size": [8, 16],
+                         "num_hidden_layers": {"vision": 5, "language": 9}}, "m")
+    with pytest.raises(BadInput, match=r"config.json num_heads\[1\] is the text \"6\", not a number"):
+        models.check_counts({"num_heads": [3, "6"]}, "m")
+    with pytest.raises(BadInput, match="config.json num_hidden_layers.language 5000: must be a whole number"):
+        models.check_counts({"num_hidden_layers": {"language": 5000}}, "m")
+    with pytest.raises(BadInput, match="config.json text_config.n_head is null, not a number"):
+        models.check_counts({"text_config": {"n_head": None}}, "m")
+
+
+def test_a_config_number_of_5000_digits_is_one_gputopo_line(tmp_path):
+    """Python's "use sys.set_int_max_str_digits() to increase the limit" was the line; now the key is named."""
+    config_folder(tmp_path, '{"model_type": "gpt2", "n_layer": ' + "9" * 5000 + "}")
+    p = bounded(["plan", "--model", "m", *GPUS], cwd=tmp_path)
+    bounded_line(p, "--model m: config.json n_layer is a 5,000-digit number: no config holds one longer than 20")
+    assert "set_int_max_str_digits" not in p.stderr
+    config_folder(tmp_path, json.dumps({**TINY_GPT2, "x": [1, {"seed": 10 ** 30}]}), name="n")
+    one_line(run("plan", "--model", tmp_path / "n", *GPUS), "config.json x[1].seed is a 31-digit number")
+
+
+def test_auto_map_at_any_depth_is_refused_in_one_line(tmp_path):
+    """text_config.auto_map gave AttributeError: 'dict' object has no attribute 'to_dict'."""
+    make_model_dir(tmp_path / "m", text_config={"model_type": "gpt2", "auto_map": {"AutoModel": "x.XModel"}})
+    r = run("plan", "--model", tmp_path / "m", *GPUS)
+    one_line(r, "config.json has auto_map (at text_config.auto_map): the model is code in the folder")
+    assert "AttributeError" not in r.stderr
+
+
+@pytest.mark.parametrize("name,key", [("Meta-Llama-3-8B", "llama-3-8b"), ("meta-llama-3-70b-instruct", "llama-3-70b"),
+                                      ("Llama-2-7b-chat-hf", "llama-2-7b"), ("Qwen2.5-0.5B", "qwen2.5-0.5b"),
+                                      ("Mistral-7B-v0.1", "mistral-7b"), ("gpt2-xl", "gpt2-xl")])
+def test_a_catalog_hub_id_is_known_without_its_owner(name, key):
+    """`--model Meta-Llama-3-8B` was unknown while meta-llama/Meta-Llama-3-8B was known."""
+    assert models.named(name).name == key
+    assert len({models.catalog_key(hub.rpartition("/")[2]) for hub in models.ALIASES}) > 1   # owners left out differ
+    r = run("plan", "--model", name, "--gpus", "8", "--gpu-model", "H100", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["model"]["name"] == key, r.output
+
+
+# --- issue 42's review: a whole number is ASCII digits; a list has no empty entry ---------------------------------
+
+@pytest.mark.parametrize("args,text", [
+    (["plan", "--model", "gpt2", "--gpu-model", "H100", "--gpus", "٢"], "--gpus '٢': expected a whole number in ASCII"),
+    (["plan", "--model", "gpt2", "--gpu-model", "H100", "--gpus", "2", "--steps", "1_000"], "--steps '1_000'"),
+    (["plan", "--model", "gpt2", "--gpu-model", "H100", "--gpus", "2", "--steps", "１０００"], "--steps '１０００'"),
+    (["plan", "--model", "gpt2", "--gpu-model", "H100", "--gpus", "2", "--cpu-cores", "٨"], "--cpu-cores '٨'"),
+    (["plan", "--model", "gpt2", "--gpu-model", "H100", "--gpus", "2", "--link", "NV٣"], "--link NV٣: not a link"),
+    (["plan", "--model", "gpt2", "--gpu-model", "H100", "--gpus", "2", "--link", "ſys"], "--link ſys: not a link"),
+    (["deepspeed-config", "--stage", "2", "--gpus", "2", "-o", "-", "--master-port", "٨٠"], "--master-port '٨٠'"),
+    (["bench-nvlink", "--master-port", "٨٠"], "--master-port '٨٠': expected a whole number in ASCII"),
+    (["bench-nvlink", "--rdzv-endpoint", "a:٨٠"], "--rdzv-endpoint a:٨٠: HOST:PORT"),
+    (["inspect", "--example", "dgx-a100", "--gpu-ids", "0,٣"], "--gpu-ids 0,٣: GPU indices like 0,1,3"),
+    (["inspect", "--example", "dgx-a100", "--gpu-ids", "0,+1"], "not '+1'"),
+])
+def test_whole_numbers_are_ascii_digits_for_every_option(args, text):
+    """int() reads "٢", "１０００" and "1_000": --gpus '٢' was taken and echoed so in the Next line, --link NV٣ was a
+    machine "(NV٣)"; sizes refused them already. One owner (units.whole) for counts, GPU ids, ports and NV#."""
+    one_line(run(*args), text)
+
+
+def test_one_whole_number_rule():
+    from gputopo.topology import link_type
+    from gputopo.units import whole
+    assert whole("8") == whole(" 08 ") == 8 and whole("-3") == -3
+    for bad in ("٢", "１０００", "1_000", "1e3", "", "8.0", "0x10"):
+        with pytest.raises(ValueError, match="expected a whole number in ASCII digits"):
+            whole(bad)
+    assert link_type("nv12") == "NV12"
+    with pytest.raises(ValueError, match="not a link type"):
+        link_type("NV١٢")
+
+
+@pytest.mark.parametrize("args,text", [
+    (["inspect", "--example", "dgx-a100", "--gpu-ids", "0,,1"], "--gpu-ids '0,,1' has an empty entry: expected GPU"),
+    (["inspect", "--example", "dgx-a100", "--gpu-ids", "0,1,"], "--gpu-ids '0,1,' has an empty entry"),
+    (["bench-nvlink", "--allreduce-sizes", "1MB,,2MB"], "--allreduce-sizes '1MB,,2MB' has an empty entry: expected"),
+    (["bench-nvlink", "--allreduce-sizes", "1MB,"], "--allreduce-sizes '1MB,' has an empty entry"),
+    (["inspect", "--example", "dgx-a100", "--gpu-ids", "0,0"], "--gpu-ids 0,0: GPU 0 is named twice"),
+    (["bench-nvlink", "--gpu-ids", "1,0,1"], "--gpu-ids 1,0,1: GPU 1 is named twice"),
+])
+def test_one_list_rule_for_gpu_ids_and_sizes(args, text):
+    """'1MB,,2MB' was taken while '0,,1' was refused; --gpu-ids 0,0 silently became one GPU."""
+    one_line(run(*args), text)
+
+
+# --- issue 42's review: bench-nvlink and plan --calibrate refuse what they cannot do, before they start -------------
+
+def test_allreduce_sizes_past_what_memory_holds_are_refused_before_any_process(tmp_path, monkeypatch):
+    """2TiB on CPU ran 2 minutes (calibration, both training arms), then exit 5 with a child's traceback."""
+    from gputopo import bench
+    from gputopo.bench import Options, check_sizes
+    from gputopo.topology import Gpu
+    started = []
+    monkeypatch.setattr(bench, "run_child", lambda *a, **k: started.append(a) or {})
+    monkeypatch.setattr(bench, "calibration", lambda *a, **k: started.append(a) or (None, None, None, "no"))
+    monkeypatch.setattr(bench, "new_log_dir", lambda: str(tmp_path / "logs"))
+    monkeypatch.setattr(bench, "available_memory", lambda: 16 * 2 ** 30)
+    monkeypatch.setattr("gputopo.probe.topology", lambda: (_ for _ in ()).throw(NvmlUnavailable("no driver")))
+    r = run("bench-nvlink", "--allreduce-sizes", "1MB,2TiB")
+    one_line(r, "--allreduce-sizes 2.0 TiB: 2 processes holding it each (and about 256.0 MiB of torch each) need"
+                " more than this machine's 16.0 GiB of available memory (MemAvailable); at most 7.8 GiB a buffer")
+    assert started == []
+    one_line(run("bench-nvlink", "--gpus", "4", "--allreduce-sizes", "4GiB"), "--allreduce-sizes 4.0 GiB: 4 processes")
+    check_sizes([7 * 2 ** 30], Options(nproc=2))   # 2 x (7 GiB + 256 MiB) fit in 16 GiB
+    gpus = [Gpu("GPU0", 0, memory_total_bytes=80 * 2 ** 30, memory_used_bytes=2 ** 30), Gpu("GPU1", 1)]
+    check_sizes([64 * 2 ** 30], Options(device="cuda"), gpus)
+    with pytest.raises(BadInput, match=r"--allreduce-sizes 80.0 GiB: more than GPU0's 79.0 GiB free \(of 80.0 GiB\)"):
+        check_sizes([80 * 2 ** 30], Options(device="cuda"), gpus)
+
+
+def test_a_calibration_budget_below_what_one_takes_is_refused(monkeypatch):
+    """--calibrate-seconds 1 said "within 1 s" and took 33 s (53 s on a busy machine): what always runs (torch in each
+    process, the kernels, the optimizer, the sweep) is the floor, named in the refusal and in docs/options.md."""
+    from gputopo import calibrate
+    monkeypatch.setattr("gputopo.probe.topology", lambda: (_ for _ in ()).throw(NvmlUnavailable("no driver")))
+    monkeypatch.setattr(calibrate, "run", lambda *a, **k: pytest.fail("a calibration started"))
+    r = run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB", "--calibrate", "--calibrate-seconds", "1")
+    one_line(r, "--calibrate-seconds 1: less than a calibration takes on this machine's CPU (at least 40 s: starting"
+                " torch in each process")
+    assert calibrate.FLOOR == {"cpu": 40.0, "cuda": 20.0}
+    assert "at least 40 s on a CPU, 20 s on GPUs" in (Path(__file__).parent.parent / "docs/options.md").read_text()

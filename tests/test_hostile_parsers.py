@@ -347,3 +347,86 @@ def test_best_beyond_what_any_machine_holds_is_refused():
     topo = build(300, lambda i, j: "SYS")
     with pytest.raises(Exception, match=re.escape("--best 8: 300 GPUs are more than it searches (at most 256")):
         topo.best(8)
+
+
+# --- 5. issue 42's review: a paste's GPU count is bounded, and so is what a refusal echoes -------------------------
+
+def nvlink_text(n, links=8):
+    """`nvidia-smi nvlink -s` of n GPUs, each with `links` active links, as the fixture prints it."""
+    return "".join(f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i:08d}-0000-0000-0000-000000000000)\n"
+                   + "".join(f"\t Link {k}: 26.562 GB/s\n" for k in range(links)) for i in range(n))
+
+
+@pytest.mark.parametrize("kind,n,said", [
+    ("topo", 257, "257 GPU columns in the matrix header: more than a paste is read for (at most 256, as --best;"),
+    ("topo", 1200, "1,200 GPU columns in the matrix header: more than a paste is read for (at most 256"),
+    ("nvlink", 257, "257 `GPU n:` lines: more than a paste is read for (at most 256, as --best;"),
+    ("nvlink", 2000, "2,000 `GPU n:` lines: more than a paste is read for (at most 256"),
+])
+def test_a_paste_of_more_gpus_than_any_machine_is_refused_quickly(tmp_path, kind, n, said):
+    """A 1,200-GPU `topo -m` (5.8 MB) and a 2,000-GPU `nvlink -s` (0.5 MB) ran past 60 s; 600 GPUs took 23 s and
+    205 MB. Past 256 GPUs (--best's bound) the paste is refused in one line, before a row is read."""
+    paste = tmp_path / "paste.txt"
+    paste.write_text(matrix_text(n, lambda i, j: "SYS") if kind == "topo" else nvlink_text(n))
+    p, took = bounded(["inspect", "-f", paste])
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr[-2000:]
+    assert p.stderr.startswith(f"Error: {paste}: {said}") and len(p.stderr) < 400, p.stderr[-2000:]
+    assert took < 10, took
+
+
+def test_every_command_on_a_paste_of_256_gpus_answers_in_seconds(tmp_path):
+    """At the bound, each command on a `topo -m` and an `nvlink -s` of 256 GPUs answers in seconds (1 to 3 s here):
+    `nvlink -s` grew as the cube of its GPUs (0.44 / 2.1 / 13.1 s at 128 / 256 / 512), a lookup walking every link
+    for each GPU (health, Topology.gpu)."""
+    topo, nv = tmp_path / "topo.txt", tmp_path / "nv.txt"
+    topo.write_text(matrix_text(256, lambda i, j: "NV12" if i // 8 == j // 8 else "SYS"))
+    nv.write_text(nvlink_text(256))
+    for args in (["-f", topo], ["-f", nv], ["-f", topo, "-f", nv, "--json"], ["-f", topo, "--markdown"],
+                 ["-f", topo, "--best", "8"], ["-f", topo, "-f", nv, "--model", "gpt2"]):
+        p, took = bounded(["inspect", *args])
+        assert p.returncode == 0, (args, p.stderr[-2000:])
+        assert took < 15, (args, took)   # 1 to 3 s here; room for a loaded CI machine
+
+
+def test_looking_up_gpus_and_links_is_linear():
+    """Topology.gpu() and health's NVLink check walked every link for each GPU: the cube of the GPUs."""
+    topo = build(256, lambda i, j: "NV4" if i // 8 == j // 8 else "SYS")
+    start = time.perf_counter()
+    for g in topo.gpus:
+        topo.gpu(g.name)
+        topo.links_of(g.name)
+    found = health.check(topo, [g.name for g in topo.gpus], {})
+    assert time.perf_counter() - start < 2
+    assert topo.link("GPU9", "GPU8").type == "NV4" and len(topo.links_of("GPU0")) == 255
+    assert max(l.nvlinks for l in topo.links_of("GPU0")) == 4 and isinstance(found, list)
+
+
+@pytest.mark.parametrize("bad,said", [
+    (lambda: nvlink_text(1, links=19), "GPU 0 lists more than 18 NVLinks, and no GPU has more"),
+    (lambda: "GPU 0: H100 (UUID: GPU-1)\n" + "".join(f"  MIG 1g.10gb Device {i}: (UUID: MIG-{i})\n" for i in range(8)),
+     "GPU 0 lists more than 7 MIG instances"),
+    (lambda: "GPU 0: " + "H" * 97 + "\n", "GPU 0: a name longer than nvidia-smi prints (at most 96 characters)"),
+    (lambda: matrix_text(2, lambda i, j: "SYS").replace("GPU1  ", "GPU0  ", 1), "repeats a device label: GPU0"),
+])
+def test_what_a_gpu_lists_is_bounded(tmp_path, bad, said):
+    """A paste of 64 MiB of `Link n:` or MIG lines under one GPU held millions of objects."""
+    paste = tmp_path / "paste.txt"
+    paste.write_text(bad())
+    one_line(run("inspect", "-f", paste), said)
+
+
+def test_a_refusal_quotes_a_few_names_and_a_short_piece_of_the_paste(tmp_path):
+    """A 10,000-column paste gave an 89 KB line naming every GPU: a refusal names 6 and says how many more, and
+    quotes at most 160 characters of a line."""
+    text = matrix_text(200, lambda i, j: "SYS")
+    cut = "\n".join(line if not line.startswith("GPU7 ") else line[:line.index("X") + 10] for line in text.split("\n"))
+    paste = tmp_path / "cut.txt"
+    paste.write_text(cut)
+    r = run("inspect", "-f", paste)
+    one_line(r, "row GPU7 has 9 of 200 cells (missing GPU9, GPU10, GPU11, GPU12, GPU13, GPU14 and 185 more)")
+    paste.write_text(text.replace("\nGPU5 ", "\nGPU5 " + "Q" * 5000 + " ", 1))
+    one_line(run("inspect", "-f", paste), "... (5,000 characters)' is not a link type")
+    nics = "\t".join(["GPU0"] + [f"NIC{i}" for i in range(65)]) + "\n"
+    paste.write_text(nics)
+    one_line(run("inspect", "-f", paste), "65 NIC columns in the matrix header: more than a paste is read for"
+                                          " (at most 64)")

@@ -486,6 +486,14 @@ def test_two_files_that_show_as_one_node_are_refused(tmp_path):
              "two files name node 'a\\\\nb'")
 
 
+def test_a_refusal_naming_a_path_with_a_newline_stays_one_line(tmp_path):
+    """A file or folder name is the user's: one holding a newline or ESC split the `Error:` line in two (or drove
+    the terminal); every refusal, gputopo's and click's, writes it escaped."""
+    odd = tmp_path / "a\nb\x1b[31m"
+    one_line(run("inspect", "-f", odd / "topo.txt"), 2, "a\\nb\\x1b[31m/topo.txt: no such file")
+    one_line(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-model", "H100", "--link", "NV\n4"), 2, "NV\\n4")
+
+
 # --- 6. stdout that cannot be written ------------------------------------------------------------------------------
 
 PLAN = [sys.executable, "-m", "gputopo", "plan", "--model", "gpt2", "--gpus", "2", "--gpu-model", "A100-80GB"]

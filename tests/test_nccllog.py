@@ -349,6 +349,22 @@ def test_a_cut_or_wrapped_connection_line():
     assert [(c.kind, c.detail, c.gdr) for c in wrapped.connections] == [("NET/IB", "NET/IB/0/GDRDMA", True)]
 
 
+def test_a_hole_of_nul_bytes_is_skipped_and_counted(tmp_path):
+    """A crash or a full disk leaves NULs in a log file: the line they fell in is not whole, so it is skipped (a half
+    connection line read as whole would count a transport that was never set up); the lines around it are read."""
+    text = log_of("h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+                  "h:1:1 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via \x00\x00\x00NET/Socket/0",
+                  "\x00" * 4096 + "h:1:1 [1] NCCL INFO Channel 01/0 : 1[1] -> 0[0] via SHM/direct/direct",
+                  "h:1:1 [1] NCCL INFO Channel 01/0 : 1[1] -> 0[0] via P2P/CUMEM")
+    for source in (text, (tmp_path / "nccl.log")):
+        if not isinstance(source, str):
+            source.write_text(text, encoding="utf-8")
+            source = source.open(encoding="utf-8")
+        s = nccllog.summary(nccllog.parse(source))
+        assert s["transports"] == {"P2P": 2} and s["lines"]["nul"] == 2, s
+        assert any("2 line(s) held NUL bytes" in f for f in s["findings"]), s["findings"]
+
+
 def test_prose_that_names_a_variable_sets_nothing():
     text = log_of("I tried NCCL_P2P_DISABLE=1 and it hung.", "h:1:1 [0] NCCL INFO Connected all rings",
                   "$ NCCL_P2P_LEVEL=NVL torchrun train.py", "mpirun -x NCCL_IB_HCA=mlx5_0 ./a.out")

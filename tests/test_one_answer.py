@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gputopo import probe, search
+from gputopo import dsconfig, probe, search
 from gputopo.cli import cli
 from gputopo.plan import Training
 
@@ -245,3 +245,111 @@ def test_smaller_untruths():
     assert planned["recommendation"]["strategy"] == "single" == planned["deepspeed_config"]["strategy"]
     words = " ".join(planned["recommendation"]["reasons"])
     assert "no DeepSpeed" not in words and "DeepSpeed at ZeRO stage 0" in words
+
+
+# --- the review of issues 42/43: the command plan names next gives plan's answer ------------------------------------
+
+def next_words(planned: dict) -> list[str]:
+    """plan's `next` command as argv for the CLI (the leading `gputopo` dropped)."""
+    return shlex.split(planned["next"]["command"])[1:]
+
+
+def test_the_next_command_carries_steps_and_writes_plans_pick(tmp_path, monkeypatch):
+    """Was: --steps was dropped from the Next line, so its launch line had no --max_steps."""
+    monkeypatch.chdir(tmp_path)
+    planned = js("plan", "--model", "llama-3-8b", *H100, "--steps", "1000")
+    words = next_words(planned)
+    assert words[words.index("--steps") + 1] == "1000" and planned["next"]["same"]
+    wrote = js(*words)
+    launch = shlex.split(wrote["launch"]["command"])
+    assert launch[launch.index("--max_steps") + 1] == "1000"
+    assert pick(wrote["plan"]) == pick(planned)
+    assert wrote["config"] == planned["deepspeed_config"]["config"]
+    written = planned["next"]["writes"]
+    assert (written["strategy"], written["micro_batch"], written["grad_accum"], written["grad_checkpointing"]) == \
+        pick(planned)
+
+
+def test_every_plan_option_reaches_the_next_command_or_changes_only_plans_output():
+    """The Next command is deepspeed-config --auto with plan's options: each is one deepspeed-config takes, but for
+    those that shape plan's output and --calibrate (whose pick the answer says deepspeed-config cannot repeat)."""
+    from gputopo.commands.plan import NOT_THERE
+    ds = {p.name: p for p in cli.commands["deepspeed-config"].params}
+    for p in cli.commands["plan"].params:
+        if p.name not in NOT_THERE:
+            assert p.name in ds and ds[p.name].opts == p.opts, p.name
+    assert set(NOT_THERE) == {"measure", "calibrate", "calibrate_seconds", "as_json", "explain", "wide"}
+
+
+# The CPU twin's rates as `plan --model gpt2 --gpus 2 --gpu-mem 24GB --calibrate` measured them on a 2-core VM: its
+# pick (zero1, no checkpointing) is not the datasheet's (ddp at micro-batch 16 with checkpointing).
+CALIBRATED = dict(matmul_flops=4.47e11, mem_bytes_per_s=4.41e9, busbw=7.95e8, busbw_no_p2p=7.95e8, inter_node=1.25e10,
+                  latency_s=1.55e-3, host_link=4.41e9, cpu_adam=4.19e8, nvme=2e9)
+GPT2 = ["--model", "gpt2", "--gpus", "2", "--gpu-mem", "24GB"]
+
+
+def test_a_calibrated_pick_says_the_next_command_writes_another(tmp_path, monkeypatch):
+    """Was: plan --calibrate recommended zero1 at micro-batch 4, its Next command wrote stage 0 at 16 with
+    checkpointing, and nothing said so (the JSON held the calibrated config: text and JSON disagreed)."""
+    from gputopo import calibrate, speed
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(calibrate, "for_plan", lambda req, budget=None, say=None: (speed.Rates(**CALIBRATED), "cpu"))
+    planned = js("plan", *GPT2, "--calibrate")
+    ds, nxt = planned["deepspeed_config"], planned["next"]
+    assert not nxt["same"] and pick(planned) == (ds["strategy"], ds["micro_batch"], ds["grad_accum"],
+                                                 ds["grad_checkpointing"])
+    w = nxt["writes"]
+    assert (w["strategy"], w["micro_batch"], w["grad_checkpointing"]) != (ds["strategy"], ds["micro_batch"],
+                                                                           ds["grad_checkpointing"])
+    wrote = js(*next_words(planned))   # what the named command writes is what `writes` says
+    assert wrote["config"]["zero_optimization"]["stage"] == dsconfig.STRATEGY_TO_CONFIG[w["strategy"]][0]
+    assert wrote["training_arguments"]["per_device_train_batch_size"] == w["micro_batch"]
+    assert wrote["training_arguments"].get("gradient_checkpointing", False) == w["grad_checkpointing"]
+    text = " ".join(run("plan", *GPT2, "--calibrate").stdout.split()[:80])
+    ckpt = "gradient checkpointing" if w["grad_checkpointing"] else "no checkpointing"
+    assert (f"Next (deepspeed-config cannot repeat --calibrate: this writes {w['strategy']} at micro-batch"
+            f" {w['micro_batch']} x {w['grad_accum']}, {ckpt}; --json's deepspeed_config holds the calibrated"
+            " config):") in text
+
+
+def test_plan_json_names_no_next_command_when_nothing_fits():
+    r = run("plan", "--model", "llama-2-70b", "--gpus", "1", "--gpu-mem", "8GB", "--cpu-mem", "16GB", "--nvme-free",
+            "10GB", "--json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["next"] is None
+
+
+@pytest.mark.parametrize("args,product", [
+    (["deepspeed-config", "--no-hf", "--stage", "2", "--model", "gpt2", "--gpus", "1024", "--nodes", "100000",
+      "--gpu-model", "H100", "--grad-accum", "2147483647", "--batch-size", "2147483647"],
+     "2147483647 x 2147483647 x 1024 x 100000 = 472236647847159870361600000"),
+    (["deepspeed-config", "--auto", "--no-hf", "--model", "gpt2", "--gpus", "1024", "--gpu-model", "H100", "--nodes",
+      "100000", "--inter-node-gbps", "0.01", "--grad-accum", "2147483647"],
+     "1 x 2147483647 x 1024 x 100000 = 219902325452800000"),
+    (["plan", "--model", "gpt2", "--gpus", "1024", "--gpu-model", "H100", "--grad-accum", "3000000"],
+     "1 x 3000000 x 1024 x 1 = 3072000000"),
+])
+def test_the_derived_global_batch_is_held_to_the_count_bound(args, product):
+    """Was: train_batch_size 472236647847159870361600000 (past int64), written and called validated."""
+    r = run(*args)
+    assert r.exit_code == 2 and r.stdout == "" and r.output.count("\n") == 1, r.output
+    assert r.output.startswith("Error: the global batch, micro-batch x accumulation x GPUs per node x nodes = "
+                               + product + ", is above 2147483647"), r.output
+
+
+def test_the_search_tries_no_micro_batch_past_the_bound():
+    """At the bound's edge the first micro-batch that fits it is planned, and the search tries none larger."""
+    planned = js("plan", "--model", "gpt2", "--gpus", "1024", "--gpu-model", "H100", "--grad-accum", "1000000")
+    micro = planned["recommendation"]["micro_batch"]
+    assert micro == 2 and micro * 1000000 * 1024 <= 2 ** 31 - 1
+    assert all(c["micro_batch"] <= 2 for c in planned["search"]["next"])
+
+
+def test_auto_explain_gives_the_plans_reasons(tmp_path, monkeypatch):
+    """Was: deepspeed-config --auto --explain printed every note but none of the plan's reasons (only in --json)."""
+    monkeypatch.chdir(tmp_path)
+    args = ["deepspeed-config", "--auto", "--model", "llama-3-8b", *H100, "--steps", "1000", "-o", "ds.json"]
+    reasons = js(*args, "--force")["plan"]["recommendation"]["reasons"]
+    text = " ".join(run(*args, "--force", "--explain").output.split())
+    assert "Why zero3 (gputopo plan's reasons):" in text
+    assert all(" ".join(reason.split()) in text for reason in reasons)
+    assert "gputopo plan's reasons" not in run(*args, "--force").output   # without --explain: the short form

@@ -587,6 +587,11 @@ def _walk(tmp):
     # inspect: its own options.
     pasted = str(TOPO / "consumer_x2_pcie_phb_numa_na.txt")
     w.update({
+        # GPUs described by count and link are plan's: refused naming the plan command (or --gpu-ids on a paste)
+        ("inspect", "gpus"): refused("inspect", ["--model", "gpt2", "--gpus", "2", "--gpu-model", "H100"],
+                                     "count are plan's: gputopo plan --model gpt2 --gpus 2 --gpu-model H100"),
+        ("inspect", "link"): refused("inspect", ["--example", "h100x8", "--link", "NV4"],
+                                     "--link NV4: inspect reads the links of its topology"),
         ("inspect", "from_file"): differs("inspect", INSPECT, ["-f", pasted, "--json"], lambda d: d["inputs"]),
         ("inspect", "example"): differs("inspect", INSPECT, ["--example", "h100x8", "--json"], lambda d: d["inputs"]),
         ("inspect", "gpu_ids"): differs("inspect", INSPECT, INSPECT + ["--gpu-ids", "0,1"], lambda d: d["selected"]),
@@ -936,6 +941,8 @@ def test_plan_and_auto_agree(case, tmp_path):
     assert r.exit_code == 0, r.output
     auto = json.loads(r.stdout)
     shown = plan.pop("deepspeed_config", None)   # plan's view of the config this command writes
+    nxt = plan.pop("next", None)   # the command plan names next: this one, writing that config
+    assert nxt is None or nxt["same"] and nxt["command"].startswith("gputopo deepspeed-config --auto ")
     assert auto["plan"] == plan  # the same resolved inputs, the same figures
     assert shown is None or shown["config"] == auto["config"]
     from gputopo.dsconfig import STRATEGY_TO_CONFIG

@@ -293,8 +293,10 @@ def test_what_config_json_leaves_out_is_said(tmp_path):
     assert plan_json("--model", str(mpt), "--gpus", "2", "--gpu-mem", "24GiB")["model"]["defaulted"] == []
 
 
-@pytest.mark.parametrize("seconds,shown", [(12.3456, "12.346s"), (600, "10.0min"), (19494.7 * 60, "13.5d"),
-                                           (7200, "2.0h")])
+@pytest.mark.parametrize("seconds,shown", [(12.3456, "12.346 s"), (600, "10.0 min"), (19494.7 * 60, "13.5 d"),
+                                           (7200, "2.0 h")])
 def test_run_times_in_readable_units(seconds, shown):
-    from gputopo import render
-    assert render._s(seconds) == shown
+    """One way everywhere (was 7.2min in plan, 7.2 min in deepspeed-config): plan's tables and answer, and
+    deepspeed-config's --auto line."""
+    from gputopo import advise, render
+    assert render._s(seconds) == advise.run_words(seconds) == shown

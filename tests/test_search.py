@@ -43,7 +43,7 @@ def test_the_persona_gets_a_fitting_plan_in_one_command():
     assert data["layout"]["nvme_free_bytes"] is None and "NVMe free not given (another machine)" in " ".join(
         r.output.split())   # the layout line, wrapped into 100 columns
     if rec["strategy"] == "zero3_offload_nvme":
-        assert "yes, if NVMe free" in r.output and any("Fits only with" in x for x in rec["reasons"])
+        assert "yes, if enough NVMe" in r.output and any("Fits only with" in x for x in rec["reasons"])
     assert f"Recommendation: {rec['strategy']}, micro-batch {rec['micro_batch']}" in r.output
 
 
@@ -121,7 +121,7 @@ def test_auto_writes_and_launches_what_plan_found(hf):
     r = run("deepspeed-config", "--auto", *args, *([] if hf else ["--no-hf"]), "--launcher", "torchrun", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["plan"] == {k: v for k, v in found.items() if k != "deepspeed_config"}
+    assert out["plan"] == {k: v for k, v in found.items() if k not in ("deepspeed_config", "next")}
     assert not hf or out["config"] == found["deepspeed_config"]["config"]   # plan shows the --hf config
     said = next(w for w in out["warnings"] if w.startswith("--auto: gputopo plan recommends"))
     step = next(s for s in found["strategies"] if s["name"] == rec["strategy"])["time"]["step_s"]

@@ -474,7 +474,7 @@ def test_the_step_table_shows_deepspeeds_sampled_time_only_when_there_is_one():
     plain = dataclasses.replace(t, step_s=0.4, sampled_extra_s=0.0)
     data = {"strategies": [{"name": "zero2", "time": t.to_dict()}, {"name": "ddp", "time": plain.to_dict()}]}
     out = render.step_times(data)
-    assert "DeepSpeed beyond (sampled)" in out and "+0.100s" in out and "+0.000s" not in out   # ddp: "-"
+    assert "DeepSpeed beyond (sampled)" in out and "+0.100 s" in out and "+0.000 s" not in out   # ddp: "-"
     assert "DeepSpeed beyond" not in render.step_times({"strategies": data["strategies"][1:]})
 
 

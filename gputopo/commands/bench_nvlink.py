@@ -9,8 +9,9 @@ import time
 
 import click
 
+from .. import launch
 from ..errors import BadInput, GputopoError, Interrupted
-from ..options import COUNT, GPU_IDS, PATH, SIZES, TEXT, TIMEOUT, Count, json_option, typed
+from ..options import COUNT, GPU_IDS, PATH, PORT, SIZES, TEXT, TIMEOUT, Count, json_option, typed
 from .common import Command, emit, explain_option, notes, text_only, wide_option
 
 SO_FAR = re.compile(r" \(\d+ s so far\)$")
@@ -125,12 +126,19 @@ def _old_spellings(o: dict) -> tuple[dict, list[str]]:
         if addr or port:
             raise BadInput("--rdzv-endpoint is the old spelling of --master-addr/--master-port: give one")
         host, sep, number = endpoint.rpartition(":")
-        if not sep or not host or not number.isdecimal() or not 0 < int(number) < 65536:
+        try:
+            port = PORT.convert(number, None, None) if sep and host else None
+        except click.BadParameter:
+            port = None
+        if port is None:
             raise BadInput(f"--rdzv-endpoint {endpoint}: HOST:PORT, e.g. 10.0.0.1:29500")
-        addr, port = host, int(number)
+        addr = host
         said.append("--rdzv-endpoint HOST:PORT is spelled --master-addr HOST --master-port PORT now")
     if port and not addr:
         raise BadInput("--master-port needs --master-addr (node 0's address)")
+    found = addr and launch.master_problem(addr)   # deepspeed-config's rule: the address reaches torchrun's argv
+    if found:
+        raise BadInput(f"--master-addr {found}")
     ask = {k: v for k, v in o.items() if k not in ("nproc", "nnodes", "gpus", "nodes")}
     ask.update(nproc=o["gpus"], nnodes=o["nodes"] or 1, rdzv_endpoint=f"{addr}:{port or 29500}" if addr else None)
     return ask, said
@@ -218,7 +226,7 @@ def finished_arms(results: dict) -> list[str]:
 @click.option("--nnodes", type=COUNT, hidden=True, help="The old spelling of --nodes.")
 @click.option("--node-rank", type=Count(0), default=0, show_default=True, help="This node's rank, 0 on the first.")
 @click.option("--master-addr", type=TEXT, metavar="HOST", help="Node 0's address, with --nodes 2 or more.")
-@click.option("--master-port", type=click.IntRange(1, 65535), metavar="PORT",
+@click.option("--master-port", type=PORT, metavar="PORT",
               help="Node 0's rendezvous port [default: 29500].")
 @click.option("--rdzv-endpoint", type=TEXT, hidden=True, metavar="HOST:PORT",
               help="The old spelling of --master-addr HOST --master-port PORT.")

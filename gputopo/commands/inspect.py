@@ -6,9 +6,11 @@ import click
 from ..errors import BadInput
 from ..options import (
     COUNT,
+    GPU_COUNT,
     GPU_IDS,
     GPU_MODEL,
     GPU_SIZE,
+    LINK,
     PATH,
     PLAN_INPUTS,
     TEXT,
@@ -20,7 +22,29 @@ from ..options import (
     steps_option,
     training_options,
 )
-from .common import Command, emit, exit_if_nothing_fits, explain_option, text_only, wide_option
+from .common import Command, emit, exit_if_nothing_fits, explain_option, same_options, text_only, wide_option
+
+# inspect's options that `plan` has not: left out of the plan command --gpus and --link are pointed to
+NOT_PLANS = ("from_file", "example", "gpu_ids", "best", "nccl_log", "fleet", "hosts", "slurm_nodes", "partition",
+             "timeout", "remote_command", "markdown", "plot", "force", "as_json", "explain", "wide")
+
+
+def _described(ctx, gpus: int | None, link: str | None, topology: bool) -> BadInput:
+    """--gpus N or --link: GPUs described by count and link are `plan`'s (inspect reads a machine: this one, a paste,
+    an example); the refusal names what asks it: --gpu-ids/--best among a topology's GPUs, else plan with the options
+    as typed."""
+    flag = f"--gpus {gpus}" if gpus is not None else f"--link {link}"
+    if topology and gpus is not None:
+        ids = ",".join(map(str, range(min(gpus, 4)))) + (f",...,{gpus - 1}" if gpus > 4 else "")
+        return BadInput(f"{flag}: inspect reads the GPUs of its topology; --gpu-ids {ids} (or --best {gpus}) picks"
+                        " among them")
+    if topology:
+        return BadInput(f"{flag}: inspect reads the links of its topology (--gpu-ids picks GPUs among them)")
+    words = same_options(ctx, ["plan"], NOT_PLANS)
+    words += ([] if ctx.params.get("model") or ctx.params.get("params") else ["--model", "NAME"]) + (
+        [] if gpus is not None else ["--gpus", "N"])
+    return BadInput(f"{flag}: inspect reads a machine (this one, -f PASTE, --example NAME); GPUs described by"
+                    f" count are plan's: {' '.join(words)}")
 
 
 def _needs_a_topology(ctx) -> str | None:
@@ -132,6 +156,10 @@ def _list_examples(as_json: bool) -> None:
 @click.option("--example", type=TEXT, metavar="NAME", help="Show a bundled real machine; `--example list` lists them.")
 @click.option("--gpu-ids", type=GPU_IDS, help="Look at these GPUs only (indices as nvidia-smi prints them).")
 @click.option("--best", type=COUNT, metavar="K", help="Pick the K GPUs with the best interconnect.")
+@click.option("--gpus", type=GPU_COUNT, hidden=True,
+              help="Not inspect's: GPUs described by count are `gputopo plan`'s (refused, naming that command).")
+@click.option("--link", type=LINK, hidden=True,
+              help="Not inspect's: GPUs described by their link are `gputopo plan`'s (refused, naming that command).")
 @click.option("--gpu-model", type=GPU_MODEL,
               help="GPU model when the paste does not name it (bandwidth, memory, bf16).")
 @click.option("--gpu-mem", type=GPU_SIZE,
@@ -165,11 +193,13 @@ def _list_examples(as_json: bool) -> None:
 @wide_option
 @json_option
 @click.pass_context
-def inspect(ctx, from_file, example, gpu_ids, best, gpu_model, gpu_mem, nccl_log, fleet, hosts, slurm_nodes,
+def inspect(ctx, from_file, example, gpus, link, gpu_ids, best, gpu_model, gpu_mem, nccl_log, fleet, hosts, slurm_nodes,
             partition, timeout, remote_command, markdown, plot, force, explain, wide, as_json, **options):
     """Show the GPUs, their links explained, health findings and a strategy (memory-based with --model); with
     --nccl-log, what NCCL chose between them."""
     from .. import render, report, sources
+    if gpus is not None or link is not None:
+        raise _described(ctx, gpus, link, bool(from_file or example))
     if nccl_log:
         return _nccl(ctx, nccl_log, from_file, example, markdown, as_json)
     if fleet or given(ctx, FLEET_ONLY):

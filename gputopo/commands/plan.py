@@ -6,8 +6,9 @@ import click
 from ..options import COUNT, TIMEOUT, gpu_options, host_options, json_option, model_options, training_options, typed
 from .common import Command, emit, exit_if_nothing_fits, explain_option, same_options, text_only, wide_option
 
-# plan's options that deepspeed-config has not: left out of the command its answer names next
-NOT_THERE = ("measure", "steps", "calibrate", "calibrate_seconds", "as_json", "explain", "wide")
+# plan's options left out of the command its answer names next: those deepspeed-config has not (--calibrate's pick
+# it cannot repeat: the answer says so, configure.next_step) and those that shape plan's output only
+NOT_THERE = ("measure", "calibrate", "calibrate_seconds", "as_json", "explain", "wide")
 
 
 @click.command(cls=Command, short_help="Memory, step time and the fastest setup that fits, searched.")
@@ -46,13 +47,16 @@ def plan(ctx, as_json, measure, steps, calibrate, calibrate_seconds, explain, wi
         from .. import calibrate as calibrating
         rates, device = calibrating.for_plan(req, calibrate_seconds, say=lambda line: click.echo(line, err=True))
     data = report.plan_for(req, rates=rates, steps=steps, device=device)
+    data["next"] = None
     if data["recommendation"]["strategy"]:   # the config deepspeed-config --auto writes, from the same plan
         from .. import configure
         data["deepspeed_config"] = configure.for_plan(req, options, typed(ctx), rates, device)
+        nxt = same_options(ctx, ["deepspeed-config", "--auto"], NOT_THERE, ["--launcher", "torchrun", "-o",
+                                                                             "ds_config.json"])
+        data["next"] = configure.next_step(req, options, typed(ctx), data["deepspeed_config"], " ".join(nxt),
+                                           calibrated=calibrate)
     if measure:
         from .. import measure as measuring
         data["measured"] = measuring.check(data)
-    nxt = same_options(ctx, ["deepspeed-config", "--auto"], NOT_THERE, ["--launcher", "torchrun", "-o",
-                                                                         "ds_config.json"])
-    emit(data, lambda d: render.plan(d, wide=wide, explain=explain, next_command=nxt), as_json)
+    emit(data, lambda d: render.plan(d, wide=wide, explain=explain), as_json)
     exit_if_nothing_fits(data)
