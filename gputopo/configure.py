@@ -17,7 +17,8 @@ from .units import gib
 
 # Options that only feed the memory plan: without --auto they would change nothing, so they are refused.
 PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
-             "grad_checkpointing", "cpu_cores", "kernels", "loss", "selective_checkpointing", "pure_16bit", "steps")
+             "grad_checkpointing", "cpu_cores", "kernels", "loss", "selective_checkpointing", "pure_16bit", "steps",
+             "cuda_module_loading", "optimizer_impl", "zero_grad")
 ELSEWHERE = "/local_nvme"   # nvme_path in a config for another machine: the folder DeepSpeed's docs use
 TOLD = ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
 # transformers model types Liger Kernel patches with its fused linear cross-entropy (liger_kernel/transformers/

@@ -153,10 +153,10 @@ def step_time(model, training, req: dict, need: dict, say=on_stderr) -> dict:
 
 def _predict(model, training, attention: str, device: str) -> dict:
     from . import memory
-    from .plan import OPTIMIZER_BYTES
+    from .plan import torch_optimizer_bytes
     pk = memory.peak(model, training, attention, 4 * model.params, device=device)
     return {"weights": 4 * model.params, "gradients": 4 * model.params,
-            "optimizer": OPTIMIZER_BYTES[training.optimizer] * model.params, "step": pk["bytes"], "phase": pk["phase"]}
+            "optimizer": torch_optimizer_bytes(model, training), "step": pk["bytes"], "phase": pk["phase"]}
 
 
 def compare(model, training, result: dict) -> dict:

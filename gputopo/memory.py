@@ -258,13 +258,14 @@ def param_split(m) -> tuple[int, int]:
 
 
 def optimizer_temporaries(m, t, device: str) -> int:
-    """The optimizer step's own buffers. torch.optim.AdamW runs foreach on CUDA (the default): one sqrt(v) for
-    the whole group (_multi_tensor_adam), in the states' dtype (fp32, 16-bit with --pure-16bit); on CPU per
-    tensor: sqrt and its division, for the largest tensor. SGD's momentum and 8-bit Adam update in place."""
+    """The optimizer step's own buffers. torch.optim.AdamW foreach (CUDA's default): one sqrt(v) for the whole
+    group (_multi_tensor_adamw), in the states' dtype (fp32, 16-bit with --pure-16bit); for-loop (the CPU's
+    default): sqrt and its division, for the largest tensor (_single_tensor_adamw); fused: none. SGD's momentum and
+    8-bit Adam update in place."""
     w = t.value_bytes if t.pure16 else 4
     largest = (m.largest_layer_params or m.params) * w
     if t.optimizer == "adamw":
-        return w * m.params if device == "cuda" else 2 * largest
+        return {"foreach": w * m.params, "for-loop": 2 * largest, "fused": 0}[t.impl(device)]
     if t.optimizer == "adafactor":
         return 2 * largest
     return 0
@@ -298,8 +299,10 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True,
     if x.mixed and plain_torch and not t.pure16:   # 16-bit weights need no autocast copies
         copies = 2 * (lm + (0 if ckpt else L * per_block))  # with checkpointing: recast per recomputed block
     block_copies = 2 * per_block if x.mixed and plain_torch and ckpt and not t.pure16 else 0
-    accum = t.grad_accum > 1                            # earlier micro-steps' gradients stay alive
-    g = lambda n: P if accum else n                     # noqa: E731
+    # Earlier micro-steps' gradients stay alive, as do the last step's where torch's zero_grad() zeroes them
+    # rather than freeing them (set_to_none=False, torch 1.x's default); DeepSpeed frees its own.
+    kept_grads = t.grad_accum > 1 or (t.zero_grad == "zeros" and (plain_torch or optimizer_share is not None))
+    g = lambda n: P if kept_grads else n                # noqa: E731
     _, logits, loss_grads = loss_bytes(m, x)
     # One block's backward, on top of what else is alive; with checkpointing its forward is first recomputed.
     saved, temp = block_backward_peak(m, x, attention)

@@ -530,3 +530,62 @@ def resolve(model: str | None, params: str | None, hidden_size: int | None, laye
         folder = f" ({Path(model).parent}/)" if Path(model).name == "config.json" else ""
         raise BadInput(f"--model {model}: a file; give the folder that holds the model's config.json{folder}")
     return named(model)
+
+
+# ---- the model's parameter tensors (what the optimizer, buckets and matmuls see) ----------------------------------
+
+def block_tensors(m) -> list[tuple[int, bool]]:
+    """One block's parameter tensors in forward order, as (elements, is a weight matrix): the norms, the
+    projections and their biases. Biases are read from the parameter count: what the matrices, norms and
+    embeddings leave of m.params is biases on every projection (GPT-2, BERT), on Q, K and V only (Qwen2), or
+    none (Llama)."""
+    mats, biased, norm, attn = block_matrices(m)
+    out = [(x, False) for x in norm]
+    for i, (fan_in, fan_out) in enumerate(mats):
+        if i == attn + 1:
+            out += [(x, False) for x in norm]
+        out += [(fan_in * fan_out, True)] + ([(fan_out, False)] if i in biased else [])
+    return out
+
+
+def param_tensors(m) -> int:
+    """How many parameter tensors the model has: each block's, the embeddings and the final norm's."""
+    _, _, norm, _ = block_matrices(m)
+    return m.layers * len(block_tensors(m)) + len(embedding_tensors(m)) + len(norm)
+
+
+def factored_elements(m) -> int:
+    """The elements of Adafactor's factored second moment (Shazeer and Stern, arXiv 1804.04235; transformers'
+    Adafactor keeps exp_avg_sq_row and exp_avg_sq_col for a tensor of two dimensions or more, exp_avg_sq whole for
+    a vector): a row and a column per weight matrix, the vectors (biases, norms) whole."""
+    mats, biased, norm, _ = block_matrices(m)
+    h = m.hidden_size
+    block = sum(i + o for i, o in mats) + sum(mats[i][1] for i in biased) + 2 * sum(norm)
+    embeddings = sum(n // h + h for n in embedding_tensors(m))   # each h wide: its rows and its h columns
+    return m.layers * block + embeddings + sum(norm)
+
+
+def block_matrices(m) -> tuple[list, set, list, int]:
+    """(the block's projections as (fan_in, fan_out) in forward order, the indices of those with a bias, one norm's
+    tensors, how many of the projections are Q, K and V)."""
+    h, I, a = m.hidden_size, m.intermediate_size or 4 * m.hidden_size, m.heads or 1
+    d = m.head_dim or h // a
+    hq, hkv = a * d, (m.kv_heads or a) * d
+    attn = [(h, hq + 2 * hkv)] if m.fused_qkv else [(h, hq), (h, hkv), (h, hkv)]
+    mlp = [(h, I)] * (2 if m.gated_mlp else 1) + [(I, h)]
+    norm = [h, h] if m.norm == "layernorm" else [h]
+    mats = attn + [(hq, h)] + mlp
+    known = m.layers * (sum(i * o for i, o in mats) + 2 * sum(norm)) + sum(embedding_tensors(m)) + sum(norm)
+    spare = (m.params - known) / max(m.layers, 1)
+    qkv = sum(o for _, o in attn)
+    every = spare >= 0.99 * sum(o for _, o in mats)
+    biased = {i for i in range(len(mats)) if every or (i < len(attn) and spare >= 0.99 * qkv)}
+    return mats, biased, norm, len(attn)
+
+
+def embedding_tensors(m) -> list[int]:
+    """The token embedding, learned positions (GPT-2, BERT) and an untied head."""
+    h = m.hidden_size
+    emb = ([m.vocab_size * h] if m.vocab_size else []) + ([m.output_embedding] if m.output_embedding else [])
+    pos = [m.max_positions * h] if m.family in ("gpt2", "bert") and m.max_positions else []
+    return emb + pos

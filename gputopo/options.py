@@ -272,8 +272,9 @@ training_options = group(
     click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
                  help="Training precision; bf16 needs Ampere or newer [default: bf16 on Ampere or newer, else fp16]."),
     click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True,
-                 help="Optimizer: its states take 8 (AdamW), 2 (8-bit Adam), about 4 (Adafactor) or 4 (SGD with"
-                      " momentum) bytes per parameter."),
+                 help="Optimizer: its states take 8 (AdamW), 2 (8-bit Adam) or 4 (SGD with momentum) bytes per"
+                      " parameter; Adafactor as the HF Trainer runs it a row and a column per weight matrix (4 per"
+                      " parameter where DeepSpeed or FSDP flattens the tensors)."),
     click.option("--batch-size", type=COUNT,
                  help="Micro-batch per GPU [default: a plan searches powers of two up to what fits; 4 in a config"
                       " without --auto]."),
@@ -307,6 +308,15 @@ training_options = group(
     click.option("--offload-params/--no-offload-params", default=None,
                  help="With ZeRO-3 offload, offload parameters too [default: a plan tries both; yes at stage 3"
                       " in a config without --auto]."),
+    click.option("--optimizer-impl", type=click.Choice(["foreach", "for-loop", "fused"]),
+                 help="How torch's AdamW or SGD steps, as their foreach= and fused= arguments say: foreach (CUDA's"
+                      " default: a few kernels for all tensors, and a temporary as large as the model), for-loop"
+                      " (the CPU's default, and transformers' own AdamW: about 8 kernels per tensor, each dispatched"
+                      " by the host), fused (one kernel, no temporary) [default: foreach on GPUs, for-loop on CPU]."),
+    click.option("--zero-grad", type=click.Choice(["none", "zeros"]),
+                 help="What optimizer.zero_grad() leaves between steps: none (set_to_none=True, torch 2.0's default:"
+                      " the gradients are freed until backward writes them), zeros (set_to_none=False, torch 1.x's"
+                      " default: they stay allocated through the next forward) [default: none]."),
     click.option("--cuda-module-loading", type=click.Choice(["lazy", "eager"]),
                  help="How CUDA loads its kernels, as CUDA_MODULE_LOADING says: lazy (CUDA 11.7 and later, the"
                       " default: a context of about 520 MiB), eager (older stacks load every module at start: 1343 MB"

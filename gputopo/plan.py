@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import memory
 from .errors import BadInput
-from .models import ModelSpec
+from .models import ModelSpec, factored_elements
 from .units import gib
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "fsdp", "zero3_offload_cpu",
@@ -98,6 +98,16 @@ class Training:
     pure16: bool = False                  # the weights themselves 16-bit (no fp32 master): plain torch and FSDP
     loss: str = "hf"                      # hf: an fp32 copy of the logits; fused: 16-bit, in place; chunked: none whole
     cuda_loading: str = "lazy"            # CUDA_MODULE_LOADING: lazy, or eager (all modules at start: more context)
+    optimizer_impl: str | None = None     # torch's optimizer: foreach, for-loop, fused; None: the device's default
+    zero_grad: str = "none"               # zero_grad(set_to_none=True) frees the gradients; zeros keeps them
+
+    def impl(self, device: str) -> str:
+        """How torch's optimizer steps on `device`: as asked, else its default (foreach for CUDA tensors, the
+        for-loop otherwise: torch/optim/optimizer.py, _default_to_fused_or_foreach); Adafactor and 8-bit Adam
+        step tensor by tensor."""
+        if self.optimizer not in ("adamw", "sgd"):
+            return "for-loop"
+        return self.optimizer_impl or ("foreach" if device == "cuda" else "for-loop")
 
     @property
     def context_bytes(self) -> int:
@@ -112,7 +122,9 @@ class Training:
         """The options that describe a training stack other than transformers' code as the HF Trainer runs it."""
         return ([f"--kernels {self.kernels}"] if self.kernels != "hf" else []) + \
                ([f"--loss {self.loss}"] if self.loss != ("fused" if self.kernels == "fused" else "hf") else []) + \
-               (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else [])
+               (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else []) + \
+               ([f"--optimizer-impl {self.optimizer_impl}"] if self.optimizer_impl else []) + \
+               (["--zero-grad zeros"] if self.zero_grad == "zeros" else [])
 
     def to_dict(self) -> dict:
         # flash_attention: kept from schema 1's first fields (true when the attention is a fused SDPA kernel)
@@ -149,7 +161,7 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
         # Plain PyTorch AMP: fp32 weights and gradients (4 B each); autocast's 16-bit weight copies (the guide's
         # extra 2 B) live only from the forward to each layer's backward, so gputopo.memory counts them there.
         w = weight_bytes(t)
-        return {"weights": w * P, "gradients": w * P, "optimizer": K * w // 4 * P}, load_cpu, 0
+        return {"weights": w * P, "gradients": w * P, "optimizer": torch_optimizer_bytes(m, t) * w // 4}, load_cpu, 0
     if name == "zero1":
         return {"weights": p16 * P, "gradients": p16 * P + 4 * P // N, "optimizer": (4 + K) * P // N}, load_cpu, 0
     if name == "zero2":
@@ -185,6 +197,16 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
                     int(2 * NVME_SUB_GROUP * (4 + K + 4) * lay.gpus_per_node), nvme - p16 * P // lay.nodes)
         return {"weights": gathered, "gradients": 0, "optimizer": 0}, int(buffers * lay.gpus_per_node), nvme
     raise BadInput(f"unknown strategy {name}")
+
+
+def torch_optimizer_bytes(m: ModelSpec, t: Training) -> int:
+    """fp32 states of a torch optimizer stepping the model's own tensors (one GPU, DDP): OPTIMIZER_BYTES per
+    parameter, but Adafactor as the HF Trainer runs it (no first moment: beta1=None) keeps a row and a column per
+    weight matrix (models.factored_elements). DeepSpeed's ZeRO and FSDP hand the optimizer flat 1-D partitions,
+    which Adafactor cannot factor: there it keeps a full second moment, 4 B per parameter."""
+    if t.optimizer == "adafactor":
+        return 4 * factored_elements(m)
+    return OPTIMIZER_BYTES[t.optimizer] * m.params
 
 
 def fsdp_units(m: ModelSpec) -> tuple[int, int]:

@@ -454,9 +454,14 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
                                     else "not given")
                 + (" (another machine)" if None in (lay["cpu_mem_bytes"], lay["nvme_free_bytes"]) else ""),
                 "  ", width=width)
-    out += wrap(f"Training: {t['precision']}, {t['optimizer']}, micro-batch {t['batch_size']} x {t['seq_len']} tokens,"
-                f" accumulation {t['grad_accum']}" + (", gradient checkpointing" if t["grad_checkpointing"] else "")
+    impl = f" ({t['optimizer_impl']})" if t.get("optimizer_impl") else ""
+    kept = ", zero_grad keeps the gradients (zeros)" if t.get("zero_grad") == "zeros" else ""
+    old_cuda = ", CUDA modules loaded eagerly" if t.get("cuda_loading") == "eager" else ""
+    out += wrap(f"Training: {t['precision']}, {t['optimizer']}{impl}, micro-batch {t['batch_size']} x"
+                f" {t['seq_len']} tokens, accumulation {t['grad_accum']}"
+                + (", gradient checkpointing" if t["grad_checkpointing"] else "")
                 + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
+                + kept + old_cuda
                 + (f" ({', '.join(k.replace('_', '-') for k in data['search']['searched'])} searched: below)"
                    if data.get("search") else ""), "  ", width=width)
     out += ["", _memory(data, width, explain)]

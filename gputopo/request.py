@@ -72,6 +72,8 @@ class TrainingAsk:
     pure_16bit: bool = False
     steps: int | None = None       # optimizer steps of the whole run (its time; the launch's --max_steps)
     cuda_module_loading: str | None = None   # lazy or eager: the CUDA context's size
+    optimizer_impl: str | None = None        # foreach, for-loop or fused: torch's optimizer implementation
+    zero_grad: str | None = None             # none or zeros: what zero_grad() leaves between steps
 
 
 @dataclass(frozen=True)
@@ -397,6 +399,19 @@ def _attention(spec: ModelSpec | None, attention: str | None, flash: bool, notes
     return attention
 
 
+def _optimizer_impl(optimizer: str, impl: str | None) -> str | None:
+    """--optimizer-impl, for the optimizers torch implements three ways (AdamW; SGD has no fused form before
+    torch 2.3 and none on every device, so it takes foreach and for-loop); None: torch's default for the device."""
+    if impl is None:
+        return None
+    if optimizer not in ("adamw", "sgd"):
+        raise BadInput(f"--optimizer-impl is torch's (AdamW, SGD): --optimizer {optimizer} has one implementation"
+                       " (transformers' Adafactor and bitsandbytes' 8-bit Adam step tensor by tensor)")
+    if optimizer == "sgd" and impl == "fused":
+        raise BadInput("--optimizer-impl fused: torch's SGD is fused on few devices; give foreach or for-loop")
+    return impl
+
+
 def _loss(kernels: str | None, loss: str | None, notes: dict) -> str:
     """--loss, else what the kernels run: a fused stack computes the loss in its own kernel (16-bit logits, the
     gradient written in place, as flash-attn's cross-entropy and torch.compile do), transformers on an fp32 copy."""
@@ -506,7 +521,9 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          attention=_attention(spec, t.attention, t.flash_attention, plan_notes),
                          offload_params=t.offload_params is not False, kernels=t.kernels or "hf",
                          selective=t.selective_checkpointing, pure16=t.pure_16bit,
-                         loss=_loss(t.kernels, t.loss, plan_notes), cuda_loading=t.cuda_module_loading or "lazy")
+                         loss=_loss(t.kernels, t.loss, plan_notes), cuda_loading=t.cuda_module_loading or "lazy",
+                         optimizer_impl=_optimizer_impl(t.optimizer, t.optimizer_impl),
+                         zero_grad=t.zero_grad or "none")
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",

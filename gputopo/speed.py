@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
 from . import memory
+from .models import block_matrices, block_tensors, embedding_tensors, param_tensors
 from .plan import TORCH_STRATEGIES, comm_split, value_bytes, weight_bytes, zero3_buckets
 
 DDP_BUCKET = 25 * 2 ** 20          # torch DDP's bucket_cap_mb default (the first bucket is 1 MB)
@@ -28,6 +29,13 @@ DS_BUCKET = 5 * 10 ** 8            # DeepSpeed's reduce/allgather bucket default
 # _multi_tensor_adamw). DeepSpeed's fused Adam reads p, g, m, v and writes p, m, v (28 B) and the 16-bit copy.
 TORCH_OPTIMIZER_BYTES = {"adamw": 80, "adamw-8bit": 24, "adafactor": 48, "sgd": 20}
 FUSED_ADAM_BYTES = 30
+# Kernels a tensor-by-tensor optimizer launches per parameter tensor, read from the code that steps it:
+# torch's _single_tensor_adamw (weight decay, lerp, mul + addcmul, sqrt, division, eps, addcdiv: 8;
+# transformers' own AdamW of 2022 as many) and _single_tensor_sgd (momentum mul + add, the update: 3), transformers'
+# Adafactor.step with beta1=None as the Trainer runs it (the RMS of the weight, grad^2 + eps, the row and column
+# means and their two moving averages, _approx_sq_grad's mean, division and two rsqrt, their product, the update's
+# RMS clip, lr, the step: about 24), bitsandbytes' 8-bit Adam (one optimizer_update_8bit_blockwise kernel).
+KERNELS_PER_TENSOR = {"adamw": 8, "sgd": 3, "adafactor": 24, "adamw-8bit": 1}
 @dataclass(frozen=True)
 class Rates:
     """What the devices and links deliver, in bytes or FLOPs per second, and where each figure came from."""
@@ -422,11 +430,12 @@ def elementwise_ops(m, t, attention: str, device: str, half: bool = False) -> tu
     else:
         block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + attention_ops(m, x, att)
                  + norm_ops(m, x, 2 if m.gated_mlp else 1) + mlp_ops(m, x))
-        if not t.grad_checkpointing:   # transformers builds a DynamicCache in training (use_cache defaults to
-            #                            True; only checkpointing turns it off): each layer's K and V copied in
+        if not t.grad_checkpointing and m.family != "bert":   # a decoder builds a DynamicCache in training
+            # (use_cache defaults to True; only checkpointing turns it off; an encoder such as BERT keeps none):
+            # each layer's K and V copied in
             block.append(Op("KV cache copy", x.T * 2 * x.kv * x.d, x.v, 2, 0, "stream", (2, 0)))
         head = head_ops(m, x)
-    mats, biased, _, _ = _block_matrices(m)
+    mats, biased, _, _ = block_matrices(m)
     if biased:   # a bias's gradient sums its output's gradient over the tokens: one read of it, one kernel each
         block.append(Op("bias gradients", x.T * sum(mats[i][1] for i in biased), x.v, 0, 1, "stream",
                         (0, len(biased))))
@@ -545,7 +554,7 @@ def matmul_kernels(m, t, attention: str, device: str = "cuda") -> int:
     reduction more), the blocks' forward again under checkpointing; the scores' two batched matmuls forward and
     four backward (eager), or the fused kernel (one forward; FlashAttention-2's backward launches three: its
     preprocess, the main kernel, dQ's conversion); the LM head."""
-    mats, biased, _, _ = _block_matrices(m)
+    mats, biased, _, _ = block_matrices(m)
     eager = not attention_shapes(m, t, device)
     fwd = len(mats) + (2 if eager else 1)
     bwd = 2 * len(mats) + len(biased) + (4 if eager else 3)
@@ -558,46 +567,6 @@ def kernels(m, t, attention: str, device: str = "cuda", half: bool = False) -> i
     ew = (m.layers * sum(op.kernels[0] * _forwards(t) + op.kernels[1] for op in block)
           + sum(op.kernels[0] + op.kernels[1] for op in head))
     return matmul_kernels(m, t, attention, device) + ew
-
-
-def block_tensors(m) -> list[tuple[int, bool]]:
-    """One block's parameter tensors in forward order, as (elements, is a weight matrix): the norms, the
-    projections and their biases. Biases are read from the parameter count: what the matrices, norms and
-    embeddings leave of m.params is biases on every projection (GPT-2, BERT), on Q, K and V only (Qwen2), or
-    none (Llama)."""
-    mats, biased, norm, attn = _block_matrices(m)
-    out = [(x, False) for x in norm]
-    for i, (fan_in, fan_out) in enumerate(mats):
-        if i == attn + 1:
-            out += [(x, False) for x in norm]
-        out += [(fan_in * fan_out, True)] + ([(fan_out, False)] if i in biased else [])
-    return out
-
-
-def _block_matrices(m) -> tuple[list, set, list, int]:
-    """(the block's projections as (fan_in, fan_out) in forward order, the indices of those with a bias, one norm's
-    tensors, how many of the projections are Q, K and V)."""
-    h, I, a = m.hidden_size, m.intermediate_size or 4 * m.hidden_size, m.heads or 1
-    d = m.head_dim or h // a
-    hq, hkv = a * d, (m.kv_heads or a) * d
-    attn = [(h, hq + 2 * hkv)] if m.fused_qkv else [(h, hq), (h, hkv), (h, hkv)]
-    mlp = [(h, I)] * (2 if m.gated_mlp else 1) + [(I, h)]
-    norm = [h, h] if m.norm == "layernorm" else [h]
-    mats = attn + [(hq, h)] + mlp
-    known = m.layers * (sum(i * o for i, o in mats) + 2 * sum(norm)) + sum(embedding_tensors(m)) + sum(norm)
-    spare = (m.params - known) / max(m.layers, 1)
-    qkv = sum(o for _, o in attn)
-    every = spare >= 0.99 * sum(o for _, o in mats)
-    biased = {i for i in range(len(mats)) if every or (i < len(attn) and spare >= 0.99 * qkv)}
-    return mats, biased, norm, len(attn)
-
-
-def embedding_tensors(m) -> list[int]:
-    """The token embedding, learned positions (GPT-2, BERT) and an untied head."""
-    h = m.hidden_size
-    emb = ([m.vocab_size * h] if m.vocab_size else []) + ([m.output_embedding] if m.output_embedding else [])
-    pos = [m.max_positions * h] if m.family in ("gpt2", "bert") and m.max_positions else []
-    return emb + pos
 
 
 def sample_blocks(m) -> int:
@@ -754,7 +723,13 @@ def optimizer_seconds(name: str, m, lay, t, rates: Rates) -> float:
         return share / rates.optimizer_params_per_s
     per = (TORCH_OPTIMIZER_BYTES[t.optimizer] * weight_bytes(t) // 4 if name in TORCH_STRATEGIES
            else FUSED_ADAM_BYTES)
-    return share * per / elementwise_rate(rates, int(share), "inplace")
+    device_s = share * per / elementwise_rate(rates, int(share), "inplace")
+    if name not in ("single", "ddp") or t.impl("cuda") != "for-loop" or not rates.host_op_s:
+        return device_s
+    # Tensor by tensor, each of a tensor's kernels is dispatched by the host: a step of many small tensors waits
+    # for it (FSDP's flat shards are few).
+    launches = param_tensors(m) * KERNELS_PER_TENSOR[t.optimizer]
+    return max(device_s + launches * rates.kernel_s, launches * HOST_OP_S["fp32"])
 
 
 def zero_step_seconds(name: str, m, lay, t, rates: Rates) -> float:

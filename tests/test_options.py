@@ -308,6 +308,10 @@ SHARED = {
     # an old stack's context: 1343 MB where CUDA loads every module at start (issue 44)
     "cuda_module_loading": ([], ["--cuda-module-loading", "eager"],
                             lambda p: by("ddp")(p)["per_gpu_bytes"]["overhead"]),
+    # torch's fused AdamW keeps no sqrt(v) of the whole model at the step (foreach's, the default on a GPU, does)
+    "optimizer_impl": ([], ["--optimizer-impl", "fused"], phases("ddp")),
+    # zero_grad(set_to_none=False): last step's gradients still there at the loss
+    "zero_grad": ([], ["--zero-grad", "zeros"], phases("ddp")),
     "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: p["rates"]["cpu_adam"]),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
