@@ -65,6 +65,7 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
     block, head = elementwise_ops(model, training, training.attention, device)
     sizes = sorted({min(int(op[1]), LARGEST) for op in block + head} | {min(model.params, LARGEST)})
     return {"shapes": shapes, "sizes": sizes, "precision": training.precision, "optimizer": training.optimizer,
+            "optimizer_kwargs": training.optimizer_kwargs(),
             "threads": threads, "cpu_adam": cpu_adam, "config": config, "batch_size": training.batch_size,
             "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
             "grad_checkpointing": training.grad_checkpointing, "half_weights": half_weights, "sweep": sweep,
@@ -697,15 +698,17 @@ def _elementwise(torch, n: int, device, timer, budget: float) -> dict:
 
 
 def _optimizer_rate(torch, req: dict, device, timer, cuda: bool = False) -> float:
-    """torch.optim.AdamW (its defaults) on tensors of 1 M parameters each: parameters stepped per second. On a GPU
-    64 of them (as a model has tens to hundreds of tensors: foreach AdamW launches a few kernels for them all,
-    and 4 would time the launches), on a CPU 4 (its loop over tensors costs the same for any count)."""
+    """torch.optim.AdamW (its defaults, or --optimizer-impl's) on tensors of 1 M parameters each: parameters
+    stepped per second. On a GPU 64 of them (as a model has tens to hundreds of tensors: foreach AdamW launches a
+    few kernels for them all, and 4 would time the launches), on a CPU 4 (its loop over tensors costs the same for
+    any count)."""
     count = 64 if cuda else 4
     params = [torch.nn.Parameter(torch.randn(2 ** 20, device=device)) for _ in range(count)]
     for p in params:
         p.grad = torch.randn_like(p)
-    opt = torch.optim.AdamW(params, lr=1e-4) if req["optimizer"] != "sgd" else \
-        torch.optim.SGD(params, lr=1e-4, momentum=0.9)
+    kwargs = req.get("optimizer_kwargs") or {}   # --optimizer-impl: foreach=, fused=
+    opt = torch.optim.AdamW(params, lr=1e-4, **kwargs) if req["optimizer"] != "sgd" else \
+        torch.optim.SGD(params, lr=1e-4, momentum=0.9, **kwargs)
     return count * 2 ** 20 / timer(opt.step, 1.0)
 
 

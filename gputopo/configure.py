@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import dsconfig, launch, nvme, validate
 from .errors import BadInput, DoesNotFit
@@ -18,7 +18,10 @@ from .units import gib
 # Options that only feed the memory plan: without --auto they would change nothing, so they are refused.
 PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
              "grad_checkpointing", "cpu_cores", "kernels", "loss", "selective_checkpointing", "pure_16bit", "steps",
-             "cuda_module_loading", "optimizer_impl", "zero_grad")
+             "cuda_module_loading")
+# Options that describe torch's own optimizer loop, which a DeepSpeed config replaces (its fused optimizer steps,
+# and its engine frees the gradients): refused, with or without --auto; plan prices them.
+TORCH_LOOP = ("optimizer_impl", "zero_grad")
 ELSEWHERE = "/local_nvme"   # nvme_path in a config for another machine: the folder DeepSpeed's docs use
 TOLD = ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
 # transformers model types Liger Kernel patches with its fused linear cross-entropy (liger_kernel/transformers/
@@ -92,6 +95,11 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
     if a.stage == 0 and has_model and not a.auto and a.offload == "none":
         raise BadInput("--model sizes ZeRO's buckets and offload; stage 0 has neither: drop it, or give --stage 1-3"
                        " or --auto")
+    torch_loop = [f"--{k.replace('_', '-')}" for k in TORCH_LOOP if k in a.given]
+    if torch_loop:
+        raise BadInput(f"{' and '.join(torch_loop)} describe{'s' if len(torch_loop) == 1 else ''} torch's own"
+                       " optimizer loop; a DeepSpeed config runs DeepSpeed's (its fused optimizer steps, its engine"
+                       " frees the gradients): drop it (gputopo plan prices a torch loop)")
     if not a.auto:
         unused = [f"--{k.replace('_', '-')}" for k in PLAN_ONLY if k in a.given
                   and not (k == "grad_checkpointing" and a.hf)]
@@ -292,8 +300,6 @@ def stack(req, trainer: bool, strategy: str | None = None) -> dict:
 
 def _unplanned(req, strategy: str | None) -> str | None:
     """The strategy's memory per GPU with transformers' own kernels and loss, when it does not fit so."""
-    from dataclasses import replace
-
     from .plan import strategies
     if strategy is None or req.layout is None:
         return None
@@ -354,6 +360,8 @@ def for_plan(req, options: dict, given: frozenset, rates=None, device: str = "cu
     to show: {"strategy", "config", "why", and the micro-batch, accumulation and checkpointing it holds}; config
     null with why when there is none. options, given: plan's options by click name, and those typed."""
     from .errors import GputopoError
+    # DeepSpeed runs its own optimizer loop: plan's torch-loop options (TORCH_LOOP) are not its
+    req = replace(req, training=replace(req.training, optimizer_impl=None, zero_grad="none"))
     ask = Ask(auto=True, nvme_path=options.get("nvme_path"), nvme_free=options.get("nvme_free"),
               offload_params=options.get("offload_params"), given=given)
     try:

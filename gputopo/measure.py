@@ -29,7 +29,8 @@ def request(model, training, attention: str) -> dict:
     from .models import hf_config
     return {"config": hf_config(model), "attention": attention, "precision": training.precision,
             "optimizer": training.optimizer, "batch_size": training.batch_size, "seq_len": training.seq_len,
-            "grad_checkpointing": training.grad_checkpointing}
+            "grad_checkpointing": training.grad_checkpointing, "optimizer_kwargs": training.optimizer_kwargs(),
+            "zero_grad": training.zero_grad}
 
 
 def run(req: dict, *, timeout: float = 3600, **need) -> dict:
@@ -202,11 +203,13 @@ def _status(key: str) -> int:
     raise RuntimeError(f"{key} not in /proc/self/status")
 
 
-def _optimizer(torch, name: str, params):
+def _optimizer(torch, name: str, params, kwargs: dict | None = None):
+    """The optimizer as plan priced it: torch's defaults (foreach on CUDA, per tensor on CPU) unless --optimizer-impl
+    says (kwargs: foreach= or fused=)."""
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4)     # PyTorch's defaults: foreach on CUDA, per tensor on CPU
+        return torch.optim.AdamW(params, lr=1e-4, **(kwargs or {}))
     if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9, **(kwargs or {}))
     if name == "adafactor":
         return torch.optim.Adafactor(params, lr=1e-4)
     raise SystemExit(f"error: optimizer {name} cannot be measured here")
@@ -219,7 +222,7 @@ def child(req: dict) -> dict:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     from .calibrate import build_model
     model, cfg = build_model(req, device)
-    opt = _optimizer(torch, req["optimizer"], model.parameters())
+    opt = _optimizer(torch, req["optimizer"], model.parameters(), req.get("optimizer_kwargs"))
     ids = torch.randint(0, cfg.vocab_size, (req["batch_size"], req["seq_len"]), device=device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(req["precision"])
     scaler = torch.amp.GradScaler(device.type) if req["precision"] == "fp16" else None
@@ -234,7 +237,7 @@ def child(req: dict) -> dict:
         else:
             loss.backward()
             opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=req.get("zero_grad") != "zeros")   # zeros: torch 1.x's default, --zero-grad
         return loss.item()
 
     step()  # warm-up: optimizer states, lazy buffers, kernel choices

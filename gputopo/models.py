@@ -70,6 +70,7 @@ class ModelSpec:
     head: str = "lm"               # what the loss sees: "lm" (vocabulary logits for every token: causal or masked
                                    # LM), "token" (a classifier of `labels` per token), "sequence" (one per sequence)
     labels: int | None = None      # a classification head's classes
+    kv_cache: bool = True          # a decoder builds a KV cache in training (use_cache); an encoder (BERT) none
 
     @property
     def output_embedding(self) -> int:
@@ -114,7 +115,7 @@ CATALOG = {
 # The structure of each family as transformers builds it, and its configuration's default dropout.
 FAMILY = {
     "gpt2": dict(norm="layernorm", fused_qkv=True, tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
-    "bert": dict(norm="layernorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
+    "bert": dict(norm="layernorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1, kv_cache=False),
     "t5": dict(norm="rmsnorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
     "llama": dict(norm="rmsnorm", gated_mlp=True, rotary=True),
 }
@@ -407,7 +408,21 @@ def structure(model, cfg) -> dict:
                 embd_dropout=get("embd_pdrop", "embedding_dropout", "hidden_dropout_prob", "dropout_rate"),
                 sdpa=bool(getattr(type(model), "_supports_sdpa", False)),
                 rotary=any("rotaryembedding" in k for k in kinds),  # LlamaRotaryEmbedding, GPTNeoXRotaryEmbedding
+                kv_cache=_builds_cache(model, cfg),
                 **head_of(model, cfg))
+
+
+def _builds_cache(model, cfg) -> bool:
+    """Whether the model builds a KV cache in training: transformers' decoders make a DynamicCache whenever
+    use_cache is on, whatever head they carry (LlamaForSequenceClassification too); an encoder (BERT, RoBERTa,
+    DistilBERT: a masked-LM architecture) reads use_cache only when configured as a decoder."""
+    if not getattr(cfg, "use_cache", False):
+        return False
+    from transformers.models.auto import modeling_auto as auto
+    model_type = getattr(cfg, "model_type", None)
+    decoder_only = (model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+                    and model_type not in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    return bool(decoder_only or model.can_generate() or getattr(cfg, "is_decoder", False))
 
 
 # The head transformers' task classes put on a model, by the class's name: what the loss sees.

@@ -273,8 +273,8 @@ training_options = group(
                  help="Training precision; bf16 needs Ampere or newer [default: bf16 on Ampere or newer, else fp16]."),
     click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True,
                  help="Optimizer: its states take 8 (AdamW), 2 (8-bit Adam) or 4 (SGD with momentum) bytes per"
-                      " parameter; Adafactor as the HF Trainer runs it a row and a column per weight matrix (4 per"
-                      " parameter where DeepSpeed or FSDP flattens the tensors)."),
+                      " parameter; Adafactor as the HF Trainer runs it keeps a row and a column per weight matrix"
+                      " (4 per parameter where DeepSpeed or FSDP flattens the tensors)."),
     click.option("--batch-size", type=COUNT,
                  help="Micro-batch per GPU [default: a plan searches powers of two up to what fits; 4 in a config"
                       " without --auto]."),

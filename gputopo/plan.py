@@ -101,6 +101,12 @@ class Training:
     optimizer_impl: str | None = None     # torch's optimizer: foreach, for-loop, fused; None: the device's default
     zero_grad: str = "none"               # zero_grad(set_to_none=True) frees the gradients; zeros keeps them
 
+    def optimizer_kwargs(self) -> dict:
+        """torch.optim's arguments for --optimizer-impl (none: the device's default), as --measure and --calibrate
+        build the optimizer."""
+        return {"foreach": {"foreach": True}, "for-loop": {"foreach": False},
+                "fused": {"fused": True}}.get(self.optimizer_impl or "", {})
+
     def impl(self, device: str) -> str:
         """How torch's optimizer steps on `device`: as asked, else its default (foreach for CUDA tensors, the
         for-loop otherwise: torch/optim/optimizer.py, _default_to_fused_or_foreach); Adafactor and 8-bit Adam
@@ -122,9 +128,7 @@ class Training:
         """The options that describe a training stack other than transformers' code as the HF Trainer runs it."""
         return ([f"--kernels {self.kernels}"] if self.kernels != "hf" else []) + \
                ([f"--loss {self.loss}"] if self.loss != ("fused" if self.kernels == "fused" else "hf") else []) + \
-               (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else []) + \
-               ([f"--optimizer-impl {self.optimizer_impl}"] if self.optimizer_impl else []) + \
-               (["--zero-grad zeros"] if self.zero_grad == "zeros" else [])
+               (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else [])
 
     def to_dict(self) -> dict:
         # flash_attention: kept from schema 1's first fields (true when the attention is a fused SDPA kernel)
@@ -161,7 +165,7 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
         # Plain PyTorch AMP: fp32 weights and gradients (4 B each); autocast's 16-bit weight copies (the guide's
         # extra 2 B) live only from the forward to each layer's backward, so gputopo.memory counts them there.
         w = weight_bytes(t)
-        return {"weights": w * P, "gradients": w * P, "optimizer": torch_optimizer_bytes(m, t) * w // 4}, load_cpu, 0
+        return {"weights": w * P, "gradients": w * P, "optimizer": torch_optimizer_bytes(m, t)}, load_cpu, 0
     if name == "zero1":
         return {"weights": p16 * P, "gradients": p16 * P + 4 * P // N, "optimizer": (4 + K) * P // N}, load_cpu, 0
     if name == "zero2":
@@ -199,14 +203,16 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
     raise BadInput(f"unknown strategy {name}")
 
 
-def torch_optimizer_bytes(m: ModelSpec, t: Training) -> int:
-    """fp32 states of a torch optimizer stepping the model's own tensors (one GPU, DDP): OPTIMIZER_BYTES per
-    parameter, but Adafactor as the HF Trainer runs it (no first moment: beta1=None) keeps a row and a column per
-    weight matrix (models.factored_elements). DeepSpeed's ZeRO and FSDP hand the optimizer flat 1-D partitions,
-    which Adafactor cannot factor: there it keeps a full second moment, 4 B per parameter."""
-    if t.optimizer == "adafactor":
-        return 4 * factored_elements(m)
-    return OPTIMIZER_BYTES[t.optimizer] * m.params
+def torch_optimizer_bytes(m: ModelSpec, t: Training, flat: bool = False) -> int:
+    """The states of a torch optimizer stepping the model's own tensors (one GPU, DDP), or flat 1-D shards (FSDP):
+    OPTIMIZER_BYTES per parameter, in the weights' dtype where the states follow it (AdamW, SGD, Adafactor: 16-bit
+    with --pure-16bit), 8-bit Adam's whatever the weights. Adafactor as the HF Trainer runs it (no first moment:
+    beta1=None) keeps a row and a column per weight matrix (models.factored_elements); flat shards, as DeepSpeed's
+    ZeRO and FSDP hand it, cannot be factored: a full second moment, 4 B per parameter."""
+    scale = 1.0 if t.optimizer == "adamw-8bit" else weight_bytes(t) / 4
+    if t.optimizer == "adafactor" and not flat:
+        return int(4 * factored_elements(m) * scale)
+    return int(OPTIMIZER_BYTES[t.optimizer] * scale * m.params)
 
 
 def fsdp_units(m: ModelSpec) -> tuple[int, int]:
@@ -226,7 +232,7 @@ def fsdp_states(m: ModelSpec, lay: Layout, t: Training) -> dict:
     P, N, p16, w = m.params, lay.gpus, t.value_bytes, weight_bytes(t)
     block, root = fsdp_units(m)
     return {"weights": w * P // N + p16 * (root + 2 * block), "gradients": w * P // N + p16 * (root + block),
-            "optimizer": OPTIMIZER_BYTES[t.optimizer] * w // 4 * P // N}
+            "optimizer": torch_optimizer_bytes(m, t, flat=True) // N}
 
 
 def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:

@@ -400,15 +400,13 @@ def _attention(spec: ModelSpec | None, attention: str | None, flash: bool, notes
 
 
 def _optimizer_impl(optimizer: str, impl: str | None) -> str | None:
-    """--optimizer-impl, for the optimizers torch implements three ways (AdamW; SGD has no fused form before
-    torch 2.3 and none on every device, so it takes foreach and for-loop); None: torch's default for the device."""
+    """--optimizer-impl, for the optimizers torch implements three ways (AdamW, SGD: fused since torch 2.3); None:
+    torch's default for the device."""
     if impl is None:
         return None
     if optimizer not in ("adamw", "sgd"):
         raise BadInput(f"--optimizer-impl is torch's (AdamW, SGD): --optimizer {optimizer} has one implementation"
                        " (transformers' Adafactor and bitsandbytes' 8-bit Adam step tensor by tensor)")
-    if optimizer == "sgd" and impl == "fused":
-        raise BadInput("--optimizer-impl fused: torch's SGD is fused on few devices; give foreach or for-loop")
     return impl
 
 

@@ -29,6 +29,9 @@ DS_BUCKET = 5 * 10 ** 8            # DeepSpeed's reduce/allgather bucket default
 # _multi_tensor_adamw). DeepSpeed's fused Adam reads p, g, m, v and writes p, m, v (28 B) and the 16-bit copy.
 TORCH_OPTIMIZER_BYTES = {"adamw": 80, "adamw-8bit": 24, "adafactor": 48, "sgd": 20}
 FUSED_ADAM_BYTES = 30
+# torch's fused optimizers (fused=True) read and write each fp32 tensor once: AdamW reads p, g, m, v and writes p, m,
+# v (28 B); SGD with momentum reads p, g, the buffer and writes p and the buffer (20 B).
+FUSED_TORCH_BYTES = {"adamw": 28, "sgd": 20}
 # Kernels a tensor-by-tensor optimizer launches per parameter tensor, read from the code that steps it:
 # torch's _single_tensor_adamw (weight decay, lerp, mul + addcmul, sqrt, division, eps, addcdiv: 8;
 # transformers' own AdamW of 2022 as many) and _single_tensor_sgd (momentum mul + add, the update: 3), transformers'
@@ -430,7 +433,7 @@ def elementwise_ops(m, t, attention: str, device: str, half: bool = False) -> tu
     else:
         block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + attention_ops(m, x, att)
                  + norm_ops(m, x, 2 if m.gated_mlp else 1) + mlp_ops(m, x))
-        if not t.grad_checkpointing and m.family != "bert":   # a decoder builds a DynamicCache in training
+        if not t.grad_checkpointing and m.kv_cache:   # a decoder builds a DynamicCache in training
             # (use_cache defaults to True; only checkpointing turns it off; an encoder such as BERT keeps none):
             # each layer's K and V copied in
             block.append(Op("KV cache copy", x.T * 2 * x.kv * x.d, x.v, 2, 0, "stream", (2, 0)))
@@ -721,8 +724,8 @@ def optimizer_seconds(name: str, m, lay, t, rates: Rates) -> float:
     share = m.params if name in ("single", "ddp") else m.params / lay.gpus
     if name in TORCH_STRATEGIES and rates.optimizer_params_per_s:
         return share / rates.optimizer_params_per_s
-    per = (TORCH_OPTIMIZER_BYTES[t.optimizer] * weight_bytes(t) // 4 if name in TORCH_STRATEGIES
-           else FUSED_ADAM_BYTES)
+    torch_bytes = (FUSED_TORCH_BYTES if t.optimizer_impl == "fused" else TORCH_OPTIMIZER_BYTES)[t.optimizer]
+    per = torch_bytes * weight_bytes(t) // 4 if name in TORCH_STRATEGIES else FUSED_ADAM_BYTES
     device_s = share * per / elementwise_rate(rates, int(share), "inplace")
     if name not in ("single", "ddp") or t.impl("cuda") != "for-loop" or not rates.host_op_s:
         return device_s

@@ -272,13 +272,15 @@ def test_the_next_command_carries_steps_and_writes_plans_pick(tmp_path, monkeypa
 
 def test_every_plan_option_reaches_the_next_command_or_changes_only_plans_output():
     """The Next command is deepspeed-config --auto with plan's options: each is one deepspeed-config takes, but for
-    those that shape plan's output and --calibrate (whose pick the answer says deepspeed-config cannot repeat)."""
+    those that shape plan's output, --calibrate (whose pick the answer says deepspeed-config cannot repeat) and
+    torch's own optimizer loop, which a DeepSpeed config replaces (deepspeed-config refuses them)."""
     from gputopo.commands.plan import NOT_THERE
     ds = {p.name: p for p in cli.commands["deepspeed-config"].params}
     for p in cli.commands["plan"].params:
         if p.name not in NOT_THERE:
             assert p.name in ds and ds[p.name].opts == p.opts, p.name
-    assert set(NOT_THERE) == {"measure", "calibrate", "calibrate_seconds", "as_json", "explain", "wide"}
+    assert set(NOT_THERE) == {"measure", "calibrate", "calibrate_seconds", "as_json", "explain", "wide",
+                              "optimizer_impl", "zero_grad"}
 
 
 # The CPU twin's rates as `plan --model gpt2 --gpus 2 --gpu-mem 24GB --calibrate` measured them on a 2-core VM: its

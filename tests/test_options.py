@@ -528,6 +528,11 @@ def _walk(tmp):
         w[("deepspeed-config", name)] = auto_check
         if name not in ("gpus", "gpu_mem", "gpu_model", "link"):
             w[("inspect", name)] = inspect_check
+    # torch's own optimizer loop, which a DeepSpeed config replaces: refused there, --auto or not
+    for name, value in (("optimizer_impl", "fused"), ("zero_grad", "zeros")):
+        flag = "--" + name.replace("_", "-")
+        w[("deepspeed-config", name)] = refused("deepspeed-config", AUTO[:-1] + [flag, value],
+                                                f"{flag} describes torch's own optimizer loop")
     w[("plan", "as_json")] = _json_flag("plan", PLAN[:-1])
     w.update({(cmd, flag): _text_shape(cmd, args, flag) for cmd, args in (
         ("plan", PLAN[:-1] + ["--gpu-model", "TITAN RTX", "--link", "NV2"]), ("inspect", INSPECT[:-1]),

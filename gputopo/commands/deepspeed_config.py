@@ -45,8 +45,8 @@ def _show(result, output: str | None, wide: bool, explain: bool) -> None:
 @click.command("deepspeed-config", cls=Command, short_help="A DeepSpeed config DeepSpeed accepts, and its launch.",
                epilog="Only with --auto (they feed the memory plan): --gpu-mem, --link, --seq-len, --attention,"
                       " --flash-attention, --cpu-mem, --inter-node-gbps, --cpu-cores, --kernels, --loss, --steps,"
-                      " --selective-checkpointing, --pure-16bit, --optimizer-impl, --zero-grad,"
-                      " --cuda-module-loading, --[no-]grad-checkpointing (with --no-hf), and"
+                      " --cuda-module-loading, --selective-checkpointing, --pure-16bit,"
+                      " --[no-]grad-checkpointing (with --no-hf), and"
                       " --nvme-path/--nvme-free unless --offload nvme. With --auto, what is not given is searched"
                       " as `gputopo plan` searches it (docs/plan.md).")
 @click.option("--stage", type=Count(0), metavar="0-3", help="ZeRO stage 0-3 (or --auto).")

@@ -7,8 +7,9 @@ from ..options import COUNT, TIMEOUT, gpu_options, host_options, json_option, mo
 from .common import Command, emit, exit_if_nothing_fits, explain_option, same_options, text_only, wide_option
 
 # plan's options left out of the command its answer names next: those deepspeed-config has not (--calibrate's pick
-# it cannot repeat: the answer says so, configure.next_step) and those that shape plan's output only
-NOT_THERE = ("measure", "calibrate", "calibrate_seconds", "as_json", "explain", "wide")
+# it cannot repeat: the answer says so, configure.next_step; torch's optimizer loop, configure.TORCH_LOOP, which
+# DeepSpeed replaces) and those that shape plan's output only
+NOT_THERE = ("measure", "calibrate", "calibrate_seconds", "as_json", "explain", "wide", "optimizer_impl", "zero_grad")
 
 
 @click.command(cls=Command, short_help="Memory, step time and the fastest setup that fits, searched.")
