@@ -252,9 +252,12 @@ def child(req: dict) -> dict:
            "optimizer": sum(v.numel() * v.element_size() for s in opt.state.values() for k, v in s.items()
                             if torch.is_tensor(v) and k != "step"),
            "torch": torch.__version__, "transformers": transformers.__version__}
+    # "The step" is the peak above the weights and optimizer states: gradients still allocated from the warm-up
+    # (zero_grad(set_to_none=False), --zero-grad zeros) are the step's, as plan counts them, not the base's.
+    kept = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
     if cuda:
         torch.cuda.synchronize(device)
-        base = torch.cuda.memory_allocated(device)
+        base = torch.cuda.memory_allocated(device) - kept
         torch.cuda.reset_peak_memory_stats(device)
         step()
         torch.cuda.synchronize(device)
@@ -262,7 +265,7 @@ def child(req: dict) -> dict:
         out.update(baseline=base, peak=peak, step=peak - base, reserved=torch.cuda.max_memory_reserved(device),
                    nvml_process_bytes=_nvml_process_bytes(device.index or 0))
     else:
-        base = _status("VmRSS")
+        base = _status("VmRSS") - kept
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset VmHWM to the current resident set
         step()
