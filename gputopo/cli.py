@@ -9,7 +9,7 @@ from .commands.deepspeed_config import deepspeed_config
 from .commands.doctor import doctor
 from .commands.inspect import inspect
 from .commands.plan import plan
-from .errors import GputopoError, InternalError, Interrupted, WriteFailed
+from .errors import BadInput, GputopoError, InternalError, Interrupted, WriteFailed
 from .units import escaped
 
 
@@ -66,7 +66,10 @@ class Group(click.Group):
     def _say(e: GputopoError, ctx) -> None:
         for line in e.details:
             click.echo(line, err=True)
-        click.echo(f"Error: {escaped(str(e))}", err=True)   # one line, whatever a path or value held
+        # A refusal is one line whatever a path or value held; a failed run's report keeps its own lines (the
+        # child's last lines), each with its control characters escaped.
+        said = escaped(str(e)) if isinstance(e, BadInput) else "\n".join(map(escaped, str(e).split("\n")))
+        click.echo(f"Error: {said}", err=True)
         if isinstance(e, Interrupted):
             STOPPED.append(e.exit_code)   # main() ends the process at once with it
         ctx.exit(e.exit_code)
