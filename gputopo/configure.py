@@ -111,7 +111,8 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
             raise BadInput(f"{', '.join(unused)} only {'feeds' if len(unused) == 1 else 'feed'} the memory plan:"
                            " add --auto (with --model), or drop " + ("it" if len(unused) == 1 else "them"))
     launch.check_options(a.launcher, nodes, a.master_addr, a.master_port if "master_port" in a.given else None,
-                         script_given="script" in a.given, cpus_given="cpus_per_task" in a.given)
+                         script_given="script" in a.given, cpus_given="cpus_per_task" in a.given,
+                         script=a.script)
     if a.launcher and a.output and os.path.basename(a.output) in launch.file_names(a.launcher, nodes):
         raise BadInput(f"--output {a.output}: --launcher {a.launcher} writes a file of that name beside the config;"
                        " name the config otherwise (ds_config.json)")

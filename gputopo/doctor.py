@@ -528,16 +528,15 @@ def _tmpdir(host) -> str:
 
 def read_config(path: str) -> dict:
     """A DeepSpeed config file (or '-', stdin) as a dict; a bad file gets one line naming --config."""
-    import json
-
+    from . import jsonread
     from .errors import BadInput
     from .sources import read_text
     try:
-        cfg = json.loads(read_text(path, expect="a DeepSpeed config (JSON)"))
+        text = read_text(path, expect="a DeepSpeed config (JSON)")
     except BadInput as e:
         raise BadInput(f"--config {e}") from None
-    except ValueError as e:
-        raise BadInput(f"--config {path}: not JSON ({e})") from None
+    # a DeepSpeed config nests 3 deep; its numbers whole within 20 digits and finite (1e400 overflowed int())
+    cfg = jsonread.loads(text, f"--config {path}:", 32, what="no DeepSpeed setting holds", bad="not JSON")
     if not isinstance(cfg, dict):
         raise BadInput(f"--config {path}: a DeepSpeed config is a JSON object")
     return cfg

@@ -2,6 +2,7 @@
 that cannot be written; caches read and written without following a link."""
 from __future__ import annotations
 
+import io
 import os
 import stat
 
@@ -215,4 +216,12 @@ def guard_stdout() -> None:
             os.fstat(1)
         except OSError:
             _to_null(1)
-    sys.stdout = Stdout(sys.stdout)
+    stream = sys.stdout
+    if stream is not None and isinstance(getattr(stream, "buffer", None), io.RawIOBase):
+        # PYTHONUNBUFFERED / -u: the text layer writes straight to the file, and a short write (a disk filling up)
+        # drops the rest unsaid; the buffered stdout Python gives by default retries it, then raises (Stdout).
+        unbuffered = stream
+        stream = io.TextIOWrapper(io.BufferedWriter(stream.buffer), encoding=stream.encoding, errors=stream.errors,
+                                  line_buffering=stream.line_buffering)
+        stream.unbuffered = unbuffered   # kept alive: collected, it would close the file under the new one
+    sys.stdout = Stdout(stream)

@@ -332,6 +332,13 @@ def hostlist(names: list[str]) -> str:
     return ",".join(out)
 
 
+def slurm_node(name: str) -> bool:
+    """Whether scontrol reads `name` as that one node: a host name by --hosts' rule (launch.host_problem: no ',',
+    '[' or space a Slurm host list expands), and not ALL, which names every node. Names come from file names."""
+    from .launch import host_problem
+    return host_problem(name) is None and name.upper() != "ALL"
+
+
 def drain_command(nodes: list[str], why: str) -> str:
     """The scontrol line that drains `nodes`; the names come from reports and file names, so every part is quoted
     (a Slurm host list's brackets too: a shell would glob them)."""
@@ -364,7 +371,13 @@ def recommendation(fleet: dict) -> list[str]:
             mine = [f"{o['what']} {o['value']}" for o in fleet["odd"] if o["node"] == node and slowing(o)]
             reasons.setdefault("; ".join(mine[:2]) + (f" and {len(mine) - 2} more" if len(mine) > 2 else ""),
                                []).append(node)
-        lines += [drain_command(nodes, what) for what, nodes in reasons.items()]
+        for what, nodes in reasons.items():
+            named_one = [n for n in nodes if slurm_node(n)]
+            if named_one:
+                lines.append(drain_command(named_one, what))
+            if len(named_one) < len(nodes):
+                lines.append(f"no drain line for {named([n for n in nodes if not slurm_node(n)])}: not a name Slurm"
+                             " reads as one node (ALL, or a ',' or '[' it would expand): drain it by its own name")
     if fleet["unreachable"]:
         lines.append("no report from " + named([u["node"] for u in fleet["unreachable"]])
                      + ": a job that includes them cannot start (or hangs at the rendezvous)")

@@ -51,11 +51,14 @@ def host_problem(host: str) -> str | None:
 
 
 def check_options(launcher: str | None, nodes: int, master_addr: str | None, port: int | None,
-                  script_given: bool = False, cpus_given: bool = False) -> None:
+                  script_given: bool = False, cpus_given: bool = False, script: str = "train.py") -> None:
     """Refuse launch options that would change nothing for this launcher and layout (--ds-optimizer is the
     config's: gputopo.dsconfig refuses it). port: None when --master-port was not typed."""
     if script_given and launcher is None:
         raise BadInput("--script names the training script in the launch command: add --launcher")
+    if script.startswith("-"):   # quoting keeps the shell out; a leading '-' the launcher would read as its own option
+        raise BadInput(f"--script {script}: starts with '-', which the launcher would read as its own option"
+                       f" (--no-python, --config_file=...): name the file as ./{script}")
     if cpus_given and launcher != "slurm":
         raise BadInput("--cpus-per-task sizes the Slurm job (#SBATCH --cpus-per-task): it needs --launcher slurm")
     if master_addr is not None:

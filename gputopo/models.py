@@ -9,6 +9,7 @@ import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import jsonread
 from .errors import BadInput
 from .units import MOST_CHARS, NUMBER, shown
 
@@ -33,7 +34,6 @@ SHAPE_KEYS = {**dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_
 NULLABLE = {"n_inner", "intermediate_size", "vocab_size", "num_key_value_heads"}
 LISTED = {"num_attention_heads", "num_heads", "intermediate_size"}
 PER_PART = {"num_hidden_layers"}
-MOST_DIGITS = 20   # config.json's longest whole number: a 64-bit integer's 20 digits (int() refuses 4,301)
 # The bound of each and why, for config.json's counts and --layers, --hidden-size, --vocab-size alike
 BOUNDS = {"layers": (MOST_LAYERS, "twice DeepNet's 1,000, the deepest transformer trained"),
           "widths": (MOST_WIDTH, "one h x h pair of it is half of the 100T parameters any model has")}
@@ -231,17 +231,12 @@ def read_config(folder) -> dict:
         raise too_big
     try:
         text = data.decode()
-        if _depth(text) > MOST_DEPTH:
-            raise ValueError(f"JSON nested more than {MOST_DEPTH} deep")
-        raw = json.loads(text, parse_int=_whole)
-    except ValueError as e:   # UnicodeDecodeError and json's errors are ValueErrors
+    except UnicodeDecodeError as e:
         raise BadInput(f"{where} unreadable ({e})") from None
+    raw = jsonread.loads(text, where, MOST_DEPTH)
     if not isinstance(raw, dict):
         raise BadInput(f"{where} is not a JSON object")
-    for key, value in _walk(raw):
-        if isinstance(value, _Long):
-            raise BadInput(f"{where} {key} is a {value.digits:,}-digit number: no config holds one longer than"
-                           f" {MOST_DIGITS} digits (a 64-bit integer)")
+    for key, _ in jsonread.walk(raw):
         if key.rpartition(".")[2] == "auto_map":   # at any depth: a sub-config's auto_map names code too
             at = "" if key == "auto_map" else f" (at {key})"
             raise BadInput(f"{where} has auto_map{at}: the model is code in the folder, and gputopo never runs a"
@@ -249,59 +244,11 @@ def read_config(folder) -> dict:
     return raw
 
 
-class _Long(int):
-    """A whole number of config.json longer than MOST_DIGITS, kept as its digit count (never converted), so the
-    refusal names its key rather than Python's sys.set_int_max_str_digits() advice."""
-    digits: int
-
-    def __new__(cls, digits: int):
-        self = super().__new__(cls, 0)
-        self.digits = digits
-        return self
-
-
-def _whole(text: str) -> int:
-    """json's reader of a whole number, within MOST_DIGITS."""
-    digits = len(text.lstrip("-"))
-    return _Long(digits) if digits > MOST_DIGITS else int(text)
-
-
-def _walk(node, at: str = ""):
-    """(dotted key, value) of every entry of a JSON value, at any depth, parents first: text_config.n_layer,
-    layers[2].n_head."""
-    stack = [(at, node)]
-    while stack:
-        at, node = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, value in items:
-            here = f"{at}[{key}]" if isinstance(node, list) else f"{at}.{key}" if at else str(key)
-            yield here, value
-            if isinstance(value, (dict, list)):
-                stack.append((here, value))
-
-
-def _depth(text: str) -> int:
-    """How deep a JSON text's arrays and objects nest (counted outside strings), without parsing it."""
-    depth = most = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            most = max(most, depth)
-        elif ch in "]}":
-            depth -= 1
-    return most
-
-
 def check_counts(raw: dict, folder) -> None:
     """config.json's layers, widths (hidden size, heads, vocabulary, intermediate size), at any depth: whole
     numbers from 1 to their bound (null, a list or an object only where transformers holds one: NULLABLE, LISTED,
     PER_PART), refused before anything is built, naming the key and what it holds."""
-    for at, value in _walk(raw):
+    for at, value in jsonread.walk(raw):
         key = at.rpartition(".")[2]
         if key not in SHAPE_KEYS:
             continue

@@ -63,7 +63,8 @@ MOST_GPUS = 256
 MOST_NICS = 64         # NIC columns of `topo -m` (DGX H100 has 12; nccllog reads 64 networks)
 MOST_NAME = 96         # characters of a GPU's name or UUID: NVML_DEVICE_NAME_V2_BUFFER_SIZE
 MOST_MIG = 7           # MIG instances a GPU lists (`nvidia-smi -L`): A100, H100 and B200 have at most 7
-TOO_MANY = ("more than a paste is read for (at most {most}{why}): is it one machine's nvidia-smi output,"
+MOST_LINES = 50_000    # lines of one text: 10x `nvlink -s` of MOST_GPUS GPUs (18 links each), a terminal's scroll
+TOO_MANY = ("more than a paste is read for (at most {most:,}{why}): is it one machine's nvidia-smi output,"
             " unedited?")
 
 
@@ -89,6 +90,9 @@ def clean(text: str) -> list[str]:
     reply; nvidia-smi never starts a line with '>')."""
     if "\x00" in text:
         raise BadInput("the input is binary, not nvidia-smi text")
+    lines = max(text.count("\n"), text.count("\r")) + 1
+    if lines > MOST_LINES:   # counted before anything is split: 66M blank lines took 5 min and 1.6 GB
+        raise _too_many("lines", lines, MOST_LINES, ": `nvlink -s` of 256 GPUs prints about 5,000")
     long = LONG_NUMBER.search(text)
     if long:
         raise BadInput(f"line {text.count(chr(10), 0, long.start()) + 1} holds a {len(long.group())}-digit number:"

@@ -362,6 +362,17 @@ def test_config_exit_code_follows_the_op_builders(tree, fake_nvml, monkeypatch, 
     (tmp_path / "bad.json").write_text("{not json")
     r = run("doctor", "--config", str(tmp_path / "bad.json"))
     assert r.exit_code == 2 and r.stderr.startswith("Error: ") and "not JSON" in r.stderr
+    # numbers and nesting DeepSpeed's reader takes but no setting means: one line naming the key, never exit 70
+    # (1e400 overflowed int(), a 400-digit number float(), 1000 nested lists Python's reader's stack)
+    for text, said in (('{"zero_optimization": {"offload_param": {"buffer_count": 1e400}}}',
+                        "zero_optimization.offload_param.buffer_count is inf"),
+                       ('{"zero_optimization": {"sub_group_size": 1' + "0" * 400 + "}}",
+                        "zero_optimization.sub_group_size is a 401-digit number"),
+                       ('{"a": ' + "[" * 1000 + "1" + "]" * 1000 + "}", "not JSON (JSON nested more than 32 deep)"),
+                       ('{"train_batch_size": NaN}', "NaN is not a number JSON has")):
+        (tmp_path / "odd.json").write_text(text)
+        r = run("doctor", "--config", str(tmp_path / "odd.json"))
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr
 
 
 def test_inspect_shows_blocking_host_problems_only_for_this_machine(tree, fake_nvml):

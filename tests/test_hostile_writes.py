@@ -248,11 +248,16 @@ def fleet_files(tmp_path) -> list:
 
 
 def test_the_drain_line_quotes_the_node_name(tmp_path):
-    """The node name came from a report file's name: the reason was quoted, the name was not."""
+    """The node name came from a report file's name: the reason was quoted, the name was not. A name no Slurm node
+    has (shell characters) gets no drain line at all; a host name's line is quoted whole."""
     reports = gather.from_files([str(p) for p in fleet_files(tmp_path)])
     f = fleet.compare(reports)
+    assert not [line for line in f["recommendation"] if line.startswith("scontrol ")]
+    assert any(line.startswith(f"no drain line for {EVIL}: not a name Slurm reads") for line in f["recommendation"])
+    (tmp_path / f"{EVIL}.json").rename(tmp_path / "gpu-07.json")
+    f = fleet.compare(gather.from_files([str(p) for p in sorted(tmp_path.glob("*.json"))]))
     drain = [line for line in f["recommendation"] if line.startswith("scontrol ")]
-    assert shlex.split(drain[0]) == ["scontrol", "update", f"nodename={EVIL}", "state=drain",
+    assert shlex.split(drain[0]) == ["scontrol", "update", "nodename=gpu-07", "state=drain",
                                      "reason=gputopo: driver 1.0"]
     md = markdown.fleet(f)
     line = next(x for x in md.splitlines() if "scontrol" in x)
@@ -276,6 +281,17 @@ def test_master_addr_is_held_to_the_host_rule(tmp_path, launcher, addr, said):
     out = tmp_path / "ds.json"
     one_line(run("deepspeed-config", "--stage", "2", "--launcher", launcher, "--gpus", "2", "--nodes", "2", "-o", out,
                  "--master-addr", addr), 2, "Error: --master-addr ", said)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("launcher", ["deepspeed", "accelerate", "torchrun", "slurm"])
+@pytest.mark.parametrize("script", ["--no-python", "--config_file=/etc/passwd", "-m"])
+def test_a_script_that_reads_as_a_launcher_option_is_refused(tmp_path, launcher, script):
+    """Quoted for the shell, `--script=--no-python` still reached torchrun as its own option, and
+    `--config_file=/etc/passwd` accelerate's: a script named with a leading '-' is refused, naming ./ instead."""
+    out = tmp_path / "ds.json"
+    one_line(run("deepspeed-config", "--stage", "2", "--launcher", launcher, "--gpus", "2", "-o", out,
+                 f"--script={script}"), 2, f"Error: --script {script}: starts with '-'", f"./{script}")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -449,7 +465,8 @@ def test_a_hot_node_at_its_power_cap_stands_out(tmp_path):
 def test_control_characters_are_shown_escaped_and_the_drain_line_names_the_node_shown(tmp_path):
     """A newline in a report's driver or a file's name split table rows and drain lines in two (the quoting held);
     an ESC sequence in a file name was dropped by click when piped, so the drain line named "escred" while the file
-    was esc<ESC>[31mred. Every control character is shown as Python writes it, the same string everywhere."""
+    was esc<ESC>[31mred. Every control character is shown as Python writes it, the same string everywhere; no such
+    name gets a drain line."""
     base = json.loads((FIXTURES / "fleet" / "node01.json").read_text())
     odd = dict(base, driver="5\n50;$(id)", versions=dict(base["versions"], driver="5\n50;$(id)"))
     paths = []
@@ -463,19 +480,32 @@ def test_control_characters_are_shown_escaped_and_the_drain_line_names_the_node_
         r = run(*args, *({"text": [], "markdown": ["--markdown"], "json": ["--json"]}[output]))
         assert r.exit_code == 1, r.output
         assert all(c in "\n" or c.isprintable() for c in r.output), repr(r.output)
-        lines = r.output.splitlines()
-        drain = next(x for x in lines if "scontrol update" in x)
-        drain = drain[drain.index("scontrol"):].rstrip('`",')
-        if output == "json":
-            drain = json.loads(f'"{drain}"')
-        assert shlex.split(drain) == ["scontrol", "update", f"nodename={','.join(shown)}", "state=drain",
-                                      "reason=gputopo: driver 5\\n50;$(id)"], drain
+        lines = r.output.splitlines() if output != "json" else json.loads(r.stdout)["fleet"]["recommendation"]
+        # no Slurm node has such a name: no drain line (scontrol would expand some), but the nodes named, escaped
+        said = next(x for x in lines if "no drain line for" in x)
+        assert all(n in said for n in shown) and "scontrol update" not in r.output, said
         if output != "json":
             row = next(x for x in lines if shown[0] in x and "550.54.15" not in x)
             assert ", ".join(shown) in row and "5\\n50;$(id)" in row, row
     data = json.loads(run(*args, "--json").stdout)["fleet"]
     assert data["nodes"] == ["a", "b", *shown, "c", "d"]
     assert fleet.shown("a\tb\x00\u2028") == "a\\tb\\x00\\u2028" and fleet.shown("node-01.é") == "node-01.é"
+
+
+def test_a_drain_line_never_names_more_nodes_than_the_odd_one(tmp_path):
+    """Node names come from file names, and scontrol expands a host list: `ALL.json` drained every node of the
+    cluster, `a,b.json` two, `gpu[1-999].json` 999. Such a name gets no drain line, and says why."""
+    norm, odd = (FIXTURES / "fleet" / "node01.json").read_text(), (FIXTURES / "fleet" / "node04.json").read_text()
+    files = []
+    for name, text in [(f"n{i}", norm) for i in range(1, 6)] + [("ALL", odd), ("a,b", odd), ("gpu[1-999]", odd),
+                                                                  ("n9", odd)]:
+        (tmp_path / f"{name}.json").write_text(text)
+        files += ["-f", tmp_path / f"{name}.json"]
+    r = run("inspect", "--fleet", *files)
+    drains = [line.strip() for line in r.stdout.splitlines() if "scontrol update" in line]
+    assert r.exit_code == 1 and drains == ["scontrol update nodename=n9 state=drain reason='gputopo: driver"
+                                           " 535.129.03; cuda 12.2 and 1 more'"], r.stdout
+    assert "no drain line for ALL, a,b, gpu[1-999]: not a name Slurm reads as one node" in r.stdout
 
 
 def test_two_files_that_show_as_one_node_are_refused(tmp_path):
@@ -514,6 +544,42 @@ def test_a_full_stdout_is_exit_1_and_one_line(argv, unbuffered):
                            env={**os.environ, "PYTHONUNBUFFERED": unbuffered})
     assert r.returncode == 1, r.stderr
     assert_one_stdout_line(r.stderr, ": not written (No space left on device)")
+
+
+def test_an_unbuffered_stdout_that_takes_part_of_a_write_is_not_cut_silently(monkeypatch):
+    """PYTHONUNBUFFERED=1 (Docker images set it): stdout's text layer wrote straight to the file, and a short write
+    on a disk filling up (128 KiB tmpfs: 131,072 of 840,881 bytes) dropped the rest with exit 0. guard_stdout
+    gives it back the buffered writer Python has by default, which writes the rest or raises."""
+    import io
+
+    from gputopo import files
+    from gputopo.errors import WriteFailed
+
+    class Filling(io.RawIOBase):   # takes 5 bytes of each write, then the disk is full
+        def __init__(self):
+            self.data, self.room = b"", 12
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            if not self.room:
+                raise OSError(28, "No space left on device")
+            took = bytes(b[:min(5, self.room)])
+            self.data, self.room = self.data + took, self.room - len(took)
+            return len(took)
+
+    raw = Filling()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8", write_through=True))
+    files.guard_stdout()
+    guarded = sys.stdout
+    monkeypatch.setattr(sys, "stdout", sys.__stdout__)   # pytest's own output from here on
+    guarded.write("0123456789")
+    guarded.flush()
+    assert raw.data == b"0123456789"                      # the short writes were retried, not dropped
+    with pytest.raises(WriteFailed, match="No space left on device"):
+        guarded.write("more than the disk holds")
+        guarded.flush()
 
 
 def test_a_closed_stdout_is_exit_1_and_one_line():

@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).parent.parent / "gputopo"
 LAYERS = [
     # foundation: no knowledge of GPUs
-    {"__init__", "errors", "units", "files", "children", "examples.__init__"},
+    {"__init__", "errors", "units", "files", "children", "jsonread", "examples.__init__"},
     # facts and catalogs: the data models, pure
     {"gpus", "datasheets", "topology", "models", "memory", "system"},
     # reading the machine and the inputs
