@@ -30,9 +30,9 @@ def families():
                       ("llama", transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=16,
                                                          num_attention_heads=2, num_key_value_heads=1, vocab_size=64,
                                                          max_position_embeddings=64))):
-        folder = tempfile.mkdtemp(prefix=f"gputopo-host-{name}-")
-        cfg.save_pretrained(folder)
-        out.append((name, cfg, models.from_path(folder)))
+        with tempfile.TemporaryDirectory(prefix=f"gputopo-host-{name}-") as folder:   # read once, then removed
+            cfg.save_pretrained(folder)
+            out.append((name, cfg, models.from_path(folder)))
     return out
 
 
