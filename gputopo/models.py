@@ -6,8 +6,9 @@ import json
 import os
 import re
 import stat
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from . import jsonread
 from .errors import BadInput
@@ -37,6 +38,22 @@ PER_PART = {"num_hidden_layers"}
 # The bound of each and why, for config.json's counts and --layers, --hidden-size, --vocab-size alike
 BOUNDS = {"layers": (MOST_LAYERS, "twice DeepNet's 1,000, the deepest transformer trained"),
           "widths": (MOST_WIDTH, "one h x h pair of it is half of the 100T parameters any model has")}
+
+
+class Linear(NamedTuple):
+    """A Linear (or GPT-2's Conv1D) module as PEFT and bitsandbytes see it: its path with each block's index as '*'
+    (model.layers.*.self_attn.q_proj), its shape, how many the model has, and its place in a block: "qkv" (reads the
+    attention's input), "o" (the attention's output), "up" (reads the MLP's input), "down" (the MLP's output),
+    "head" (the output head), "other"."""
+    name: str
+    fan_in: int
+    fan_out: int
+    count: int
+    stage: str
+
+    def matches(self, target: str) -> bool:
+        """PEFT's rule for a target module name: the whole path, or its last dotted parts."""
+        return self.name == target or self.name.endswith("." + target)
 
 
 @dataclass(frozen=True)
@@ -71,6 +88,13 @@ class ModelSpec:
                                    # LM), "token" (a classifier of `labels` per token), "sequence" (one per sequence)
     labels: int | None = None      # a classification head's classes
     kv_cache: bool = True          # a decoder builds a KV cache in training (use_cache); an encoder (BERT) none
+    linears: tuple = ()            # every Linear module (Linear tuples): what LoRA targets and bitsandbytes quantizes
+    linears_assumed: bool = False  # the names are the usual ones for its shape, not read from the model (--params)
+
+    def __post_init__(self):
+        # read back from JSON (plan --measure's child, saved plans): lists, made Linear tuples again
+        object.__setattr__(self, "linears", tuple(Linear(*x) for x in self.linears))
+        object.__setattr__(self, "defaulted", tuple(self.defaulted))
 
     @property
     def output_embedding(self) -> int:
@@ -192,10 +216,82 @@ def named(name: str) -> ModelSpec:
     layers = 2 * c["L"] if family == "t5" else c["L"]
     shape = {**FAMILY[family], **({"tied": True} if c.get("tied") else {})}
     model_type = model_type or ("mistral" if key.startswith("mistral") else family)
-    return ModelSpec(name=key, family=family, params=params, hidden_size=c["h"], layers=layers, heads=c["a"],
+    spec = ModelSpec(name=key, family=family, params=params, hidden_size=c["h"], layers=layers, heads=c["a"],
                      vocab_size=c["V"], intermediate_size=inter, largest_layer_params=largest, activation=act,
                      max_positions=c.get("P") or None, model_type=model_type, kv_heads=c.get("kvh"),
                      head_dim=c.get("kv"), **shape)
+    return replace(spec, linears=usual_linears(spec))
+
+
+# Module paths of each family's Linear modules as transformers names them, in block_matrices' order: the block's
+# prefix, Q/K/V (one fused or three), the attention's output, the MLP's input projection(s), its output; and the head.
+MODULE_NAMES = {
+    "gpt2": ("transformer.h.*", ("attn.c_attn",), "attn.c_proj", ("mlp.c_fc",), "mlp.c_proj", "lm_head"),
+    "bert": ("bert.encoder.layer.*", ("attention.self.query", "attention.self.key", "attention.self.value"),
+             "attention.output.dense", ("intermediate.dense",), "output.dense", "cls.predictions.decoder"),
+    "llama": ("model.layers.*", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "self_attn.o_proj",
+              ("mlp.gate_proj", "mlp.up_proj"), "mlp.down_proj", "lm_head"),
+}
+
+
+def usual_linears(m: ModelSpec) -> tuple[Linear, ...]:
+    """The Linear modules of a model not read from its own code (the catalog, --params): its family's names
+    (MODULE_NAMES; Llama's for any other) on block_matrices' shapes. T5's encoder and decoder blocks are named apart,
+    the decoder's cross-attention with them."""
+    mats, _, _, attn = block_matrices(m)
+    head = [Linear("lm_head", m.hidden_size, m.vocab_size, 1, "head")] if m.vocab_size and m.head == "lm" else []
+    if m.family == "t5":
+        L = m.layers // 2
+        (_, q), (_, kv), o, (_, wi), (_, _) = mats[0], mats[1], mats[attn], mats[attn + 1], mats[-1]
+        def attention(prefix):
+            return [Linear(f"{prefix}.{n}", m.hidden_size, w, L, "qkv") for n, w in (("q", q), ("k", kv), ("v", kv))] \
+                + [Linear(f"{prefix}.o", o[0], o[1], L, "o")]
+        mlp = lambda prefix: [Linear(f"{prefix}.wi", m.hidden_size, wi, L, "up"),   # noqa: E731
+                              Linear(f"{prefix}.wo", wi, m.hidden_size, L, "down")]
+        return tuple(attention("encoder.block.*.layer.0.SelfAttention") + mlp("encoder.block.*.layer.1.DenseReluDense")
+                     + attention("decoder.block.*.layer.0.SelfAttention")
+                     + attention("decoder.block.*.layer.1.EncDecAttention")
+                     + mlp("decoder.block.*.layer.2.DenseReluDense") + head)
+    block, qkv, o, up, down, head_name = MODULE_NAMES.get(m.family, MODULE_NAMES["llama"])
+    if len(qkv) != attn:   # three named where the shape has one fused (or the reverse): the usual three
+        qkv = MODULE_NAMES["llama"][1] if attn == 3 else ("self_attn.qkv_proj",)
+    ups = len(mats) - attn - 2
+    up = up if len(up) == ups else (("mlp.gate_proj", "mlp.up_proj") if ups == 2 else ("mlp.up_proj",))
+    stages = ["qkv"] * attn + ["o"] + ["up"] * ups + ["down"]
+    out = [Linear(f"{block}.{n}", i, o_, m.layers, st) for n, (i, o_), st in zip((*qkv, o, *up, down), mats, stages)]
+    if m.family == "bert" and head:   # its MLM head transforms the hidden state before the decoder
+        out.append(Linear("cls.predictions.transform.dense", m.hidden_size, m.hidden_size, 1, "other"))
+    return tuple(out + [h._replace(name=head_name) for h in head])
+
+
+def read_linears(model, m: ModelSpec) -> tuple[Linear, ...]:
+    """The Linear (and Conv1D) modules of a model built on the meta device, each path's block indices as '*', with
+    their place in a block found by their shape in block_matrices' order (the output head by what transformers
+    calls it)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+    out_emb = model.get_output_embeddings()
+    found: dict[str, list] = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, Conv1D):   # GPT-2's: weight (in, out)
+            shape = (mod.nx, mod.nf)
+        elif isinstance(mod, torch.nn.Linear):
+            shape = (mod.in_features, mod.out_features)
+        else:
+            continue
+        path = re.sub(r"\.\d+(?=\.|$)", ".*", name)
+        entry = found.setdefault(path, [shape, 0, "head" if mod is out_emb else None])
+        entry[1] += 1
+    mats, _, _, attn = block_matrices(m)
+    stages = ["qkv"] * attn + ["o"] + ["up"] * (len(mats) - attn - 2) + ["down"]
+    free = list(zip(mats, stages))
+    out = []
+    for path, (shape, count, stage) in found.items():
+        if stage is None and "*" in path:   # a block's module: the first of block_matrices' shapes it has
+            hit = next((i for i, (mat, _) in enumerate(free) if tuple(mat) == shape), None)
+            stage = free.pop(hit)[1] if hit is not None else "other"
+        out.append(Linear(path, shape[0], shape[1], count, stage or "other"))
+    return tuple(out)
 
 
 KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
@@ -324,13 +420,14 @@ def from_path(path: str) -> ModelSpec:
     defaulted = tuple(f"{what} ({value})" for what, (keys, value) in shape.items()
                       if value is not None and not any(k in raw or aliases.get(k) in raw for k in keys)
                       and value == next((getattr(bare, k) for k in keys if getattr(bare, k, None) is not None), None))
-    return ModelSpec(name=str(path), family=raw.get("model_type", "custom"), params=params, hidden_size=h,
+    spec = ModelSpec(name=str(path), family=raw.get("model_type", "custom"), params=params, hidden_size=h,
                      layers=layers, heads=heads, vocab_size=get("vocab_size"),
                      intermediate_size=get("intermediate_size", "n_inner", "d_ff") or (4 * h if h else None),
                      largest_layer_params=largest,
                      activation=get("activation_function", "hidden_act", "feed_forward_proj"),
                      max_positions=get("max_position_embeddings", "n_positions"), source="config.json",
                      model_type=raw.get("model_type"), defaulted=defaulted, **structure(model, cfg))
+    return replace(spec, linears=read_linears(model, spec))
 
 
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -471,9 +568,10 @@ def from_size(params: str, hidden_size: int | None, layers: int | None, vocab_si
                        f" ({MOST_PER_BLOCK} h^2 a block, five times Switch-C's 2,048 experts; an embedding and a head"
                        f" of {vocab:,} tokens): check --params, --hidden-size and --layers")
     largest = max(hidden_size * 4 * hidden_size, (vocab_size or 0) * hidden_size)
-    return ModelSpec(name=f"{params} params", family="custom", params=n, hidden_size=hidden_size, layers=layers,
+    spec = ModelSpec(name=f"{params} params", family="custom", params=n, hidden_size=hidden_size, layers=layers,
                      heads=max(1, hidden_size // 128), vocab_size=vocab_size, intermediate_size=4 * hidden_size,
                      largest_layer_params=largest, activation="gelu", source="params")
+    return replace(spec, linears=usual_linears(spec), linears_assumed=True)
 
 
 def resolve(model: str | None, params: str | None, hidden_size: int | None, layers: int | None,
