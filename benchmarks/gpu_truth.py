@@ -132,13 +132,13 @@ def setup(case: Case, device: str) -> dict:
 def matmul_table(m, t, device: str = "cuda", conv1d: bool = False) -> dict:
     """(M, N, K) -> {"forward"|"backward": {part: count}}: the projections whose forward matmul (or one of its two
     backward matmuls) has that shape, in gputopo.speed's own list and names. The weight's gradient is the
-    (K, N, M) of speed.backward_shapes where the weight is stored [K, N] (GPT-2's Conv1D blocks: conv1d), and
+    (K, N, M) of ops.backward_shapes where the weight is stored [K, N] (GPT-2's Conv1D blocks: conv1d), and
     (N, K, M) where nn.Linear stores it [N, K] (every other projection and every LM head): torch's mm backward
     computes it in the weight's own layout."""
-    from gputopo import speed
+    from gputopo import ops
     table: dict = {}
-    for name, (count, M, N, K) in zip(speed.matmul_names(m), speed.matmuls(m, t, t.attention, device)):
-        data, weight = speed.backward_shapes(M, N, K)
+    for name, (count, M, N, K) in zip(ops.matmul_names(m, t), ops.matmuls(m, t, t.attention, device)):
+        data, weight = ops.backward_shapes(M, N, K)
         if not (conv1d and name != "LM head") and not name.startswith("attention"):
             weight = (N, K, M)
         for direction, shapes in (("forward", [(M, N, K)]), ("backward", [data, weight])):
@@ -523,7 +523,7 @@ def part_names(m, t, strategy: str) -> frozenset:
 
 def build(run: dict, ckpt: bool, device):
     """The causal LM from its config as gputopo.calibrate builds it: random weights (seed 0), fp32, train mode."""
-    from gputopo.calibrate import build_model
+    from gputopo.build import build_model
     return build_model({"config": run["config"], "attention": "auto", "grad_checkpointing": ckpt}, device)
 
 

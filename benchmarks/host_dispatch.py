@@ -5,7 +5,7 @@ Run: .venv/bin/python benchmarks/host_dispatch.py [--steps N] [--device cpu|cuda
 A training step in eager PyTorch is Python, transformers' modules, torch's dispatcher, autograd and (on a GPU) a
 launch per kernel; when the kernels are short the GPU waits for the host. This times the forward and backward
 of models built from their configuration at a tiny width (64 wide, 8 tokens), so the kernels themselves take
-next to nothing, in fp32 and under autocast (bf16), and divides by the kernels gputopo.speed.kernels counts for
+next to nothing, in fp32 and under autocast (bf16), and divides by the kernels gputopo.ops.kernels counts for
 them. The optimizer is left out: on a GPU torch's foreach AdamW launches a few dozen kernels for the whole model,
 on a CPU it loops over every tensor (no foreach kernels there), which no GPU step does. On a CPU the "kernels" run on
 the same core (a few microseconds each at this size): the figure is an upper bound of the dispatch alone; on a GPU
@@ -66,7 +66,7 @@ def main():
     import torch
     import transformers
 
-    from gputopo import speed
+    from gputopo import ops
     from gputopo.plan import Training
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(1)
@@ -77,7 +77,7 @@ def main():
         ids = torch.randint(0, 64, (1, 8), device=a.device)
         for precision, autocast in (("fp32", False), ("bf16", True)):
             t = Training(precision=precision, batch_size=1, seq_len=8, attention="sdpa")
-            n = speed.kernels(spec, t, "sdpa", a.device)
+            n = ops.kernels(spec, t, "sdpa", a.device)
             s = step_seconds(model, ids, autocast, a.device, a.steps)
             print(f"{name:8s} {precision:9s} {s * 1e3:10.1f} {n:8d} {s / n * 1e6:9.1f}")
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from . import children, dsops
+from .build import build_model
 from .errors import BadInput, BenchmarkFailed
 
 RESULT = "GPUTOPO_CALIBRATE "
@@ -49,7 +50,8 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
         config = hf_config(model)
     except BadInput:   # not a causal LM gputopo can rebuild: the op-by-op model alone
         config = None
-    from .speed import attention_shapes, elementwise_ops, key, sample_blocks, sample_spec, training_matmuls
+    from .ops import attention_shapes, elementwise_ops, key, training_matmuls
+    from .speed import sample_blocks, sample_spec
     # a fused attention kernel (SDPA on a GPU) is timed whole at the step's shape, not as its matmuls
     fused = attention_shapes(model, training, device)
     shapes = sorted({key(M, N, K) for _, M, N, K in training_matmuls(model, training, training.attention, device)}
@@ -764,27 +766,6 @@ def spread(times: list[float]) -> float:
         return 0.0
     t = sorted(times)
     return (t[round(0.9 * (len(t) - 1))] - t[round(0.1 * (len(t) - 1))]) / statistics.median(t)
-
-
-def build_model(req: dict, device, layers: int | None = None):
-    """(model, config): the request's causal LM from its transformers config, random weights (seed 0), in
-    training mode, checkpointed when asked; cut to `layers` blocks when given (the sample here; also
-    gputopo.measure's child, which builds the whole model)."""
-    import torch
-    import transformers
-    transformers.logging.set_verbosity_error()
-    cfg = transformers.AutoConfig.for_model(**req["config"])
-    if layers:
-        cfg.num_hidden_layers = layers
-    torch.manual_seed(0)
-    attention = None if req["attention"] == "auto" else req["attention"]   # None: transformers' own choice
-    with device:
-        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attention,
-                                                              trust_remote_code=False)   # data is read, never run
-    model.train()
-    if req["grad_checkpointing"]:
-        model.gradient_checkpointing_enable()
-    return model, cfg
 
 
 def _one_step(torch, req: dict, device, layers: int):

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import NamedTuple
 
-from . import memory
-from .models import block_matrices, block_tensors, embedding_tensors, param_tensors
+from . import finetune, memory, ops
+from .models import block_tensors, embedding_tensors, param_tensors
 from .plan import TORCH_STRATEGIES, comm_split, value_bytes, weight_bytes, zero3_buckets
 
 DDP_BUCKET = 25 * 2 ** 20          # torch DDP's bucket_cap_mb default (the first bucket is 1 MB)
@@ -55,7 +54,7 @@ class Rates:
                                            # GPU): hidden where the step allows (exposed_comm); the CPU twin's
                                            # gloo shares the cores with compute, so calibration keeps False
     sms: int | None = None                 # streaming multiprocessors: a matmul runs in waves of tiles over them
-    attention_flops: float | None = None   # fused attention's matmuls (FlashAttention in SDPA) on a GPU
+    attention_flops: float | None = None   # fused attention's ops.matmuls (FlashAttention in SDPA) on a GPU
     k_half: float | None = None            # the K at which a tensor-core matmul reaches half its rate (k_factor)
     matmul_seconds: dict | None = None     # calibrated: "MxNxK" -> seconds, the model's own shapes
     elementwise: dict | None = None        # calibrated: elements -> {"stream", "math", "inplace"} bytes/s
@@ -105,61 +104,6 @@ class Time:
         return d
 
 
-def matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[int, int, int, int]]:
-    """The forward matmuls of one micro-step: (count, M, N, K) for out[M, N] = a[M, K] @ b[K, N]."""
-    x = memory.shape(m, t)
-    hq, hkv = x.a * x.d, x.kv * x.d
-    qkv = [(1, x.T, hq + 2 * hkv, x.h)] if m.fused_qkv else [(1, x.T, hq, x.h), (2, x.T, hkv, x.h)]
-    up = [(2 if m.gated_mlp else 1, x.T, x.I, x.h)]                  # SwiGLU: gate and up projections
-    # Fused attention kernels skip the masked half of causal scores; eager and the math kernel (CPU SDPA with
-    # dropout, see gputopo.memory) compute all of it.
-    fused = memory.resolve_attention(m, attention) == "sdpa" and (device == "cuda" or not m.attn_dropout)
-    causal = 0.5 if fused else 1.0
-    scores = [(round(x.b * x.a * causal), x.s, x.s, x.d), (round(x.b * x.a * causal), x.s, x.d, x.s)]
-    block = qkv + [(1, x.T, x.h, hq)] + up + [(1, x.T, x.h, x.I)] + scores
-    out = [(c * m.layers, M, N, K) for c, M, N, K in block]
-    if x.L:   # the output head: the vocabulary's logits (LM), a token classifier's classes
-        out.append((1, x.T, x.L, x.h))
-    return out
-
-
-OUTPUT_HEADS = {"lm": "LM head", "token": "classifier head"}
-
-
-def matmul_names(m) -> list[str]:
-    """What each of matmuls()'s entries is, in its order."""
-    qkv = ["Q, K, V projection"] if m.fused_qkv else ["Q projection", "K, V projections"]
-    up = ["MLP gate and up projections" if m.gated_mlp else "MLP up projection"]
-    head = [OUTPUT_HEADS.get(m.head, "output head")] if m.logits else []
-    return qkv + ["attention output projection"] + up + ["MLP down projection", "attention scores",
-                                                        "attention values"] + head
-
-
-def backward_shapes(M: int, N: int, K: int) -> list[tuple[int, int, int]]:
-    """The two matmuls of a matmul's backward: da = dc @ b^T and db = a^T @ dc."""
-    return [(M, K, N), (K, N, M)]
-
-
-def key(M: int, N: int, K: int) -> str:
-    """A matmul shape as calibration names it."""
-    return f"{M}x{N}x{K}"
-
-
-def training_matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[int, int, int, int]]:
-    """Every matmul of a micro-step's forward and backward (and the blocks' recomputed forward)."""
-    fwd = matmuls(m, t, attention, device)
-    out = list(fwd)
-    for c, M, N, K in fwd:
-        out += [(c, *s) for s in backward_shapes(M, N, K)]
-    if t.grad_checkpointing:  # the blocks' forward runs again in backward; the output head (last) does not
-        out += fwd[:-1] if m.logits else fwd
-    elif t.selective:   # torchtitan's per-op policy recomputes every other matmul (SDPA's output is kept; eager
-        #                   attention's batched matmuls are not on its save list, so they run again)
-        scores = score_shapes(m, t, device) if memory.resolve_attention(m, attention) == "sdpa" else []
-        out += [(c / 2, M, N, K) for c, M, N, K in (fwd[:-1] if m.logits else fwd) if (M, N, K) not in scores]
-    return out
-
-
 TILE = 128   # cuBLAS's common 16-bit tile edge (NVIDIA's matrix multiplication guide: 256x128, 128x128, 64x128...)
 
 
@@ -190,7 +134,7 @@ def matmul_seconds(shapes, rates: Rates, elem: int) -> float:
     SMs) and bytes / bandwidth."""
     total = 0.0
     for c, M, N, K in shapes:
-        known = (rates.matmul_seconds or {}).get(key(M, N, K))
+        known = (rates.matmul_seconds or {}).get(ops.key(M, N, K))
         if known is None:
             flops = 2 * M * N * K / rates.matmul_flops * wave_factor(M, N, K, rates.sms) / k_factor(K, rates)
             if N % ALIGN or K % ALIGN:
@@ -235,16 +179,16 @@ def flash_share(direction: str, seq: int, head_dim: int, causal: bool) -> float:
 
 def attention_parts(m, t, rates: Rates, device: str = "cuda") -> tuple[float, float]:
     """A fused attention kernel's (SDPA on a GPU) (forward, backward) seconds in one micro-step: its forward's two
-    matmuls (the blocks' forward again under full checkpointing; selective keeps SDPA's output) at the forward's
+    ops.matmuls (the blocks' forward again under full checkpointing; selective keeps SDPA's output) at the forward's
     rate, its backward's five at the backward's; a calibration's own timing of the kernel at the step's shape where
     there is one."""
-    fused = attention_shapes(m, t, device)
+    fused = ops.attention_shapes(m, t, device)
     if not fused:
         return 0.0, 0.0
     forwards = 2 if t.grad_checkpointing else 1
     if rates.attention_s:
         return m.layers * forwards * rates.attention_s[0], m.layers * rates.attention_s[1]
-    flops = sum(2 * c * M * N * K for c, M, N, K in matmuls(m, t, t.attention, device) if key(M, N, K) in fused)
+    flops = sum(2 * c * M * N * K for c, M, N, K in ops.matmuls(m, t, t.attention, device) if ops.key(M, N, K) in fused)
     x = memory.shape(m, t, device)
     fwd = (rates.attention_flops or rates.matmul_flops) * (flash_share("fwd", x.s, x.d, True) if rates.flash_curve
                                                            else 1.0)
@@ -258,19 +202,6 @@ def attention_seconds(m, t, rates: Rates, device: str = "cuda") -> float:
     return sum(attention_parts(m, t, rates, device))
 
 
-def score_shapes(m, t, device: str = "cuda") -> list[tuple[int, int, int]]:
-    """The forward matmuls of the attention scores and values: they end the block's list, the LM head is last."""
-    fwd = matmuls(m, t, t.attention, device)
-    return [(M, N, K) for _, M, N, K in (fwd[-3:-1] if m.logits else fwd[-2:])]
-
-
-def attention_shapes(m, t, device: str = "cuda") -> frozenset:
-    """The keys of the scores' matmuls (forward and backward) when a fused kernel computes them (SDPA on a GPU)."""
-    if device != "cuda" or memory.resolve_attention(m, t.attention) != "sdpa":
-        return frozenset()
-    return frozenset(key(*s) for M, N, K in score_shapes(m, t, device) for s in [(M, N, K)] + backward_shapes(M, N, K))
-
-
 # ---- elementwise work, op by op as transformers runs the model ----------------------------------------------
 # An op is what, elements, bytes per element, forward and backward passes (a pass reads or writes the whole tensor
 # once), kind, and the kernels it launches forward and backward. kind "stream" (add, multiply, copy, cast) or
@@ -279,191 +210,13 @@ def attention_shapes(m, t, device: str = "cuda") -> frozenset:
 # run (each a launch: a GPU pays its per-kernel time, Rates.kernel_s, and the host its dispatch, Rates.host_op_s).
 
 
-class Op(NamedTuple):
-    what: str
-    n: int
-    bpe: float
-    fwd: float
-    bwd: float
-    kind: str
-    kernels: tuple = (1, 1)
-
-
-def autocast(x) -> bool:
-    """torch.autocast runs the step: 16-bit compute over fp32 weights, whose residual stream stays fp32 (plain
-    PyTorch); a model whose weights are 16-bit itself (DeepSpeed, FSDP's param dtype, --pure-16bit) casts nothing."""
-    return x.mixed and x.res == 4
-
-
-def norm_op(m, x) -> Op:
-    """LayerNorm is one kernel (forward: read, write; backward: the gradient, the input and the weights'
-    gradients, in two kernels); HF's RMSNorm is Python: pow, mean, add eps, rsqrt, two multiplies, and their
-    gradients one by one (the weight's a multiply and a sum)."""
-    if m.norm == "layernorm":
-        return Op("layernorm", x.T * x.h, 4, 2, 5, "math", (1, 2))
-    return Op("rmsnorm", x.T * x.h, 4, 7, 19, "stream", (6, 11))
-
-
-def norm_ops(m, x, consumers: int) -> list[Op]:
-    """A norm before `consumers` projections, the residual add after the sublayer (backward: the two gradients
-    reaching the residual stream summed), the dropout before it."""
-    Th, f, v = x.T * x.h, 4, x.v
-    ops = [norm_op(m, x), Op("residual add", Th, x.res, 3, 3, "stream")]
-    if autocast(x):   # autocast casts the fp32 norm output for each projection (it caches weights, not activations)
-        ops.append(Op("autocast cast", Th * consumers, (f + v) / 2, 2, 2, "stream", (consumers, consumers)))
-    if m.hidden_dropout:
-        ops.append(Op("dropout", Th, v, 2 + x.mask / v, 2 + x.mask / v, "stream"))
-    return ops
-
-
-def attention_ops(m, x, attention: str) -> list[Op]:
-    """Around the attention kernel. Eager (and PyTorch's math SDPA) materializes the scores: matmul copies the
-    strided Q, K^T and V (or repeat_kv does), then scale, mask add, fp32 softmax, cast back, dropout
-    (transformers' eager_attention_forward); a fused SDPA kernel does all of that inside. Rotary models
-    rotate Q and K first: q * cos + rotate_half(q) * sin (neg, cat, 2 multiplies, add, each for q and k)."""
-    T, v, f, hq, hkv = x.T, x.v, 4, x.a * x.d, x.kv * x.d
-    ops = [Op("attention output transpose", T * hq, v, 2, 2, "stream")]
-    if m.rotary:
-        ops.append(Op("rotary", T * (hq + hkv), f, 10, 11, "stream", (10, 11)))
-        if autocast(x):
-            ops.append(Op("autocast cast", T * (hq + hkv), (f + v) / 2, 2, 2, "stream", (2, 2)))
-    if attention in ("eager", "math"):
-        sv = f if attention == "math" else v     # the math kernel upcasts to fp32
-        ops += [Op("Q, K, V contiguous copies", 3 * T * hq, sv, 2, 2, "stream", (3, 3)),
-                Op("scores: scale", x.S, sv, 2, 2, "stream"),
-                Op("scores: mask add", x.S, (sv + f) / 2, 2, 2 if sv != f else 0, "stream", (1, int(sv != f))),
-                Op("softmax", x.S, f, 2, 3, "math")]
-        if sv != f:
-            ops.append(Op("probabilities cast", x.S, (f + sv) / 2, 2, 2, "stream"))
-        if m.attn_dropout:
-            mask = 4 if attention == "math" else memory.eager_dropout_mask(m, x)
-            ops.append(Op("attention dropout", x.S, sv, 2 + mask / sv, 2 + mask / sv, "stream"))
-    return ops
-
-
-def mlp_ops(m, x) -> list[Op]:
-    """The activation between the MLP's projections. SwiGLU: act(gate), then gate x up (backward: a multiply for
-    each). GPT-2's tanh GeLU is Python (NewGELUActivation): 8 kernels forward (pow, 3 multiplies, 2 adds, tanh,
-    the last multiply), their gradients and the sums of the 3 gradients reaching x backward; CUDA autocast runs it
-    in fp32."""
-    TI, v = x.T * x.I, x.v
-    act = (m.activation or "gelu").lower()
-    if m.gated_mlp:
-        return [Op("activation(gate)", TI, v, 2, 3, "math"), Op("gate x up", TI, v, 3, 6, "stream", (1, 2))]
-    if act in memory.PYTHON_GELUS:
-        g = 4 if autocast(x) and x.cuda else v
-        return [Op("tanh GeLU: tanh", TI, g, 2, 3, "math"),
-                Op("tanh GeLU: multiplies and adds", TI, g, 16, 25, "stream", (7, 12))]
-    return [Op("activation", TI, v, 2, 3, "stream" if act == "relu" else "math")]
-
-
-def head_ops(m, x) -> list[Op]:
-    """Embeddings (their backward zeroes a vocabulary x hidden gradient and adds the rows: torch's
-    embedding_dense_backward sorts the token ids first, a few kernels), the final norm and autocast's cast of its
-    output (the loss: loss_ops)."""
-    Th, f, v = x.T * x.h, 4, x.v
-    ops = [Op("embedding", Th, f, 2, 2, "stream", (1, 4)),
-           Op("embedding gradient", x.V * x.h, f, 0, 1 + 2 * m.tied, "stream", (0, 1 + m.tied)), norm_op(m, x)]
-    if not m.rotary and m.family in ("gpt2", "bert"):
-        ops.append(Op("position embedding add", Th, f, 3, 2, "stream"))
-    if m.embd_dropout:
-        ops.append(Op("embedding dropout", Th, f, 2 + x.mask / f, 2 + x.mask / f, "stream"))
-    if autocast(x):
-        ops.append(Op("autocast cast", Th, (f + v) / 2, 2, 2, "stream"))
-    return ops
-
-
-def loss_ops(x, loss: str) -> list[Op]:
-    """The loss over the logits. hf: transformers upcasts them to fp32 (logits.float() in ForCausalLMLoss),
-    cross_entropy runs log-softmax and the NLL loss, and its backward writes a dense gradient and scatters into it.
-    fused: one kernel reads the 16-bit logits (their log-sum-exp per row) and its backward reads them and writes the
-    gradient (flash-attn's cross_entropy: upcast only in registers). chunked: a chunk's kernel reads its logits and
-    writes their gradient in place in the forward (Liger's fused linear cross-entropy); nothing is left for
-    backward."""
-    TV, f, v = x.T * x.L, 4, x.v
-    if loss == "fused":
-        return [Op("cross-entropy (fused)", TV, v, 1, 2, "stream")]
-    if loss == "chunked":
-        chunks = max(1, math.ceil(x.L / max(x.h, 1)))
-        return [Op("cross-entropy (chunked)", TV, v, 2, 0, "stream", (chunks, 0))]
-    ops = [Op("logits.float()", TV, (f + v) / 2, 2, 2, "stream")] if x.mixed else []
-    # torch's log-softmax over rows this long (cunn_SoftMaxForward / cunn_SoftMaxBackward in SoftMax.cu) reads a row
-    # three times (max, sum of exponentials, the output) and writes it once, forward and backward alike
-    return ops + [Op("log-softmax", TV, f, 4, 4, "math"), Op("loss gradient", TV, f, 0, 1, "stream", (1, 2))]
-
-
-def fused_ops(m, x, attention: str) -> tuple[list[Op], list[Op]]:
-    """(one block's ops, the ops outside the blocks) when each op is one kernel on 16-bit activations (torch.compile,
-    Liger Kernel, Megatron, llm.c): a kernel reads its inputs once and writes its outputs once. The residual add
-    and the norm after it are one kernel (forward: residual, input, sum, output; backward: the gradient in, the
-    sum, the residual's gradient, the gradient out; the norm's weights' gradient a second kernel); GeLU reads and
-    writes once (backward: the gradient and the input in, the gradient out); SwiGLU reads gate and up and writes
-    their product (backward: 3 in, 2 out); rotary rewrites Q and K once each way. Attention scores, where kept
-    (eager: Megatron), get one fused scale, mask and softmax (backward: the probabilities and their gradient in,
-    the scores' gradient out)."""
-    T, Th, TI, v = x.T, x.T * x.h, x.T * x.I, x.v
-    block = [Op("residual add + norm (fused)", Th, v, 4, 4, "stream", (1, 2))] * 2
-    if m.rotary:
-        block.append(Op("rotary (fused)", T * (x.a + x.kv) * x.d, v, 2, 2, "stream"))
-    if attention in ("eager", "math"):
-        block.append(Op("scores: scale, mask, softmax (fused)", x.S, v, 2, 3, "stream"))
-        if m.attn_dropout:
-            block.append(Op("attention dropout", x.S, v, 2 + x.mask / v, 2 + x.mask / v, "stream"))
-    if m.hidden_dropout:   # dropped out inside the add + norm kernel: its mask written and read
-        block.append(Op("dropout mask", 2 * Th, x.mask, 1, 1, "stream", (0, 0)))
-    block.append(Op("SwiGLU (fused)", TI, v, 3, 5, "stream") if m.gated_mlp else
-                 Op("activation (fused)", TI, v, 2, 3, "stream"))
-    head = [Op("embedding", Th, v, 2, 2, "stream", (1, 4)),
-            Op("embedding gradient", x.V * x.h, 4, 0, 1 + 2 * m.tied, "stream", (0, 1 + m.tied)),
-            Op("norm (fused)", Th, v, 2, 3, "stream", (1, 2))]
-    if not m.rotary and m.family in ("gpt2", "bert"):
-        head.append(Op("position embedding add", Th, v, 3, 2, "stream"))
-    return block, head
-
-
-def elementwise_ops(m, t, attention: str, device: str, half: bool = False) -> tuple[list[Op], list[Op]]:
-    """(one block's ops, the ops outside the blocks) of one micro-step, as the kernels the training runs do them;
-    half: the model's own weights are 16-bit (half_model)."""
-    x = memory.shape(m, t, device, half_model=half)
-    att = memory.resolve_attention(m, attention)
-    if att == "sdpa" and m.attn_dropout and device == "cpu":
-        att = "math"    # CPU SDPA with dropout runs the math kernel (gputopo.memory)
-    if t.kernels == "fused":
-        block, head = fused_ops(m, x, att)
-    else:
-        block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + attention_ops(m, x, att)
-                 + norm_ops(m, x, 2 if m.gated_mlp else 1) + mlp_ops(m, x))
-        if not t.grad_checkpointing and m.kv_cache:   # a decoder builds a DynamicCache in training
-            # (use_cache defaults to True; only checkpointing turns it off; an encoder such as BERT keeps none):
-            # each layer's K and V copied in
-            block.append(Op("KV cache copy", x.T * 2 * x.kv * x.d, x.v, 2, 0, "stream", (2, 0)))
-        head = head_ops(m, x)
-    mats, biased, _, _ = block_matrices(m)
-    if biased:   # a bias's gradient sums its output's gradient over the tokens: one read of it, one kernel each
-        block.append(Op("bias gradients", x.T * sum(mats[i][1] for i in biased), x.v, 0, 1, "stream",
-                        (0, len(biased))))
-    return block, head + (loss_ops(x, t.loss) if x.L else [])
-
-
-def _forwards(t) -> int:
-    """How often the blocks' forward runs per micro-step: twice under checkpointing (selective recomputes every
-    elementwise op)."""
-    return 2 if t.grad_checkpointing or t.selective else 1
-
-
-def half_model(name: str, t) -> bool:
-    """The strategy's model holds 16-bit weights itself (DeepSpeed's engine, FSDP's param dtype, --pure-16bit),
-    as gputopo.memory counts it: no autocast."""
-    return name not in ("single", "ddp") or t.pure16
-
-
 def elementwise_seconds(m, t, attention: str, rates: Rates, device: str, half: bool = False) -> float:
     """Every elementwise op of a micro-step (the blocks' forward twice under checkpointing) at its rate, each of
     its kernels paying the device's per-kernel time besides its bytes."""
-    block, head = elementwise_ops(m, t, attention, device, half)
+    block, head = ops.elementwise_ops(m, t, attention, device, half)
     total = 0.0
-    for ops, times, forwards in ((block, m.layers, _forwards(t)), (head, 1, 1)):
-        for op in ops:
+    for group, times, forwards in ((block, m.layers, ops.forward_passes(t)), (head, 1, 1)):
+        for op in group:
             bytes_ = op.n * op.bpe * (op.fwd * forwards + op.bwd)
             kernels = op.kernels[0] * forwards + op.kernels[1]
             total += times * (bytes_ / elementwise_rate(rates, op.n, op.kind) + kernels * rates.kernel_s)
@@ -487,19 +240,37 @@ def copy_bytes(name: str, m, t, gpus: int = 1) -> float:
     partition's gradient, twice at stage 1/2 (stage_1_and_2.py: reduce_independent_p_g_buckets_and_remove_
     grads, average_tensor, allreduce_and_copy_with_multiple_ranks, copy_grads_in_partition; stage3.py:
     __add_grad_to_ipg_bucket, reduce_scatter_coalesced interleaving a bucket's tensors, partition_grads)."""
-    P = m.params
+    P = trained(m, t)
     if name in TORCH_STRATEGIES:   # FSDP gathers into and reduces from its flat buffers: no copy beyond them
-        return P * (4 * weight_bytes(t) if name == "ddp" else 0)
+        return P * (4 * grad_bytes(t) if name == "ddp" else 0)
     bucket = m.hidden_size ** 2 or DS_BUCKET
-    bucketed = sum(n for n in gradient_order(m) if n <= bucket)
+    bucketed = P if t.finetune.peft else sum(n for n in gradient_order(m) if n <= bucket)   # adapters are small
     return 2 * value_bytes(t.precision) * (bucketed + P + 2 * P / gpus)
+
+
+def trained(m, t) -> int:
+    """Parameters that get gradients, are reduced and stepped: the model's, or under LoRA/QLoRA its adapters'."""
+    return finetune.trainable(m, t.finetune)
+
+
+def grad_bytes(t) -> int:
+    """Bytes of a gradient plain torch reduces: the weights' dtype, the adapters' under LoRA (PEFT: fp32 unless
+    --pure-16bit)."""
+    return finetune.adapter_dtype_bytes(t, deepspeed=False) if t.finetune.peft else weight_bytes(t)
 
 
 def cast_bytes(name: str, m, t) -> float:
     """Plain torch under autocast casts every fp32 weight to 16 bits in each forward (read 4, write 2), into a
     fresh tensor, and the cast's backward the 16-bit gradient back to fp32 (read 2, write 4); DeepSpeed's 16-bit
     weights need no cast."""
-    return m.params * 12 if name in ("single", "ddp") and t.precision != "fp32" and not t.pure16 else 0.0
+    if name not in ("single", "ddp") or t.precision == "fp32" or t.pure16:
+        return 0.0
+    if not t.finetune.peft:
+        return m.params * 12
+    # LoRA's base is 16-bit already; QLoRA's fp32 output head (prepare_model_for_kbit_training) is cast forward,
+    # with no gradient to cast back
+    head = (m.vocab_size or 0) * m.hidden_size if t.finetune.quantized and m.logits else 0
+    return trained(m, t) * 12 + head * 6
 
 
 def sampled_training(sample: dict, t):
@@ -536,40 +307,20 @@ def compute_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", na
             compute_seconds(m, at, attention, bare, device, name, gpus) - copy_bytes(name, m, at, gpus)
             / elementwise_rate(rates, m.params, "inplace") - _zero3_hooks(name, m, at, rates, gpus)) + copies
     copies += cast_bytes(name, m, t) / elementwise_rate(rates, m.params, "stream")
-    fused = attention_shapes(m, t, device)
-    mm = matmul_seconds([s for s in training_matmuls(m, t, attention, device) if key(*s[1:]) not in fused], rates,
-                        value_bytes(t.precision))
+    fused = ops.attention_shapes(m, t, device)
+    mm = matmul_seconds([s for s in ops.training_matmuls(m, t, attention, device) if ops.key(*s[1:]) not in fused],
+                        rates, value_bytes(t.precision))
     gpu = (mm + attention_seconds(m, t, rates, device) + copies + elementwise_seconds(m, t, attention, rates, device,
-                                                                                     half_model(name, t))
-           + matmul_kernels(m, t, attention, device) * rates.kernel_s)
+                                                                                     ops.half_model(name, t))
+           + ops.matmul_kernels(m, t, attention, device) * rates.kernel_s)
     # the host dispatches every kernel in turn: a GPU that runs them faster than that waits for it
-    return max(gpu, host_seconds(m, t, attention, rates, device, half_model(name, t)))
+    return max(gpu, host_seconds(m, t, attention, rates, device, ops.half_model(name, t)))
 
 
 def host_seconds(m, t, attention: str, rates: Rates, device: str = "cuda", half: bool = False) -> float:
-    """The host's time to dispatch a micro-step's kernels (0 where the rates do not say: a calibration's sample
+    """The host's time to dispatch a micro-step's ops.kernels (0 where the rates do not say: a calibration's sample
     has it in)."""
-    return kernels(m, t, attention, device, half) * rates.host_op_s
-
-
-def matmul_kernels(m, t, attention: str, device: str = "cuda") -> int:
-    """Matmul kernels of a micro-step: each projection forward and its two matmuls backward (a bias's gradient a
-    reduction more), the blocks' forward again under checkpointing; the scores' two batched matmuls forward and
-    four backward (eager), or the fused kernel (one forward; FlashAttention-2's backward launches three: its
-    preprocess, the main kernel, dQ's conversion); the LM head."""
-    mats, biased, _, _ = block_matrices(m)
-    eager = not attention_shapes(m, t, device)
-    fwd = len(mats) + (2 if eager else 1)
-    bwd = 2 * len(mats) + len(biased) + (4 if eager else 3)
-    return m.layers * (fwd * _forwards(t) + bwd) + (3 if m.logits else 0)
-
-
-def kernels(m, t, attention: str, device: str = "cuda", half: bool = False) -> int:
-    """Every kernel a micro-step launches: its matmuls and its elementwise ops' kernels."""
-    block, head = elementwise_ops(m, t, attention, device, half)
-    ew = (m.layers * sum(op.kernels[0] * _forwards(t) + op.kernels[1] for op in block)
-          + sum(op.kernels[0] + op.kernels[1] for op in head))
-    return matmul_kernels(m, t, attention, device) + ew
+    return ops.kernels(m, t, attention, device, half) * rates.host_op_s
 
 
 def sample_blocks(m) -> int:
@@ -620,14 +371,14 @@ def collectives(name: str, m, lay, t) -> int:
     micro-step, and the reduce buckets."""
     if lay.gpus == 1 or name == "single":
         return 0
-    P = m.params
+    P = trained(m, t)
     if name == "ddp":
-        return math.ceil(weight_bytes(t) * P / DDP_BUCKET)
-    if name == "fsdp":   # per micro-step: each block's two gathers and reduce-scatter, the root's gather and reduce
-        return t.grad_accum * (3 * m.layers + 2)
+        return math.ceil(grad_bytes(t) * P / DDP_BUCKET)
+    if name.startswith("fsdp"):   # per micro-step: each block's two gathers and reduce-scatter, the root's gather
+        return t.grad_accum * (3 * m.layers + 2)   # and reduce
     if name.startswith(("zero1", "zero2")):
         bucket = m.hidden_size ** 2 or DS_BUCKET    # what gputopo's configs write (dsconfig)
-        reduces = bucket_reduces(gradient_order(m), bucket)
+        reduces = math.ceil(P / bucket) if t.finetune.peft else bucket_reduces(gradient_order(m), bucket)
         return reduces * (t.grad_accum if name.startswith("zero2") else 1) + 2
     return zero3_gathers(m, t) + t.grad_accum * math.ceil(P / zero3_buckets(m.hidden_size)[1])
 
@@ -701,7 +452,7 @@ def exposed_comm(name: str, m, lay, t, rates: Rates, total: float, compute: floa
     bw = link_busbw(lay, rates, p2p)
     ring = (lay.gpus - 1) / lay.gpus
     micro = compute / t.grad_accum
-    if name.startswith("zero3") or name == "fsdp":
+    if name.startswith(("zero3", "fsdp")):
         # the first gather and the last reduce-scatter are the embeddings' (ZeRO-3: the embedding module; FSDP: the
         # root unit with the embeddings and head), or a block's where that is larger
         first = max(embedding_tensors(m), default=0) if name.startswith("zero3") else sum(embedding_tensors(m))
@@ -711,9 +462,10 @@ def exposed_comm(name: str, m, lay, t, rates: Rates, total: float, compute: floa
     backward = micro * (0.75 if t.grad_checkpointing or t.selective else 2 / 3)
     reduces = t.grad_accum if name.startswith("zero2") else 1
     per = part.get("all_reduce", 0.0) / reduces
-    grad_bytes = weight_bytes(t) if name == "ddp" else value_bytes(t.precision)
+    reduced = grad_bytes(t) if name == "ddp" else value_bytes(t.precision)
     bucket = DDP_BUCKET / 4 if name == "ddp" else (m.hidden_size ** 2 or DS_BUCKET)
-    last = min(per, 2 * ring * max(bucket, max(embedding_tensors(m), default=0)) * grad_bytes / bw)
+    embedding = 0 if t.finetune.peft else max(embedding_tensors(m), default=0)   # frozen: never reduced
+    last = min(per, 2 * ring * max(bucket, embedding) * reduced / bw)
     return reduces * max(per - backward, last) + total - part.get("all_reduce", 0.0)
 
 
@@ -721,7 +473,8 @@ def optimizer_seconds(name: str, m, lay, t, rates: Rates) -> float:
     """The optimizer step on the device (offloaded ones run on the host: offload_seconds)."""
     if "offload" in name:
         return 0.0
-    share = m.params if name in ("single", "ddp") else m.params / lay.gpus
+    P = trained(m, t)
+    share = P if name in ("single", "ddp") else P / lay.gpus
     if name in TORCH_STRATEGIES and rates.optimizer_params_per_s:
         return share / rates.optimizer_params_per_s
     torch_bytes = (FUSED_TORCH_BYTES if t.optimizer_impl == "fused" else TORCH_OPTIMIZER_BYTES)[t.optimizer]
@@ -731,7 +484,7 @@ def optimizer_seconds(name: str, m, lay, t, rates: Rates) -> float:
         return device_s
     # Tensor by tensor, each of a tensor's kernels is dispatched by the host: a step of many small tensors waits
     # for it (FSDP's flat shards are few).
-    launches = param_tensors(m) * KERNELS_PER_TENSOR[t.optimizer]
+    launches = (finetune.trainable_tensors(m, t.finetune) or param_tensors(m)) * KERNELS_PER_TENSOR[t.optimizer]
     return max(device_s + launches * rates.kernel_s, launches * HOST_OP_S["fp32"])
 
 
@@ -743,7 +496,7 @@ def zero_step_seconds(name: str, m, lay, t, rates: Rates) -> float:
     sub-group)."""
     if not name.startswith("zero"):
         return 0.0
-    share, p = m.params / lay.gpus, value_bytes(t.precision)
+    share, p = trained(m, t) / lay.gpus, value_bytes(t.precision)
     passes = 4 + 8 + (4 + p) + (p + 4 if p == 2 else 0)
     return share * passes / elementwise_rate(rates, int(share), "inplace")
 
@@ -756,18 +509,24 @@ def offload_seconds(name: str, m, lay, t, rates: Rates, compute: float = 0.0) ->
     host step that CPU Adam's rate was measured on (the ZeRO-Offload tutorial's "optimizer" time)."""
     if "offload" not in name:
         return 0.0
-    P, p16, n = m.params, value_bytes(t.precision), lay.gpus
+    P, p16, n = trained(m, t), value_bytes(t.precision), lay.gpus
     share = P / n
+    # the whole model's bytes as it is fetched: the frozen base (NF4 under QLoRA) beside the trained parameters
+    fetched = (finetune.base_bytes(m, t.finetune, p16, kept=p16) if t.finetune.peft else 0) + p16 * P
     moved = p16 * share * t.grad_accum + p16 * share         # gradients each micro-step, parameters once
     if name.startswith("zero3") and t.offload_params:
-        moved = p16 * P * 2 * t.grad_accum + p16 * share * t.grad_accum
+        moved = fetched * 2 * t.grad_accum + p16 * share * t.grad_accum
+    if name == "fsdp_offload_cpu":   # each rank uploads its shard before every gather, downloads its gradients
+        moved = fetched / n * (3 if t.grad_checkpointing else 2) * t.grad_accum + p16 * share * t.grad_accum
     if not rates.host_link or not rates.cpu_adam:
         return None
     gpus_per_node = lay.gpus_per_node
     copies = moved / rates.host_link
     if rates.overlap:
         copies = max(0.0, (moved - p16 * share) / rates.host_link - compute)
-    out = copies + share * gpus_per_node / rates.cpu_adam
+    # FSDP steps torch's AdamW on the host (foreach over its flat shard), not DeepSpeed's vectorized CPU Adam
+    adam = rates.cpu_adam / (TORCH_CPU_ADAM_SLOWDOWN if name.startswith("fsdp") else 1)
+    out = copies + share * gpus_per_node / adam
     if name.endswith("nvme"):
         if not rates.nvme:
             return None
@@ -821,7 +580,7 @@ def sampled_extra(name: str, m, lay, t, rates: Rates, device: str = "cuda") -> f
 
 def parts(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, device: str = "cuda") -> dict[str, float]:
     """Where one optimizer step's predicted time goes, by the parts a GPU profile can show
-    (benchmarks/gpu_truth.py --compare): each projection's matmuls (forward, backward, recomputed), the fused
+    (benchmarks/gpu_truth.py --compare): each projection's ops.matmuls (forward, backward, recomputed), the fused
     attention forward and backward, the elementwise ops by what they do (with their kernels' fixed time), the
     matmuls' fixed time, the framework's copies, the optimizer, offload and the communication the step waits for;
     "waiting for the host" where the host dispatches slower than the GPU runs. Their sum is the step without
@@ -830,22 +589,23 @@ def parts(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, device: str =
     if whole.compute_s is None or rates.sampled:
         return {}
     out: dict[str, float] = {}
-    elem, fused = value_bytes(t.precision), attention_shapes(m, t, device)
-    fwd = matmuls(m, t, t.attention, device)
-    for what, (c, M, N, K) in zip(matmul_names(m), fwd):
-        if key(M, N, K) in fused:
+    elem, fused = value_bytes(t.precision), ops.attention_shapes(m, t, device)
+    for mm in ops.forward_matmuls(m, t, t.attention, device):
+        if ops.key(mm.M, mm.N, mm.K) in fused:
             continue
-        block = what not in OUTPUT_HEADS.values()   # the output head is not recomputed
+        block = mm.kind != "head"   # the output head is not recomputed
         again = 1 if t.grad_checkpointing and block else 0.5 if t.selective and block else 0
-        shapes = [(c * (1 + again), M, N, K)] + [(c, *b) for b in backward_shapes(M, N, K)]
-        out[f"matmul: {what}"] = matmul_seconds(shapes, rates, elem)
+        shapes = [(mm.count * (1 + again), mm.M, mm.N, mm.K)] + [
+            (mm.count, *b) for b in ops.backward_of(mm, t.finetune.peft)]
+        part = f"matmul: {mm.what}"
+        out[part] = out.get(part, 0.0) + matmul_seconds(shapes, rates, elem)
     if fused:
         out["attention forward"], out["attention backward"] = attention_parts(m, t, rates, device)
-    out["matmul kernels' fixed time"] = matmul_kernels(m, t, t.attention, device) * rates.kernel_s
-    half = half_model(name, t)
-    block, head = elementwise_ops(m, t, t.attention, device, half)
-    for ops, times, forwards in ((block, m.layers, _forwards(t)), (head, 1, 1)):
-        for op in ops:
+    out["matmul kernels' fixed time"] = ops.matmul_kernels(m, t, t.attention, device) * rates.kernel_s
+    half = ops.half_model(name, t)
+    block, head = ops.elementwise_ops(m, t, t.attention, device, half)
+    for group, times, forwards in ((block, m.layers, ops.forward_passes(t)), (head, 1, 1)):
+        for op in group:
             part = f"elementwise: {op.what.split(':')[0]}"
             bytes_ = op.n * op.bpe * (op.fwd * forwards + op.bwd)
             out[part] = out.get(part, 0.0) + times * (bytes_ / elementwise_rate(rates, op.n, op.kind)
@@ -894,7 +654,7 @@ KERNEL_S = 2.5e-6
 # The host's time per kernel of an eager HF forward and backward (Python, transformers' modules, torch's
 # dispatcher, autograd), measured by benchmarks/host_dispatch.py on this project's 2-vCPU VM (torch 2.13,
 # transformers 5.24, CPU tensors 64 wide, two runs): GPT-2 10.2-11.0 us and Llama 7.7-8.7 in fp32, 16.9-18.8 and
-# 13.2-13.6 under autocast (bf16); the means taken. A machine described, not at hand, is taken to dispatch as
+# 13.2-13.6 under ops.autocast (bf16); the means taken. A machine described, not at hand, is taken to dispatch as
 # fast; a GPU's launch adds to it (Meta's Holistic Trace Analysis docs put a launch's CPU side at "between 5-20
 # microseconds").
 HOST_OP_S = {"fp32": 9.4e-6, "mixed": 15.6e-6}
@@ -938,6 +698,10 @@ NCCL_LATENCY_S = 10e-6         # an 8-byte all-reduce between 2 GPUs: 7.2 us (NV
 # 355M GPT-2, 2 cores of an AVX-512 VM): 376-398M parameters a second per core, the lowest taken.
 CPU_ADAM_NODE = 10.28e9 / 7.612
 CPU_ADAM_PER_CORE = 376e6
+# torch's AdamW on the host (its default for-loop there: foreach is for CUDA tensors) against DeepSpeed's CPU Adam on
+# one flat fp32 shard: 14x and 18x slower in two runs (benchmarks/torch_cpu_adam.py,
+# docs/measurements/torch_cpu_adam.json); the lower one, FSDP's CPU offload steps it
+TORCH_CPU_ADAM_SLOWDOWN = 14
 # How the datasheet predictions fared against the published GPU runs of benchmarks/gpu_public.json (held equal
 # to what that corpus computes by tests/test_gpu_public.py): the median of predicted / published - 1, and how
 # many of the runs were within 25 %.
@@ -1001,7 +765,7 @@ def gpu_rates(lay, t) -> Rates:
               f" dim 64, {flash_share('fwd', t.seq_len, 128, True):.0%} at 128, as FlashAttention-2 measured on an"
               " H100" if b16 and arch in FLASH_ARCHS else "")
         basis["attention"] = (f"fused attention ({kernel}) at {flash:.0%} of the peak at best ({which},"
-                              f" docs/sources.md#step-time), its backward's 5 matmuls (the scores recomputed) at"
+                              f" docs/sources.md#step-time), its backward's 5 ops.matmuls (the scores recomputed) at"
                               f" {FLASH_BWD_SHARE:.0%} of that (FlashAttention-2's 63 % against 73 %){at}")
     k_half = K_HALF_H100 * peak / fig["sms"] / H100_PER_SM if b16 else None
     if k_half:

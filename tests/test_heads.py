@@ -3,7 +3,7 @@ vocabulary logits, a token classifier has its classes per token, an LM head the 
 import json
 from pathlib import Path
 
-from gputopo import memory, models, speed
+from gputopo import memory, models, ops, speed
 from gputopo.plan import Training
 
 BERT = dict(model_type="bert", hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256,
@@ -38,9 +38,9 @@ def test_a_classifier_has_no_vocabulary_logits_at_the_loss(tmp_path):
     t = Training(precision="fp32", batch_size=4, seq_len=512, attention="eager")
     logits = 4 * 512 * 30522 * 4
     assert memory.peak(mlm, t, "eager", 0)["bytes"] - memory.peak(seq, t, "eager", 0)["bytes"] >= logits
-    assert not [n for n in speed.matmul_names(seq) if "head" in n]
-    assert speed.matmul_names(folder(tmp_path, "BertForTokenClassification"))[-1] == "classifier head"
-    assert not [op for op in speed.elementwise_ops(seq, t, "eager", "cuda")[1] if op.what == "log-softmax"]
+    assert not [n for n in ops.matmul_names(seq, t) if "head" in n]
+    assert ops.matmul_names(folder(tmp_path, "BertForTokenClassification"), t)[-1] == "classifier head"
+    assert not [op for op in ops.elementwise_ops(seq, t, "eager", "cuda")[1] if op.what == "log-softmax"]
 
 
 def test_the_guides_table_is_held_against_plan():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gputopo import models, speed
+from gputopo import models, ops, speed
 from gputopo.cli import cli
 from gputopo.plan import Layout, Training, comm_bytes, comm_split
 
@@ -29,22 +29,22 @@ def test_forward_flops_are_the_blocks_attention_and_head():
     the scores and values (eager: the whole square), 2 h V for the head."""
     T, h, L, s, V = 4096, 768, 12, 1024, 50257
     hand = 2 * T * 12 * h * h * L + 2 * 2 * T * s * h * L + 2 * T * h * V
-    got = sum(c * 2 * M * N * K for c, M, N, K in speed.matmuls(GPT2, REF, "eager"))
+    got = sum(c * 2 * M * N * K for c, M, N, K in ops.matmuls(GPT2, REF, "eager"))
     assert got == hand
 
 
 def test_backward_doubles_and_checkpointing_adds_the_blocks_forward():
-    fwd = sum(c * 2 * M * N * K for c, M, N, K in speed.matmuls(GPT2, REF, "eager"))
-    step = sum(c * 2 * M * N * K for c, M, N, K in speed.training_matmuls(GPT2, REF, "eager"))
+    fwd = sum(c * 2 * M * N * K for c, M, N, K in ops.matmuls(GPT2, REF, "eager"))
+    step = sum(c * 2 * M * N * K for c, M, N, K in ops.training_matmuls(GPT2, REF, "eager"))
     assert step == 3 * fwd
     ckpt = Training(**{**REF.__dict__, "grad_checkpointing": True})
     head = 2 * 4096 * 768 * 50257
-    assert sum(c * 2 * M * N * K for c, M, N, K in speed.training_matmuls(GPT2, ckpt, "eager")) == 4 * fwd - head
+    assert sum(c * 2 * M * N * K for c, M, N, K in ops.training_matmuls(GPT2, ckpt, "eager")) == 4 * fwd - head
 
 
 def test_fused_attention_skips_the_masked_half():
-    eager = speed.matmuls(GPT2, REF, "eager")
-    sdpa = speed.matmuls(GPT2, Training(**{**REF.__dict__, "attention": "sdpa"}), "sdpa")
+    eager = ops.matmuls(GPT2, REF, "eager")
+    sdpa = ops.matmuls(GPT2, Training(**{**REF.__dict__, "attention": "sdpa"}), "sdpa")
     assert sdpa[-3][0] * 2 == eager[-3][0] and sdpa[:-3] == eager[:-3]
 
 
@@ -187,9 +187,9 @@ def test_calibration_times_every_shape_of_the_step():
     assert cal["mem_bytes_per_s"] > 1e8 and cal["optimizer_params_per_s"] > 1e5
     assert all(set(v) == {"stream", "math", "inplace"} and min(v.values()) > 1e8 for v in cal["elementwise"].values())
     rates = calibrate.rates(cal)
-    mm = speed.matmul_seconds(speed.training_matmuls(tiny, t, "sdpa", "cpu"), rates, 4)
-    assert mm == pytest.approx(sum(c * cal["matmul_seconds"][speed.key(M, N, K)]
-                                   for c, M, N, K in speed.training_matmuls(tiny, t, "sdpa", "cpu")))
+    mm = speed.matmul_seconds(ops.training_matmuls(tiny, t, "sdpa", "cpu"), rates, 4)
+    assert mm == pytest.approx(sum(c * cal["matmul_seconds"][ops.key(M, N, K)]
+                                   for c, M, N, K in ops.training_matmuls(tiny, t, "sdpa", "cpu")))
 
 
 @pytest.mark.slow
@@ -227,14 +227,14 @@ def test_eager_scores_cost_eleven_passes_and_fused_sdpa_none():
     m = models.named("gpt2-medium")
     t = Training(precision="fp32", batch_size=2, seq_len=512, attention="eager")
     x = memory.shape(m, t, "cuda")
-    block, _ = speed.elementwise_ops(m, t, "eager", "cuda")
-    m0 = speed.elementwise_ops(dataclasses.replace(m, attn_dropout=0.0), t, "eager", "cuda")[0]
+    block, _ = ops.elementwise_ops(m, t, "eager", "cuda")
+    m0 = ops.elementwise_ops(dataclasses.replace(m, attn_dropout=0.0), t, "eager", "cuda")[0]
     scores = [op for op in m0 if op[1] == x.S]
     assert sum(bpe * (f + b) for _, _, bpe, f, b, *_ in scores) == 44
     # GPT-2's attention dropout (0.1) adds its mask: 1 byte on CUDA, written in forward and read in backward.
     drop = [op for op in block if op[0] == "attention dropout"]
     assert drop and drop[0][2] * drop[0][3] == 4 * 2 + 1
-    fused = speed.elementwise_ops(m, dataclasses.replace(t, attention="sdpa"), "sdpa", "cuda")[0]
+    fused = ops.elementwise_ops(m, dataclasses.replace(t, attention="sdpa"), "sdpa", "cuda")[0]
     assert not [op for op in fused if op[1] == x.S]
 
 
@@ -243,10 +243,10 @@ def test_checkpointing_runs_the_blocks_elementwise_forward_twice():
     t = Training(precision="bf16", batch_size=1, seq_len=1024)
     rates = speed.Rates(matmul_flops=1e14, mem_bytes_per_s=1e12)
     ckpt_t = dataclasses.replace(t, grad_checkpointing=True)
-    block, _ = speed.elementwise_ops(m, ckpt_t, t.attention, "cuda")
+    block, _ = ops.elementwise_ops(m, ckpt_t, t.attention, "cuda")
     fwd = sum(n * bpe * f for _, n, bpe, f, *_ in block) * m.layers / 1e12
     # without checkpointing transformers also fills its DynamicCache (each layer's K and V copied in); with it not
-    kv = [op for op in speed.elementwise_ops(m, t, t.attention, "cuda")[0] if op.what == "KV cache copy"]
+    kv = [op for op in ops.elementwise_ops(m, t, t.attention, "cuda")[0] if op.what == "KV cache copy"]
     assert kv and not [op for op in block if op.what == "KV cache copy"]
     plain = speed.elementwise_seconds(m, t, t.attention, rates, "cuda")
     ckpt = speed.elementwise_seconds(m, ckpt_t, t.attention, rates, "cuda")
@@ -272,13 +272,13 @@ def test_copies_into_kept_buffers_use_the_inplace_rate_and_casts_the_fresh_one()
     sampled = speed.Rates(matmul_flops=1e13, mem_bytes_per_s=1e9, elementwise=ew,
                           sampled={"block_s": 0.03, "head_s": 0.05})
     assert speed.compute_seconds(m, t, "sdpa", sampled, name="ddp") == pytest.approx(0.41 + 16 * m.params / 1e10)
-    ops = dataclasses.replace(sampled, sampled=None)
+    rates = dataclasses.replace(sampled, sampled=None)
     fp32 = Training(precision="fp32", batch_size=4, seq_len=1024)
-    fused = speed.attention_shapes(m, t)
-    work = (speed.matmul_seconds([s for s in speed.training_matmuls(m, t, "sdpa", "cuda")
-                                  if speed.key(*s[1:]) not in fused], ops, 2)
-            + speed.attention_seconds(m, t, ops) + speed.elementwise_seconds(m, t, "sdpa", ops, "cuda"))
-    extra = speed.compute_seconds(m, t, "sdpa", ops, name="single") - work
+    fused = ops.attention_shapes(m, t)
+    work = (speed.matmul_seconds([s for s in ops.training_matmuls(m, t, "sdpa", "cuda")
+                                  if ops.key(*s[1:]) not in fused], rates, 2)
+            + speed.attention_seconds(m, t, rates) + speed.elementwise_seconds(m, t, "sdpa", rates, "cuda"))
+    extra = speed.compute_seconds(m, t, "sdpa", rates, name="single") - work
     # autocast's weight casts: 4 read and 2 written forward, the gradient's cast back 2 read and 4 written
     assert extra == pytest.approx(12 * m.params / 1e9, rel=0.01) and speed.cast_bytes("single", m, fp32) == 0
     # a calibration saved before "inplace" was timed falls back to its stream rate
@@ -568,10 +568,10 @@ def test_fused_attention_runs_the_scores_at_flashattentions_rate():
     """Only the scores' and values' matmuls (not the MLP's) take FlashAttention's rate: 60 % on Ampere, on Hopper
     FlashAttention-2's best measured forward (370 TFLOPS); its backward runs 5 matmuls (the scores recomputed) at
     63/73 of that, and both follow FlashAttention-2's H100 curve over the sequence length and head dim."""
-    keys = speed.attention_shapes(LLAMA, BF16)
-    scores = {speed.key(M, N, K) for M, N, K in speed.score_shapes(LLAMA, BF16)}
+    keys = ops.attention_shapes(LLAMA, BF16)
+    scores = {ops.key(M, N, K) for M, N, K in ops.score_shapes(LLAMA, BF16)}
     assert scores <= keys and len(keys) >= 2
-    assert all(speed.key(M, N, K) not in keys for _, M, N, K in speed.matmuls(LLAMA, BF16, "sdpa")[:-3])
+    assert all(ops.key(M, N, K) not in keys for _, M, N, K in ops.matmuls(LLAMA, BF16, "sdpa")[:-3])
     assert speed.gpu_rates(A100x8, BF16).attention_flops == pytest.approx(0.6 * 312e12)
     h100 = speed.gpu_rates(dataclasses.replace(A100x8, gpu_model="H100"), BF16)
     assert h100.attention_flops == pytest.approx(370e12)
@@ -599,8 +599,8 @@ def test_fused_kernels_and_losses_cost_less_than_transformers_own():
     fused = speed.elementwise_seconds(LLAMA, dataclasses.replace(BF16, kernels="fused", loss="fused"), "sdpa", r,
                                       "cuda")
     assert fused < hf / 2
-    ops = {name for name, *_ in speed.loss_ops(speed.memory.shape(LLAMA, BF16), "hf")}
-    assert ops == {"logits.float()", "log-softmax", "loss gradient"}
+    names = {name for name, *_ in ops.loss_ops(speed.memory.shape(LLAMA, BF16), "hf")}
+    assert names == {"logits.float()", "log-softmax", "loss gradient"}
 
 
 def test_collectives_hide_behind_compute_on_gpus_but_not_through_host_memory():
@@ -656,7 +656,7 @@ def test_fsdp_shards_fp32_states_and_gathers_twice_a_step_whatever_the_checkpoin
 def test_selective_checkpointing_recomputes_half_the_matmuls_and_keeps_less():
     full = dataclasses.replace(BF16, grad_checkpointing=True)
     sel = dataclasses.replace(BF16, selective=True)
-    flops = {n: sum(c * M * N * K for c, M, N, K in speed.training_matmuls(LLAMA, t, "sdpa"))
+    flops = {n: sum(c * M * N * K for c, M, N, K in ops.training_matmuls(LLAMA, t, "sdpa"))
              for n, t in (("none", BF16), ("sel", sel), ("full", full))}
     assert flops["none"] < flops["sel"] < flops["full"]
     peak = {n: speed.memory.peak(LLAMA, t, "sdpa", 0)["bytes"] for n, t in (("none", BF16), ("sel", sel),
@@ -735,7 +735,7 @@ def test_review_of_issue_32_each_finding_holds():
     # selective checkpointing recomputes eager attention's batched matmuls (not on torchtitan's save list)
     eager = dataclasses.replace(BF16, attention="eager", selective=True)
     sdpa = dataclasses.replace(BF16, selective=True)
-    extra = {a: sum(c * M * N * K for c, M, N, K in speed.training_matmuls(LLAMA, t, t.attention))
+    extra = {a: sum(c * M * N * K for c, M, N, K in ops.training_matmuls(LLAMA, t, t.attention))
              for a, t in (("eager", eager), ("sdpa", sdpa))}
     assert extra["eager"] > extra["sdpa"]
 
@@ -866,7 +866,7 @@ def test_a_gpu_calibration_times_kernels_as_the_step_runs_them(monkeypatch):
     from gputopo import calibrate
     t = Training(precision="bf16", batch_size=8, seq_len=1024, attention="sdpa")
     req = calibrate.request(GPT2, t, device="cuda")
-    scores = speed.attention_shapes(GPT2, t)
+    scores = ops.attention_shapes(GPT2, t)
     assert scores and not scores & set(req["shapes"])
     assert req["attention_shape"] == [8, 12, 12, 1024, 64, GPT2.attn_dropout]
     assert calibrate.request(GPT2, t, device="cpu")["attention_shape"] is None
@@ -908,12 +908,12 @@ def test_a_16bit_model_casts_nothing_and_biases_cost_their_gradients_sum():
     gradient once (GPT-2: Q/K/V, output, MLP up and down), Llama has none."""
     t = Training(precision="bf16", batch_size=2, seq_len=512, attention="sdpa")
     names = lambda ops: {op.what for op in ops}   # noqa: E731
-    plain, _ = speed.elementwise_ops(GPT2, t, "sdpa", "cuda")
-    half, _ = speed.elementwise_ops(GPT2, t, "sdpa", "cuda", half=True)
+    plain, _ = ops.elementwise_ops(GPT2, t, "sdpa", "cuda")
+    half, _ = ops.elementwise_ops(GPT2, t, "sdpa", "cuda", half=True)
     assert "autocast cast" in names(plain) and "autocast cast" not in names(half)
     assert [op.bpe for op in half if op.what == "residual add"] == [2, 2]
-    assert speed.half_model("zero2", t) and speed.half_model("fsdp", t) and not speed.half_model("ddp", t)
+    assert ops.half_model("zero2", t) and ops.half_model("fsdp", t) and not ops.half_model("ddp", t)
     bias = next(op for op in plain if op.what == "bias gradients")
     h = GPT2.hidden_size
     assert bias.n == 2 * 512 * (3 * h + h + 4 * h + h) and bias.kernels == (0, 4)
-    assert "bias gradients" not in names(speed.elementwise_ops(LLAMA, t, "sdpa", "cuda")[0])
+    assert "bias gradients" not in names(ops.elementwise_ops(LLAMA, t, "sdpa", "cuda")[0])
