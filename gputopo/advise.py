@@ -50,11 +50,13 @@ def interconnect(topo: Topology, names: list[str]) -> Advice:
 
 
 ORDER = {
-    "one": ("single", "zero2_offload_cpu", "zero3_offload_cpu", "zero3_offload_nvme"),
+    "one": ("single", "zero2_offload_cpu", "zero3_offload_cpu", "fsdp_offload_cpu", "zero3_offload_nvme"),
     # With NVLink everywhere ZeRO-3's traffic is cheap, so it comes before offloading to the host.
-    "fast": ("ddp", "zero1", "zero2", "zero3", "fsdp", "zero2_offload_cpu", "zero3_offload_cpu", "zero3_offload_nvme"),
+    "fast": ("ddp", "zero1", "zero2", "zero3", "fsdp", "zero2_offload_cpu", "zero3_offload_cpu", "fsdp_offload_cpu",
+             "zero3_offload_nvme"),
     # On PCIe/SYS prefer what communicates less: ZeRO-2 + CPU offload before ZeRO-3's 1.5x traffic.
-    "slow": ("ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "fsdp", "zero3_offload_cpu", "zero3_offload_nvme"),
+    "slow": ("ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "fsdp", "zero3_offload_cpu", "fsdp_offload_cpu",
+             "zero3_offload_nvme"),
 }
 WHAT = {
     "single": "one GPU, no sharding", "ddp": "plain data parallel, no sharding (PyTorch DDP)",
@@ -65,6 +67,8 @@ WHAT = {
     "fsdp": "PyTorch FSDP, full shard (parameters, gradients and optimizer states sharded; no DeepSpeed)",
     "zero3_offload_cpu": "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to CPU",
     "zero3_offload_nvme": "DeepSpeed ZeRO-3 with parameters and optimizer offloaded to NVMe",
+    "fsdp_offload_cpu": "PyTorch FSDP, full shard, with parameters, gradients and optimizer steps on the CPU"
+                        " (CPUOffload(offload_params=True))",
 }
 
 
@@ -156,7 +160,7 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
         how = ("ZeRO-3 adds the parameter all-gathers of forward and backward to the gradient reduce-scatter"
                if chosen.name.startswith("zero3") else
                "FSDP all-gathers each block's parameters before its forward and its backward and reduce-scatters"
-               " the gradients" if chosen.name == "fsdp" else
+               " the gradients" if chosen.name.startswith("fsdp") else
                "ZeRO-1/2 all-reduce gradients (DeepSpeed's bucket all-reduce) and all-gather the updated parameters,"
                f" in {'16-bit' if training.value_bytes == 2 else 'fp32'} where DDP all-reduces fp32 gradients")
         out.append(f"That is {ratio:.2f}x DDP's {gib(ddp.comm_bytes_per_step)}: {how}.")
@@ -270,7 +274,7 @@ def _host_words(chosen, layout) -> list[str]:
     out = []
     if "offload" not in chosen.name and layout.cpu_mem_bytes and chosen.cpu_bytes > layout.cpu_mem_bytes:
         init = ("FSDP's sync_module_states with the model built on the meta device on all but rank 0"
-                if chosen.name == "fsdp" else "deepspeed.zero.Init")
+                if chosen.name.startswith("fsdp") else "deepspeed.zero.Init")
         out.append(f"Loading: every rank first builds the weights on the host ({gib(chosen.cpu_bytes)} with"
                    f" DeepSpeed's 1.5x margin, of {gib(layout.cpu_mem_bytes)} per node): load with"
                    f" low_cpu_mem_usage=True or {init}, or from sharded checkpoints.")

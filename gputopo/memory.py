@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import finetune
+from .finetune import FULL, Finetune
+
 # `auto` is what transformers does when not told: sdpa wherever the model class supports it
 # (PreTrainedModel.get_correct_attn_implementation: None -> "sdpa", falling back to "eager").
 ATTENTIONS = ("auto", "eager", "sdpa")
@@ -63,15 +66,33 @@ class Shape:
     res: int = 4          # bytes of the residual stream: fp32 under autocast (fused kernels too: torch.compile and
                           # Liger keep it), the model's 16 bits when the model itself is (DeepSpeed, FSDP, 16-bit
                           # weights)
+    ft: Finetune = FULL   # what is trained: under LoRA/QLoRA the base's weights need no gradient (frozen)
+    amp: bool = False     # torch.autocast runs the step (plain torch in mixed precision without --pure-16bit)
+    adapter: int = 4      # bytes of a LoRA adapter's weight (finetune.adapter_dtype_bytes)
+
+    @property
+    def frozen(self) -> bool:
+        """The base's weights need no gradient: a projection keeps no input for it (autograd saves a tensor only
+        for the gradients that are needed), a norm no normalized input for its weight's."""
+        return self.ft.peft
+
+    @property
+    def linear_out(self) -> int:
+        """Bytes of a base projection's output: bitsandbytes' Linear4bit returns its input's dtype, so QLoRA under
+        autocast over an fp32 stream (prepare_model_for_kbit_training's upcast) gets fp32 outputs (measured: the
+        MLP's saved tensors twice their 16-bit size, tests/test_finetune.py); the compute dtype otherwise."""
+        return 4 if self.ft.quantized and self.amp and self.res == 4 else self.v
 
     @property
     def S(self) -> int:
         return self.a * self.s * self.s * self.b
 
 
-def shape(m, t, device: str = "cuda", half_model: bool = False) -> Shape:
-    """The step's sizes; half_model: the model's own weights are 16-bit (no autocast), so is its residual stream."""
+def shape(m, t, device: str = "cuda", half_model: bool = False, plain_torch: bool = True) -> Shape:
+    """The step's sizes; half_model: the model's own weights are 16-bit (no autocast), so is its residual stream;
+    plain_torch: torch runs the step (autocast in mixed precision), not DeepSpeed's 16-bit engine."""
     mixed = t.precision != "fp32"
+    ft = getattr(t, "finetune", FULL)
     fused = getattr(t, "kernels", "hf") == "fused"
     v = t.value_bytes  # 16-bit in mixed precision: plan.Training owns the rule
     a = m.heads or 1
@@ -80,7 +101,9 @@ def shape(m, t, device: str = "cuda", half_model: bool = False) -> Shape:
                  I=m.intermediate_size or 4 * m.hidden_size, a=a, d=d, kv=m.kv_heads or a, V=m.vocab_size or 0,
                  L=m.logits,
                  v=v, mixed=mixed, mask=1 if device == "cuda" else v, cuda=device == "cuda",
-                 fused=fused, loss=getattr(t, "loss", "hf"), res=v if mixed and half_model else 4)
+                 fused=fused, loss=getattr(t, "loss", "hf"), res=v if mixed and half_model else 4, ft=ft,
+                 amp=mixed and plain_torch and not t.pure16,
+                 adapter=finetune.adapter_dtype_bytes(t, deepspeed=not plain_torch))
 
 
 def norm_bytes(m, x: Shape, consumers: int) -> int:
@@ -88,12 +111,14 @@ def norm_bytes(m, x: Shape, consumers: int) -> int:
     RMSNorm: plus x*rsqrt and rstd), and its output as the projections keep it: once in fp32 (shared), one
     16-bit cast per projection under autocast (autocast caches casts of weights, not of activations)."""
     T, h = x.T, x.h
+    kept = 0 if x.frozen else 1   # the output is kept for the projections' weight gradients (a frozen base: none)
     if x.fused:   # a fused norm keeps its input (the residual's width) and the per-row statistics; its output
-        return T * h * x.res + 2 * T * 4 + T * h * x.v   # once, shared
-    own = (T * h * 4 + T * h * 4 + T * 4) if m.norm == "rmsnorm" else T * h * x.res + 2 * T * 4   # HF's RMSNorm
-    #                                                                                 upcasts to fp32 itself
+        return T * h * x.res + 2 * T * 4 + kept * T * h * x.v   # once, shared
+    # HF's RMSNorm upcasts to fp32 itself: pow and the normalization keep the fp32 input and rsqrt, the weight's
+    # multiply the normalized input (for the weight's gradient: none when frozen)
+    own = (T * h * 4 + kept * T * h * 4 + T * 4) if m.norm == "rmsnorm" else T * h * x.res + 2 * T * 4
     out = T * h * 2 * consumers if x.mixed else T * h * 4
-    return own + out
+    return own + kept * out
 
 
 def attention_bytes(m, x: Shape, attention: str) -> int:
@@ -116,7 +141,7 @@ def attention_bytes(m, x: Shape, attention: str) -> int:
         # SDPA (flash / memory-efficient / CPU flash) keeps Q, K, V at their own head counts (transformers
         # passes enable_gqa when there is no padding mask), its output and an fp32 log-sum-exp per row.
         core = T * hq * v + 2 * T * x.kv * x.d * v + T * hq * v + x.a * x.s * x.b * 4
-    out_proj = T * hq * v
+    out_proj = 0 if x.frozen else T * hq * v   # the out-projection's input, for its weight's gradient
     drop = T * x.h * x.mask if m.hidden_dropout else 0
     return core + out_proj + drop
 
@@ -153,29 +178,41 @@ def mlp_bytes(m, x: Shape) -> int:
     """The MLP's saved tensors after its input projection(s), including what the output projection keeps."""
     TI, v = x.T * x.I, x.v
     act = (m.activation or "gelu").lower()
+    # the output projection keeps its input (TI x v) for its weight's gradient, unless the base is frozen
+    proj = 0 if x.frozen else TI * v
     if x.fused:
-        body = (3 if m.gated_mlp else 2) * TI * v        # fused SwiGLU: gate, up, product; fused GeLU: in, out
+        body = (2 if m.gated_mlp else 1) * TI * v + proj  # fused SwiGLU: gate, up, product; fused GeLU: in, out
     elif m.gated_mlp:
-        body = 4 * TI * v                                # gate out, act(gate), up out, their product
+        body = 3 * TI * x.linear_out + proj              # gate out, act(gate), up out, their product
     elif act in PYTHON_GELUS:
         # pow(x, 3) saves x, tanh its output, the last multiply both factors, the projection the result.
         # CUDA autocast runs pow in fp32 (a saved fp32 copy of x) and the chain after it stays fp32; CPU
         # autocast has no pow on its fp32 list, so there the chain stays 16-bit (measured: 189.5 MiB both).
-        body = TI * (4 + 4 + 2 + 4 + 2) if x.mixed and x.cuda else 5 * TI * v
+        body = (TI * (4 + 4 + 2 + 4) if x.mixed and x.cuda else 4 * TI * v) + proj
     elif act == "relu":
-        body = TI * v                                    # relu's output is what the projection keeps
+        body = TI * v                                    # relu's output: its backward and the projection keep it
         if m.hidden_dropout and m.family == "t5":
-            body += TI * (x.mask + v)                    # T5 drops out between wi and wo
+            body += TI * x.mask + proj                   # T5 drops out between wi and wo
     else:
-        body = 2 * TI * v                                # a fused activation: its input and its output
+        body = TI * v + proj                             # a fused activation: its input and its output
     drop = x.T * x.h * x.mask if m.hidden_dropout else 0
     return body + drop
 
 
 def block_bytes(m, x: Shape, attention: str) -> int:
-    """Bytes one transformer block keeps for backward."""
+    """Bytes one transformer block keeps for backward, its LoRA adapters' included."""
     return (norm_bytes(m, x, 1 if m.fused_qkv else 3) + attention_bytes(m, x, attention)
-            + norm_bytes(m, x, 2 if m.gated_mlp else 1) + mlp_bytes(m, x))
+            + norm_bytes(m, x, 2 if m.gated_mlp else 1) + mlp_bytes(m, x) + adapter_bytes(m, x))
+
+
+def adapter_bytes(m, x: Shape, linears=None) -> int:
+    """What the LoRA adapters of one block (or of `linears`) keep for backward (finetune.saved_bytes): each reads
+    the block's stream (the norms' outputs: the residual's dtype) or an inner tensor (the attention's output, the
+    MLP's product: the compute dtype)."""
+    if not x.frozen:
+        return 0
+    stream = {"qkv": x.res, "up": x.res, "head": x.res, "other": x.res, "o": x.v, "down": x.v}
+    return int(finetune.saved_bytes(m, x.ft, x.T, stream, x.amp, x.adapter, 1 if x.cuda else x.adapter, linears))
 
 
 def block_backward_peak(m, x: Shape, attention: str) -> tuple[int, int]:
@@ -217,10 +254,11 @@ def head_bytes(m, x: Shape) -> int:
     if x.fused:
         final = x.T * x.h * x.res + 2 * x.T * 4
     else:
-        final = x.T * x.h * 4 + (x.T * x.h * 4 if m.norm == "rmsnorm" else 0)
-    lm_in = x.T * x.h * x.v if x.L else 0
+        final = x.T * x.h * 4 + (x.T * x.h * 4 if m.norm == "rmsnorm" and not x.frozen else 0)
+    lm_in = x.T * x.h * x.v if x.L and not x.frozen else 0   # the head's input, for its weight's gradient
     emb = x.T * x.h * x.mask if m.embd_dropout else 0
-    return final + lm_in + loss_bytes(m, x)[0] + emb
+    outside = adapter_bytes(m, x, finetune.outside_blocks(m, x.ft))   # an adapter on the head itself
+    return final + lm_in + loss_bytes(m, x)[0] + emb + outside
 
 
 def loss_bytes(m, x: Shape) -> tuple[int, int, int]:
@@ -262,10 +300,11 @@ def optimizer_temporaries(m, t, device: str) -> int:
     group (_multi_tensor_adamw), in the states' dtype (fp32, 16-bit with --pure-16bit); for-loop (the CPU's
     default): sqrt and its division, for the largest tensor (_single_tensor_adamw); fused: none. SGD's momentum and
     8-bit Adam update in place."""
-    w = t.value_bytes if t.pure16 else 4
-    largest = (m.largest_layer_params or m.params) * w
+    ft = getattr(t, "finetune", FULL)
+    w = finetune.adapter_dtype_bytes(t, deepspeed=False) if ft.peft else t.value_bytes if t.pure16 else 4
+    largest = (finetune.largest_adapter(m, ft) if ft.peft else m.largest_layer_params or m.params) * w
     if t.optimizer == "adamw":
-        return {"foreach": w * m.params, "for-loop": 2 * largest, "fused": 0}[t.impl(device)]
+        return {"foreach": w * finetune.trainable(m, ft), "for-loop": 2 * largest, "fused": 0}[t.impl(device)]
     if t.optimizer == "adafactor":
         return 2 * largest
     return 0
@@ -280,7 +319,11 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True,
     # torch's optimizer steps the whole model (plain torch) or this rank's shard (FSDP: optimizer_share 1/N);
     # DeepSpeed's fused optimizers step in place (their buffers are counted with its states)
     share = (1.0 if plain_torch else 0.0) if optimizer_share is None else optimizer_share
-    x = shape(m, t, device, half_model=not plain_torch or t.pure16)
+    ft = getattr(t, "finetune", FULL)
+    x = shape(m, t, device, half_model=not plain_torch or t.pure16 or finetune.half_base(ft, t),
+              plain_torch=plain_torch)
+    if ft.peft:
+        return peft_phases(m, t, attention, x, plain_torch, optimizer_share, share, device)
     attention = resolve_attention(m, attention)
     if attention == "sdpa" and m.attn_dropout and device == "cpu":
         attention = "math"    # CPU SDPA has no fused dropout: its math kernel keeps fp32 scores (math_sdpa_bytes)
@@ -322,13 +365,51 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True,
     ]
 
 
+def peft_phases(m, t, attention: str, x: Shape, plain_torch: bool, optimizer_share: float | None, share: float,
+                device: str) -> list[Phase]:
+    """phases() under LoRA/QLoRA: the frozen base keeps no input for weight gradients and gets none (the blocks'
+    saved tensors without them, the adapters' own: block_bytes), only the adapters have gradients, filled from the
+    last block down, and no embedding gradient is made (nothing below the first adapter needs one). Autocast casts
+    the fp32 adapters (PEFT's default) and an fp32 head (prepare_model_for_kbit_training's) for each forward, kept
+    until their backward; a 16-bit base needs no cast."""
+    attention = resolve_attention(m, attention)
+    if attention == "sdpa" and m.attn_dropout and device == "cpu":
+        attention = "math"
+    ft, L = x.ft, m.layers
+    P = finetune.trainable(m, ft)
+    in_block = finetune.block_adapters(m, ft)
+    ckpt = t.grad_checkpointing or t.selective
+    shared = x.b * x.s * x.s * 4 if attention == "eager" else 0
+    own = x.T * x.h * x.res + (selective_bytes(m, x, attention) if t.selective else 0)
+    block = block_bytes(m, x, attention)
+    kept = L * own + shared if ckpt else L * block
+    head = head_bytes(m, x)
+    lm = m.logits * m.hidden_size
+    cast = 2 if x.amp and x.adapter == 4 else 0           # autocast's 16-bit copy of each fp32 adapter weight
+    copies = (2 * lm if x.amp and x.res == 4 else 0) + cast * (P - (L * in_block if ckpt else 0))
+    kept_grads = t.grad_accum > 1 or (t.zero_grad == "zeros" and (plain_torch or optimizer_share is not None))
+    g = lambda n: P if kept_grads else n                # noqa: E731
+    _, logits, loss_grads = loss_bytes(m, x)
+    saved, temp = block_backward_peak(m, x, attention)
+    saved += cast * in_block if ckpt else 0
+    return [
+        Phase("forward, at the loss", g(0), kept + head + copies, logits),
+        Phase("backward, at the loss", g(0), kept + head + copies, loss_grads),
+        Phase("backward, last block", g(P - L * in_block), kept - (own if ckpt else block) + copies + saved, temp),
+        Phase("backward, first block", g(P - in_block), (shared if ckpt else 0) + saved, temp),
+        Phase("optimizer step", P, 0, int(optimizer_temporaries(m, t, device) * share)),
+    ]
+
+
 def peak(m, t, attention: str, grad_bytes: int, device: str = "cuda", plain_torch: bool = True,
          optimizer_share: float | None = None) -> dict:
-    """The worst phase for a strategy whose full gradients take `grad_bytes` on this device, with every
-    phase's total (so a change that moves a phase other than the worst one still shows)."""
+    """The worst phase for a strategy whose gradients, all of them, take `grad_bytes` on this device (the trainable
+    parameters': finetune.trainable), with every phase's total (so a change that moves a phase other than the
+    worst one still shows)."""
     best, totals = None, []
+    trainable = finetune.trainable(m, getattr(t, "finetune", FULL))
     for ph in phases(m, t, attention, device, plain_torch, optimizer_share):
-        grads = int(grad_bytes * ph.grad_params / m.params) if m.params else 0
+        grads = int(grad_bytes * ph.grad_params / trainable) if trainable else 0
         total = grads + ph.activations + ph.temporaries
         totals.append({"phase": ph.name, "bytes": total})
         if best is None or total > best["bytes"]:

@@ -188,6 +188,37 @@ def entries(text: str, rule: str) -> list[str]:
     return parts
 
 
+class Fraction(_Owned):
+    """A probability: 0 or more and below 1 (a dropout of 1 drops everything)."""
+    name = "P"
+
+    def parse(self, text):
+        if not re.fullmatch(rf"\s*{NUMBER}\s*", text):
+            raise ValueError(f"{shown(text)!r}: expected a probability like 0.05")
+        p = float(text)
+        if not 0 <= p < 1:
+            raise ValueError(f"{text}: a probability from 0 up to (not including) 1")
+        return p
+
+
+class Names(_Owned):
+    """Comma-separated module names (q_proj,v_proj), each a dotted Python name: PEFT's target_modules."""
+    name = "NAMES"
+    most_chars, kind = MOST_PATH, "list of module names"
+
+    def parse(self, text):
+        rule = "module names like q_proj,v_proj (or all-linear)"
+        out = []
+        for p in entries(text, rule):
+            p = p.strip()
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*|all-linear", p, re.ASCII):
+                raise ValueError(f"{shown(p)!r}: not a module name; expected {rule}")
+            if p in out:
+                raise ValueError(f"{shown(text)}: {p} is named twice")
+            out.append(p)
+        return tuple(out)
+
+
 class Text(_Owned):
     """A name, path or address: an empty value is refused rather than read as "not given"."""
     name = "TEXT"
@@ -213,6 +244,8 @@ LAYERS, WIDTH = ModelCount("layers"), ModelCount("widths")
 TIMEOUT = Seconds(positive=True)
 PORT = Count(most=65535, what="a TCP port number")
 GPU_IDS, PATH, DIR, TEXT = GpuIds(), Text("PATH"), Text("DIR"), Text()
+RANK = Count(what="a LoRA adapter has", most=2 ** 16, why="a rank is at most the smaller side of the module it adapts")
+FRACTION, NAMES = Fraction(), Names()
 
 
 def group(*opts):
@@ -317,6 +350,17 @@ training_options = group(
                  help="What optimizer.zero_grad() leaves between steps: none (set_to_none=True, torch 2.0's default:"
                       " the gradients are freed until backward writes them), zeros (set_to_none=False, torch 1.x's"
                       " default: they stay allocated through the next forward) [default: none]."),
+    click.option("--finetune", type=click.Choice(["full", "lora", "qlora"]),
+                 help="What is trained: full (every weight), lora (PEFT LoRA adapters beside the frozen base, loaded in"
+                      " 16 bits), qlora (the same with the base in 4-bit NF4, bitsandbytes with double quantization)"
+                      " [default: full]."),
+    click.option("--lora-rank", type=RANK, help="LoRA's rank r, with --finetune lora|qlora [default: 8, PEFT's]."),
+    click.option("--lora-targets", type=NAMES, metavar="NAMES|all-linear",
+                 help="The modules LoRA adapts, as PEFT's target_modules names them (q_proj,v_proj), or all-linear"
+                      " (every Linear but the output head) [default: PEFT's default for the architecture]."),
+    click.option("--lora-dropout", type=FRACTION,
+                 help="LoRA's dropout on the adapters' input: each target then keeps a mask and its own copy"
+                      " [default: 0, PEFT's]."),
     click.option("--cuda-module-loading", type=click.Choice(["lazy", "eager"]),
                  help="How CUDA loads its kernels, as CUDA_MODULE_LOADING says: lazy (CUDA 11.7 and later, the"
                       " default: a context of about 520 MiB), eager (older stacks load every module at start: 1343 MB"

@@ -10,15 +10,17 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from . import memory
+from . import finetune, memory
 from .errors import BadInput
+from .finetune import FULL, Finetune
 from .models import ModelSpec, factored_elements
 from .units import gib
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero2_offload_cpu", "zero3", "fsdp", "zero3_offload_cpu",
-              "zero3_offload_nvme")
-# Strategies that run plain PyTorch (no DeepSpeed config): DDP, and FSDP's full shard.
-TORCH_STRATEGIES = ("single", "ddp", "fsdp")
+              "fsdp_offload_cpu", "zero3_offload_nvme")
+# Strategies that run plain PyTorch (no DeepSpeed config): DDP, and FSDP's full shard (with CPUOffload(offload_params=
+# True) its shards, gradients and optimizer live on the host: the fsdp_qlora recipe).
+TORCH_STRATEGIES = ("single", "ddp", "fsdp", "fsdp_offload_cpu")
 KERNELS = ("hf", "fused")
 LOSSES = ("hf", "fused", "chunked")
 OPTIMIZER_BYTES = {"adamw": 8, "adamw-8bit": 2, "adafactor": 4, "sgd": 4}
@@ -100,6 +102,11 @@ class Training:
     cuda_loading: str = "lazy"            # CUDA_MODULE_LOADING: lazy, or eager (all modules at start: more context)
     optimizer_impl: str | None = None     # torch's optimizer: foreach, for-loop, fused; None: the device's default
     zero_grad: str = "none"               # zero_grad(set_to_none=True) frees the gradients; zeros keeps them
+    finetune: Finetune = FULL             # what is trained: the whole model, or LoRA/QLoRA adapters (gputopo.finetune)
+
+    def __post_init__(self):
+        if isinstance(self.finetune, dict):   # read back from JSON (plan --measure's child)
+            object.__setattr__(self, "finetune", Finetune(**self.finetune))
 
     def optimizer_kwargs(self) -> dict:
         """torch.optim's arguments for --optimizer-impl (none: the device's default), as --measure and --calibrate
@@ -145,6 +152,8 @@ class Strategy:
     comm_seconds_per_step: float | None       # gputopo.speed's comm_s (latency and bus efficiency)
     peak: dict = field(default_factory=dict)   # the worst phase of the step and what it holds
     nvidia_smi_bytes: int = 0                  # total + the allocator's reserve: what nvidia-smi will show
+    allocated_bytes: int = 0                   # total less the CUDA context: torch.cuda.max_memory_allocated()
+    reserved_bytes: int = 0                    # allocated + the allocator's reserve: max_memory_reserved()
     fits: bool = False
     why_not: list[str] = field(default_factory=list)
     short_bytes: dict = field(default_factory=dict)  # {"gpu"|"cpu"|"nvme": bytes missing}; empty when it fits
@@ -155,8 +164,10 @@ class Strategy:
         return asdict(self)
 
 
-def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[dict, int, int]:
+def model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[dict, int, int]:
     """(weights, gradients, optimizer) bytes per GPU, CPU bytes per node, NVMe bytes per node."""
+    if t.finetune.peft:
+        return _adapter_states(name, m, lay, t)
     P, N, L = m.params, lay.gpus, m.largest_layer_params or 0
     K = OPTIMIZER_BYTES[t.optimizer]
     p16 = t.value_bytes                # DeepSpeed's model copy: 16-bit in mixed precision
@@ -176,6 +187,12 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
         return {"weights": p16 * P, "gradients": 0, "optimizer": 0}, int(cpu), 0
     if name == "fsdp":
         return fsdp_states(m, lay, t), load_cpu, 0
+    if name == "fsdp_offload_cpu":
+        # the shards, their gradients and the optimizer's states on the host (each rank's, so the node holds them
+        # all); on the GPU only the units gathered (fsdp_states') and the running block's gradients
+        block, root = fsdp_units(m)
+        cpu = (2 * weight_bytes(t) * P + torch_optimizer_bytes(m, t, flat=True)) / lay.nodes
+        return {"weights": p16 * (root + 2 * block), "gradients": p16 * (root + block), "optimizer": 0}, int(cpu), 0
     # ZeRO-3 gathers whole layers: 4 B x the largest layer (16-bit, fetched + prefetched), as DeepSpeed counts.
     gathered = 4 * L
     if name == "zero3":
@@ -199,6 +216,63 @@ def _model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[di
         if not t.offload_params:   # the 16-bit parameters stay on the GPUs, partitioned: only the optimizer swaps
             return ({"weights": gathered + p16 * P // N, "gradients": 0, "optimizer": 0},
                     int(2 * NVME_SUB_GROUP * (4 + K + 4) * lay.gpus_per_node), nvme - p16 * P // lay.nodes)
+        return {"weights": gathered, "gradients": 0, "optimizer": 0}, int(buffers * lay.gpus_per_node), nvme
+    raise BadInput(f"unknown strategy {name}")
+
+
+def _adapter_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[dict, int, int]:
+    """model_states under LoRA/QLoRA: the frozen base (finetune.base_bytes: 16-bit, or NF4 and its unquantized
+    rest) without gradients or optimizer states, beside the adapters, which have both. Plain torch keeps the
+    adapters in PEFT's dtype (fp32 unless --pure-16bit) and steps them with torch's optimizer; DeepSpeed casts the
+    model to 16 bits and keeps an fp32 master of the adapters only, partitioned at stage 1 and up (frozen parameters
+    are not partitioned below stage 3: stage_1_and_2.py takes only those with requires_grad); FSDP and ZeRO-3 shard
+    base and adapters alike."""
+    ft, N = t.finetune, lay.gpus
+    A = finetune.trainable(m, ft)
+    K, p16 = OPTIMIZER_BYTES[t.optimizer], t.value_bytes
+    # QLoRA's unquantized rest: upcast to fp32 by prepare_model_for_kbit_training where TRL and the QLoRA recipe call it
+    # (one GPU, DDP); in the 16-bit storage sharding needs (FSDP, ZeRO-3: TRL skips the upcast for a sharded QLoRA)
+    # and in DeepSpeed's engine, which casts the model to its 16-bit dtype
+    kept = 4 if name in ("single", "ddp") and not t.pure16 else p16
+    base = finetune.base_bytes(m, ft, p16, kept=kept)
+    a = finetune.adapter_dtype_bytes(t, deepspeed=name not in TORCH_STRATEGIES)
+    load_cpu = int(finetune.base_bytes(m, ft, t.value_bytes) * lay.gpus_per_node * BUFFER_FACTOR)
+    opt = int(OPTIMIZER_BYTES[t.optimizer] * A * (1.0 if t.optimizer == "adamw-8bit" else a / 4))
+    if name in ("single", "ddp"):
+        return {"weights": base + a * A, "gradients": a * A, "optimizer": opt}, load_cpu, 0
+    if name in ("fsdp", "fsdp_offload_cpu"):
+        block, root = fsdp_units(m)
+        base_block, base_root = finetune.unit_bytes(m, ft, base, block, root, kept)
+        unsharded = base_root + 2 * base_block + p16 * finetune.block_adapters(m, ft) * 2
+        grads = a * finetune.block_adapters(m, ft)       # the running block's, before their reduce-scatter
+        if name == "fsdp":
+            return ({"weights": base // N + a * A // N + unsharded, "gradients": a * A // N + grads,
+                     "optimizer": opt // N}, load_cpu, 0)
+        return {"weights": unsharded, "gradients": grads, "optimizer": 0}, int((base + 2 * a * A + opt) / lay.nodes), 0
+    whole = base + p16 * A             # ZeRO-1/2: the frozen base and the 16-bit adapters on every GPU
+    if name == "zero1":
+        return {"weights": whole, "gradients": p16 * A + 4 * A // N, "optimizer": (4 + K) * A // N}, load_cpu, 0
+    if name == "zero2":
+        return {"weights": whole, "gradients": (p16 + 4) * A // N, "optimizer": (4 + K) * A // N}, load_cpu, 0
+    if name == "zero2_offload_cpu":
+        return {"weights": whole, "gradients": 0, "optimizer": 0}, int(A * max(4 * N, 8 + K) * BUFFER_FACTOR), 0
+    gathered = 4 * (m.largest_layer_params or 0)
+    if name == "zero3":
+        sub = min(DS_SUB_GROUP, math.ceil(A / N))
+        return ({"weights": gathered + base // N + p16 * A // N, "gradients": p16 * A // N + 4 * sub,
+                 "optimizer": (4 + K) * A // N}, load_cpu, 0)
+    if name == "zero3_offload_cpu":
+        if t.offload_params:
+            return ({"weights": gathered, "gradients": 0, "optimizer": 0},
+                    int((base + A * (8 + K + 2)) / lay.nodes * BUFFER_FACTOR), 0)
+        return ({"weights": gathered + base // N + p16 * A // N, "gradients": 0, "optimizer": 0},
+                int(A * (8 + K) / lay.nodes * BUFFER_FACTOR), 0)
+    if name == "zero3_offload_nvme":
+        nvme = nvme_bytes(m, t, lay.nodes)
+        buffers = 5 * max(PARAM_BUFFER, m.largest_layer_params or 0) * p16 + 2 * NVME_SUB_GROUP * (4 + K + 4)
+        if not t.offload_params:
+            return ({"weights": gathered + base // N + p16 * A // N, "gradients": 0, "optimizer": 0},
+                    int(2 * NVME_SUB_GROUP * (4 + K + 4) * lay.gpus_per_node), nvme - base // lay.nodes)
         return {"weights": gathered, "gradients": 0, "optimizer": 0}, int(buffers * lay.gpus_per_node), nvme
     raise BadInput(f"unknown strategy {name}")
 
@@ -236,18 +310,25 @@ def fsdp_states(m: ModelSpec, lay: Layout, t: Training) -> dict:
 
 
 def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
-    """NVMe space per node for ZeRO-3 NVMe offload: 16-bit params, fp32 master, moments and fp32 grads."""
+    """NVMe space per node for ZeRO-3 NVMe offload: 16-bit params, fp32 master, moments and fp32 grads (of the
+    trainable parameters; a frozen base swaps its 16-bit or NF4 weights only)."""
+    ft = t.finetune
+    if ft.peft:
+        base = finetune.base_bytes(m, ft, t.value_bytes, kept=t.value_bytes)
+        return (base + (t.value_bytes + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * finetune.trainable(m, ft)) // nodes
     return (t.value_bytes + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * m.params // nodes
 
 
 def _overhead(name: str, m: ModelSpec, t: Training) -> int:
     """CUDA context plus communication buffers."""
     h2, context = m.hidden_size ** 2, t.context_bytes
-    if name in ("single", "fsdp"):   # FSDP's unsharded buffers are counted with its states
+    if name in ("single", "fsdp", "fsdp_offload_cpu"):   # FSDP's unsharded buffers are counted with its states
         return context
     if name == "ddp":
         # DDP's reducer keeps a flat copy of the gradients (gradient_as_bucket_view=False, the default).
-        return context + weight_bytes(t) * m.params
+        ft = t.finetune
+        grad = finetune.adapter_dtype_bytes(t, deepspeed=False) if ft.peft else weight_bytes(t)
+        return context + grad * finetune.trainable(m, ft)
     if name.startswith("zero3"):
         # prefetch bucket 0.9 h^2 and reduce bucket h^2, 16-bit (the sizes the HF Trainer and gputopo write)
         return context + 2 * sum(zero3_buckets(m.hidden_size))
@@ -272,11 +353,17 @@ def comm_split(name: str, m: ModelSpec, lay: Layout, t: Training) -> dict[str, i
     if n == 1 or name == "single":
         return {}
     ring = (n - 1) / n
-    P, p16 = m.params, t.value_bytes
+    ft = t.finetune
+    P, p16 = finetune.trainable(m, ft), t.value_bytes
     if name == "ddp":
-        # One all-reduce (2 passes) of the gradients (fp32 unless --pure-16bit); accumulation steps use no_sync.
-        return {"all_reduce": int(2 * ring * weight_bytes(t) * P)}
+        # One all-reduce (2 passes) of the gradients (fp32 unless --pure-16bit; the adapters' under LoRA: PEFT's
+        # dtype); accumulation steps use no_sync.
+        grad = finetune.adapter_dtype_bytes(t, deepspeed=False) if ft.peft else weight_bytes(t)
+        return {"all_reduce": int(2 * ring * grad * P)}
     gather = int(ring * p16 * P)
+    # A frozen base is gathered, never reduced: FSDP and ZeRO-3 gather it (16-bit, or NF4 packed in 16-bit
+    # storage) beside the adapters; ZeRO-1/2 keep it whole on every GPU
+    frozen = int(ring * finetune.base_bytes(m, ft, p16, kept=p16)) if ft.peft else 0
     if name.startswith("zero1"):
         # Stage 1 keeps whole gradients and reduces them only at the accumulation boundary (DeepSpeed's
         # reduce_ready_partitions_and_remove_grads), then all-gathers the updated parameters: once per step.
@@ -284,13 +371,13 @@ def comm_split(name: str, m: ModelSpec, lay: Layout, t: Training) -> dict[str, i
     if name.startswith("zero2"):
         # Stage 2 partitions gradients, so it all-reduces on every micro-step; parameters once per step.
         return {"all_reduce": 2 * gather * t.grad_accum, "all_gather": gather}
-    if name == "fsdp":
+    if name.startswith("fsdp"):
         # FSDP gathers each unit before its forward and before its backward; a checkpointed block recomputes
         # inside its backward, with the parameters already gathered. Gradients are reduce-scattered in the
         # compute dtype (MixedPrecision's reduce_dtype is param_dtype unless set), on every micro-step.
-        return {"reduce_scatter": gather * t.grad_accum, "all_gather": 2 * gather * t.grad_accum}
+        return {"reduce_scatter": gather * t.grad_accum, "all_gather": 2 * (gather + frozen) * t.grad_accum}
     gathers = 3 if t.grad_checkpointing else 2
-    return {"reduce_scatter": gather * t.grad_accum, "all_gather": gathers * gather * t.grad_accum}
+    return {"reduce_scatter": gather * t.grad_accum, "all_gather": gathers * (gather + frozen) * t.grad_accum}
 
 
 def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
@@ -303,10 +390,12 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
             continue
         if name != "single" and lay.gpus == 1 and name in ("ddp", "zero1", "zero2", "zero3", "fsdp"):
             continue  # sharding over one GPU buys nothing
-        states, cpu, nvme = _model_states(name, m, lay, t)
+        states, cpu, nvme = model_states(name, m, lay, t)
         # FSDP gathers 16-bit parameters itself (no autocast copies) and steps torch's optimizer on its shard
-        pk = memory.peak(m, t, t.attention, states["gradients"], plain_torch=name in ("single", "ddp"),
-                         optimizer_share=1 / lay.gpus if name == "fsdp" else None)
+        # FSDP steps torch's optimizer on its shard (on the host with CPU offload, where the gradients go too)
+        pk = memory.peak(m, t, t.attention, 0 if name == "fsdp_offload_cpu" else states["gradients"],
+                         plain_torch=name in ("single", "ddp"),
+                         optimizer_share={"fsdp": 1 / lay.gpus, "fsdp_offload_cpu": 0.0}.get(name))
         per = {**states, "activations": pk["activations"], "temporaries": pk["temporaries"],
                "overhead": _overhead(name, m, t)}
         # The gradients are all alive only from the end of backward; the peak phase holds pk["gradients"].
@@ -314,7 +403,9 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         comm = comm_bytes(name, m, lay, t)
         # comm_seconds_per_step is gputopo.speed's (report.plan_for fills it): one owner for time.
         st = Strategy(name, per, int(cpu), int(nvme), comm, None, peak=pk,
-                      nvidia_smi_bytes=per["total"] + ALLOCATOR_RESERVE_BYTES)
+                      nvidia_smi_bytes=per["total"] + ALLOCATOR_RESERVE_BYTES,
+                      allocated_bytes=per["total"] - t.context_bytes,
+                      reserved_bytes=per["total"] - t.context_bytes + ALLOCATOR_RESERVE_BYTES)
         # Within 90 % it fits; up to 100 % it is tight: runs at 96 % have trained (TinyLlama on an RTX 4090,
         # benchmarks/gpu_public.json), but fragmentation may tip them over.
         if per["total"] > lay.gpu_mem_bytes:
@@ -327,7 +418,7 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
             st.short_bytes["cpu"] = int(cpu - HEADROOM * lay.cpu_mem_bytes)
             st.why_not.append(f"needs {gib(cpu)} of CPU RAM of {gib(lay.cpu_mem_bytes)}"
                               f" ({gib(st.short_bytes['cpu'])} short)")
-        if "offload" in name and t.optimizer not in OFFLOAD_OPTIMIZERS:
+        if name.startswith("zero") and "offload" in name and t.optimizer not in OFFLOAD_OPTIMIZERS:
             st.why_not.append(f"needs --optimizer adamw (ZeRO-Offload runs DeepSpeed's CPU Adam, not {t.optimizer})")
         if nvme and lay.nvme_free_bytes is not None and nvme > lay.nvme_free_bytes:
             st.short_bytes["nvme"] = int(nvme - lay.nvme_free_bytes)

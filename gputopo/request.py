@@ -74,6 +74,10 @@ class TrainingAsk:
     cuda_module_loading: str | None = None   # lazy or eager: the CUDA context's size
     optimizer_impl: str | None = None        # foreach, for-loop or fused: torch's optimizer implementation
     zero_grad: str | None = None             # none or zeros: what zero_grad() leaves between steps
+    finetune: str | None = None              # full, lora or qlora: what is trained (gputopo.finetune)
+    lora_rank: int | None = None
+    lora_targets: tuple | None = None
+    lora_dropout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -469,7 +473,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     topology/selected: a pasted or bundled topology to plan on (inspect); else --gpus/--gpu-mem/--gpu-model
     describe the GPUs, else this machine's are probed. need_layout=False (deepspeed-config without --auto)
     needs only the number of GPUs; its notes then leave out what only the plan reads."""
-    from . import models
+    from . import finetune, models
     m, t, hw = model, training, hardware
     exclusive(model=m.model, params=m.params)
     if m.model and (m.hidden_size or m.layers or m.vocab_size):
@@ -500,6 +504,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     if t.loss and spec is not None and not spec.vocab_size:
         raise BadInput(f"--loss {t.loss} is the loss over the logits; {spec.name} has no vocabulary to make them:"
                        " give --vocab-size")
+    ft = finetune.resolve(spec, t.finetune or "full", t.lora_rank, t.lora_targets, t.lora_dropout, notes) \
+        if spec is not None else finetune.checked(t.finetune, t.lora_rank, t.lora_targets, t.lora_dropout)
     if t.pure_16bit:
         notes["pure_16bit"] = ("--pure-16bit: single, ddp and fsdp keep 16-bit weights and optimizer states;"
                                " DeepSpeed's rows keep their own fp32 master copy, as DeepSpeed does")
@@ -521,7 +527,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          selective=t.selective_checkpointing, pure16=t.pure_16bit,
                          loss=_loss(t.kernels, t.loss, plan_notes), cuda_loading=t.cuda_module_loading or "lazy",
                          optimizer_impl=_optimizer_impl(t.optimizer, t.optimizer_impl),
-                         zero_grad=t.zero_grad or "none")
+                         zero_grad=t.zero_grad or "none", finetune=ft)
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",

@@ -10,9 +10,9 @@ LAYERS = [
     # foundation: no knowledge of GPUs
     {"__init__", "errors", "units", "files", "children", "jsonread", "examples.__init__"},
     # facts and catalogs: the data models, pure
-    {"gpus", "datasheets", "topology", "models", "memory", "system"},
+    {"gpus", "datasheets", "topology", "models", "memory", "system", "finetune", "ops"},
     # reading the machine and the inputs
-    {"parse", "probe", "sources", "health", "nvme", "validate", "dsops", "launch", "worker", "nccllog"},
+    {"parse", "probe", "sources", "health", "nvme", "validate", "dsops", "launch", "worker", "nccllog", "build"},
     # what fits, how fast, what to use
     {"plan", "speed", "calibrate", "advise", "request", "search", "dsconfig", "measure", "doctor", "bench", "fleet"},
     # one answer per command
