@@ -32,7 +32,7 @@ def child(args) -> None:
     import torch
     import torch.distributed as dist
 
-    from gputopo import calibrate
+    from gputopo import build
     deepspeed.init_distributed(dist_backend="gloo")
     cfg = json.loads(Path(args.config).read_text())
     base = dict(CONFIGS[args.model])
@@ -40,7 +40,7 @@ def child(args) -> None:
     times = {n: {"fwd": [], "bwd": [], "step": [], "all": []} for n in args.blocks}
 
     def engine_for(n):
-        model, mcfg = calibrate.build_model(req, torch.device("cpu"), n)
+        model, mcfg = build.build_model(req, torch.device("cpu"), n)
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
         return engine, torch.randint(0, mcfg.vocab_size, (args.batch, args.seq))
 

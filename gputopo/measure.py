@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import json
 import os
 import statistics
@@ -30,7 +31,7 @@ def request(model, training, attention: str) -> dict:
     return {"config": hf_config(model), "attention": attention, "precision": training.precision,
             "optimizer": training.optimizer, "batch_size": training.batch_size, "seq_len": training.seq_len,
             "grad_checkpointing": training.grad_checkpointing, "optimizer_kwargs": training.optimizer_kwargs(),
-            "zero_grad": training.zero_grad}
+            "zero_grad": training.zero_grad, "finetune": training.finetune.to_dict()}
 
 
 def run(req: dict, *, timeout: float = 3600, **need) -> dict:
@@ -47,7 +48,9 @@ def run_many(reqs: list[dict], *, need_bytes: int, gpu: dict | None = None, gpu_
     if any(r["optimizer"] == "adamw-8bit" for r in reqs):
         raise BadInput("--measure: 8-bit Adam needs bitsandbytes on CUDA; measure with --optimizer adamw instead")
     room(need_bytes, gpu, gpu_bytes)
-    env = {**os.environ, **(MALLOC_ENV if malloc else {})}
+    # offline: nothing is fetched (bitsandbytes asks a kernel hub on import), no progress bars in the output
+    env = {**os.environ, **(MALLOC_ENV if malloc else {}), "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "TRANSFORMERS_VERBOSITY": "error"}
     env.setdefault("OMP_NUM_THREADS", str(min(os.cpu_count() or 1, 4)))
     doing = (f"measuring: the model's step time (2 warm-up steps, then {TIMED_STEPS} timed)" if reqs[0].get("time_only")
              else "measuring: the model's memory (a warm-up step, then the measured one)")
@@ -118,11 +121,16 @@ def check(data: dict, say=on_stderr) -> dict:
     from .plan import Training
     model = ModelSpec(**data["model"])
     training = Training(**{f.name: data["training"][f.name] for f in fields(Training)})
+    needs = {"lora": ("peft",), "qlora": ("peft", "bitsandbytes")}.get(training.finetune.mode, ())
+    missing = [n for n in needs if importlib.util.find_spec(n) is None]
+    if missing:
+        raise BadInput(f"--measure --finetune {training.finetune.mode} trains with {' and '.join(missing)}, not"
+                       " installed here: pip install 'gputopo[peft]'")
     req = request(model, training, training.attention)
     gpu = target()
     predicted = _predict(model, training, training.attention, "cuda" if gpu else "cpu")
     step = predicted["weights"] + predicted["optimizer"] + predicted["step"]
-    # The child builds the model on its device (calibrate.build_model: `with device:`): on a GPU only the
+    # The child builds the model on its device (build.build_model: `with device:`): on a GPU only the
     # runtime stays on the host.
     need = ({"need_bytes": RUNTIME_BYTES, "gpu": gpu, "gpu_bytes": step + training.context_bytes} if gpu
             else {"need_bytes": step + RUNTIME_BYTES})
@@ -154,7 +162,12 @@ def step_time(model, training, req: dict, need: dict, say=on_stderr) -> dict:
 
 def _predict(model, training, attention: str, device: str) -> dict:
     from . import memory
-    from .plan import torch_optimizer_bytes
+    from .plan import Layout, model_states, torch_optimizer_bytes
+    if training.finetune.peft:   # the plan's own one-GPU states: the frozen base, the adapters and theirs
+        states, _, _ = model_states("single", model, Layout(gpus_per_node=1, gpu_mem_bytes=0), training)
+        pk = memory.peak(model, training, attention, states["gradients"], device=device)
+        return {**{k: states[k] for k in ("weights", "gradients", "optimizer")}, "step": pk["bytes"],
+                "phase": pk["phase"]}
     pk = memory.peak(model, training, attention, 4 * model.params, device=device)
     return {"weights": 4 * model.params, "gradients": 4 * model.params,
             "optimizer": torch_optimizer_bytes(model, training), "step": pk["bytes"], "phase": pk["phase"]}
@@ -220,11 +233,12 @@ def child(req: dict) -> dict:
     import transformers
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    from .calibrate import build_model
+    from .build import build_model
     model, cfg = build_model(req, device)
-    opt = _optimizer(torch, req["optimizer"], model.parameters(), req.get("optimizer_kwargs"))
-    ids = torch.randint(0, cfg.vocab_size, (req["batch_size"], req["seq_len"]), device=device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(req["precision"])
+    opt = _optimizer(torch, req["optimizer"], [p for p in model.parameters() if p.requires_grad],
+                     req.get("optimizer_kwargs"))
+    ids = torch.randint(0, cfg.vocab_size, (req["batch_size"], req["seq_len"]), device=device)
     scaler = torch.amp.GradScaler(device.type) if req["precision"] == "fp16" else None
 
     def step():
@@ -247,7 +261,7 @@ def child(req: dict) -> dict:
     gc.collect()
     params = list(model.parameters())
     out = {"device": device.type, "attention": model.config._attn_implementation,
-           "weights": sum(p.numel() * p.element_size() for p in params),
+           "weights": sum(p.numel() * p.element_size() + _quant_state_bytes(torch, p) for p in params),
            "gradients": sum(p.numel() * 4 for p in params if p.requires_grad),  # fp32 like the weights
            "optimizer": sum(v.numel() * v.element_size() for s in opt.state.values() for k, v in s.items()
                             if torch.is_tensor(v) and k != "step"),
@@ -272,6 +286,15 @@ def child(req: dict) -> dict:
         peak = _status("VmHWM")
         out.update(baseline=base, peak=peak, step=peak - base, reserved=None, nvml_process_bytes=None)
     return out
+
+
+def _quant_state_bytes(torch, p) -> int:
+    """bitsandbytes' quantization state beside a 4-bit weight (absmax, its nested absmax and codes)."""
+    state = getattr(p, "quant_state", None)
+    if state is None:
+        return 0
+    tensors = [state.absmax, state.code] + ([state.state2.absmax, state.state2.code] if state.nested else [])
+    return sum(t.numel() * t.element_size() for t in tensors if torch.is_tensor(t))
 
 
 TIMED_STEPS = 3   # after two warm-up steps; their median is compared with the predicted step
