@@ -259,6 +259,30 @@ def _assumed(a: Ask, req, stack: dict | None = None) -> dict:
     return out
 
 
+def peft_lines(t, strategy: str | None) -> list[str]:
+    """What a training script does for the plan's LoRA or QLoRA: no Trainer flag wraps a model in PEFT (TRL's SFT
+    script has them: said beside), and a 4-bit base that ZeRO-3 or FSDP shard must be stored in the 16-bit dtype
+    they flatten (bnb_4bit_quant_storage: accelerate's FSDP/DeepSpeed QLoRA guides)."""
+    ft = t.finetune
+    if not ft.peft:
+        return []
+    targets = "all-linear" if "all-linear" in ft.targets else list(ft.targets)
+    compute = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(t.precision, "torch.float32")
+    lines = [f"LoRA: model = peft.get_peft_model(model, LoraConfig(r={ft.rank}, target_modules={targets!r},"
+             f" lora_dropout={ft.dropout:g})) before training, the base frozen (TRL's SFT script: --use_peft"
+             f" --lora_r {ft.rank} --lora_target_modules {' '.join(ft.targets)} --lora_dropout {ft.dropout:g})"]
+    if ft.quantized:
+        sharded = (strategy or "").startswith(("zero3", "fsdp"))
+        storage = f", bnb_4bit_quant_storage={compute}" if sharded else ""
+        lines.insert(0, "QLoRA: load the base with from_pretrained(..., quantization_config=BitsAndBytesConfig("
+                     "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True,"
+                     f" bnb_4bit_compute_dtype={compute}{storage}))"
+                     + (f" ({strategy} shards the 4-bit weights only when they are stored in {compute})"
+                        if sharded else " and peft.prepare_model_for_kbit_training(model)")
+                     + " (TRL's SFT script: --load_in_4bit --bnb_4bit_quant_type nf4 --use_bnb_nested_quant)")
+    return lines
+
+
 def stack(req, trainer: bool, strategy: str | None = None) -> dict:
     """What the plan assumed of the training stack beyond transformers' own code as the HF Trainer runs it, as the
     Trainer's flags ("flags": TrainingArguments, only for the Trainer) and, where no flag runs it, what the script
@@ -268,8 +292,8 @@ def stack(req, trainer: bool, strategy: str | None = None) -> dict:
     fsdp only: a DeepSpeed config keeps DeepSpeed's fp32 master; --selective-checkpointing has its own note.)"""
     t, m = req.training, req.model
     if (t.kernels, t.loss) == ("hf", "hf") or m is None:
-        return {"flags": {}, "script": [], "unplanned": None}
-    flags, script = {}, []
+        return {"flags": {}, "script": peft_lines(t, strategy), "unplanned": None}
+    flags, script = {}, peft_lines(t, strategy)
     liger = m.model_type in LIGER
     if t.loss == "chunked" and liger:
         flags["use_liger_kernel"] = True

@@ -28,19 +28,21 @@ NESTED_BLOCK = 256        # double quantization's block of absmax values (compre
 # PEFT's default targets per model_type (peft/utils/constants.py, TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING,
 # peft 0.21.2), for when peft is not installed; tests/test_finetune.py holds it equal to the installed peft's.
 PEFT_DEFAULTS = {
-    "t5": ["q", "v"], "mt5": ["q", "v"], "bart": ["q_proj", "v_proj"], "gpt2": ["c_attn"],
-    "bloom": ["query_key_value"], "blip-2": ["q", "v", "q_proj", "v_proj"], "opt": ["q_proj", "v_proj"],
-    "gptj": ["q_proj", "v_proj"], "gpt_neox": ["query_key_value"], "gpt_neo": ["q_proj", "v_proj"],
-    "bert": ["query", "value"], "roberta": ["query", "value"], "xlm-roberta": ["query", "value"],
-    "electra": ["query", "value"], "deberta-v2": ["query_proj", "value_proj"], "deberta": ["in_proj"],
-    "layoutlm": ["query", "value"], "llama": ["q_proj", "v_proj"], "chatglm": ["query_key_value"],
-    "gpt_bigcode": ["c_attn"], "mpt": ["Wqkv"], "RefinedWebModel": ["query_key_value"],
-    "RefinedWeb": ["query_key_value"], "falcon": ["query_key_value"], "btlm": ["c_proj", "c_attn"],
-    "codegen": ["qkv_proj"], "mistral": ["q_proj", "v_proj"], "mixtral": ["q_proj", "v_proj"],
-    "stablelm": ["q_proj", "v_proj"], "phi": ["q_proj", "v_proj", "fc1", "fc2"], "gemma": ["q_proj", "v_proj"],
-    "gemma2": ["q_proj", "v_proj"], "gemma3_text": ["q_proj", "v_proj"], "qwen2": ["q_proj", "v_proj"],
-    "qwen3": ["q_proj", "v_proj"], "rwkv": ["key", "value", "receptance", "output"],
-    "rwkv7": ["r_proj", "k_proj", "v_proj", "o_proj", "key", "value"],
+    't5': ['q', 'v'], 'mt5': ['q', 'v'], 'bart': ['q_proj', 'v_proj'], 'gpt2': ['c_attn'],
+    'bloom': ['query_key_value'], 'blip-2': ['q', 'v', 'q_proj', 'v_proj'], 'opt': ['q_proj', 'v_proj'],
+    'gptj': ['q_proj', 'v_proj'], 'gpt_neox': ['query_key_value'], 'gpt_neo': ['q_proj', 'v_proj'],
+    'bert': ['query', 'value'], 'roberta': ['query', 'value'], 'xlm-roberta': ['query', 'value'],
+    'electra': ['query', 'value'], 'deberta-v2': ['query_proj', 'value_proj'], 'deberta': ['in_proj'],
+    'layoutlm': ['query', 'value'], 'llama': ['q_proj', 'v_proj'], 'llama4': ['q_proj', 'v_proj'],
+    'chatglm': ['query_key_value'], 'gpt_bigcode': ['c_attn'], 'mpt': ['Wqkv'],
+    'RefinedWebModel': ['query_key_value'], 'RefinedWeb': ['query_key_value'], 'falcon': ['query_key_value'],
+    'btlm': ['c_proj', 'c_attn'], 'codegen': ['qkv_proj'], 'mistral': ['q_proj', 'v_proj'],
+    'mixtral': ['q_proj', 'v_proj'], 'stablelm': ['q_proj', 'v_proj'], 'phi': ['q_proj', 'v_proj', 'fc1', 'fc2'],
+    'gemma': ['q_proj', 'v_proj'], 'gemma2': ['q_proj', 'v_proj'], 'gemma3_text': ['q_proj', 'v_proj'],
+    'gemma4': '.*language_model\\..*\\.(q_proj|v_proj)', 'qwen2': ['q_proj', 'v_proj'],
+    'qwen3': ['q_proj', 'v_proj'], 'nemotron_h': ['q_proj', 'k_proj', 'v_proj', 'o_proj'],
+    'rwkv': ['key', 'value', 'receptance', 'output'],
+    'rwkv7': ['r_proj', 'k_proj', 'v_proj', 'o_proj', 'key', 'value'],
 }
 PEFT_MAPPING = "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING"
 
@@ -112,7 +114,7 @@ def resolve(m, mode: str, rank: int | None, targets: tuple | None, dropout: floa
     if not targets:
         table, where = peft_defaults()
         kind = m.model_type or m.family
-        if kind not in table:
+        if not isinstance(table.get(kind), list):   # none, or a regex over a multimodal model's paths (gemma4)
             raise BadInput(f"--finetune {mode}: PEFT has no default target modules for {kind!r}: give --lora-targets"
                            f" NAMES or {ALL_LINEAR} (its Linear modules: {', '.join(linear_names(m))})")
         targets = tuple(table[kind])
