@@ -110,7 +110,7 @@ def matmuls(m, t, attention: str, device: str = "cuda") -> list[tuple[int, int, 
     x = memory.shape(m, t)
     hq, hkv = x.a * x.d, x.kv * x.d
     qkv = [(1, x.T, hq + 2 * hkv, x.h)] if m.fused_qkv else [(1, x.T, hq, x.h), (2, x.T, hkv, x.h)]
-    up = [(2 if m.gated_mlp else 1, x.T, x.I, x.h)]                  # SwiGLU: gate and up projections
+    up = [(1, x.T, 2 * x.I, x.h)] if m.fused_up else [(m.mlp_inputs, x.T, x.I, x.h)]   # SwiGLU: gate and up
     # Fused attention kernels skip the masked half of causal scores; eager and the math kernel (CPU SDPA with
     # dropout, see gputopo.memory) compute all of it.
     fused = memory.resolve_attention(m, attention) == "sdpa" and (device == "cuda" or not m.attn_dropout)
@@ -129,7 +129,8 @@ OUTPUT_HEADS = {"lm": "LM head", "token": "classifier head"}
 def matmul_names(m) -> list[str]:
     """What each of matmuls()'s entries is, in its order."""
     qkv = ["Q, K, V projection"] if m.fused_qkv else ["Q projection", "K, V projections"]
-    up = ["MLP gate and up projections" if m.gated_mlp else "MLP up projection"]
+    up = ["MLP gate and up projection (fused)" if m.fused_up else
+          "MLP gate and up projections" if m.gated_mlp else "MLP up projection"]
     head = [OUTPUT_HEADS.get(m.head, "output head")] if m.logits else []
     return qkv + ["attention output projection"] + up + ["MLP down projection", "attention scores",
                                                         "attention values"] + head
@@ -316,6 +317,16 @@ def norm_ops(m, x, consumers: int) -> list[Op]:
     return ops
 
 
+def qk_norm_ops(m, x, fused: bool = False) -> list[Op]:
+    """Qwen3's RMSNorm on each head's Q and K: HF's Python RMSNorm (norm_op's kernels) over T x (a + kv) x d
+    elements, or one kernel each way (fused)."""
+    if not m.qk_norm:
+        return []
+    n = x.T * (x.a + x.kv) * x.d
+    return [Op("Q, K norm (fused)", n, x.v, 2, 3, "stream", (1, 2))] if fused else \
+        [Op("Q, K rmsnorm", n, 4, 7, 19, "stream", (6, 11))]
+
+
 def attention_ops(m, x, attention: str) -> list[Op]:
     """Around the attention kernel. Eager (and PyTorch's math SDPA) materializes the scores: matmul copies the
     strided Q, K^T and V (or repeat_kv does), then scale, mask add, fp32 softmax, cast back, dropout
@@ -402,7 +413,8 @@ def fused_ops(m, x, attention: str) -> tuple[list[Op], list[Op]]:
     (eager: Megatron), get one fused scale, mask and softmax (backward: the probabilities and their gradient in,
     the scores' gradient out)."""
     T, Th, TI, v = x.T, x.T * x.h, x.T * x.I, x.v
-    block = [Op("residual add + norm (fused)", Th, v, 4, 4, "stream", (1, 2))] * 2
+    block = [Op("residual add + norm (fused)", Th, v, 4, 4, "stream", (1, 2))] * 2 + qk_norm_ops(m, x, True)
+    block += [Op("norm (fused)", Th, v, 2, 3, "stream", (1, 2))] * (m.norms - 2)   # Gemma 2's after each sublayer
     if m.rotary:
         block.append(Op("rotary (fused)", T * (x.a + x.kv) * x.d, v, 2, 2, "stream"))
     if attention in ("eager", "math"):
@@ -431,8 +443,8 @@ def elementwise_ops(m, t, attention: str, device: str, half: bool = False) -> tu
     if t.kernels == "fused":
         block, head = fused_ops(m, x, att)
     else:
-        block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + attention_ops(m, x, att)
-                 + norm_ops(m, x, 2 if m.gated_mlp else 1) + mlp_ops(m, x))
+        block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + qk_norm_ops(m, x) + attention_ops(m, x, att)
+                 + norm_ops(m, x, m.mlp_inputs) + mlp_ops(m, x) + [norm_op(m, x)] * (m.norms - 2))
         if not t.grad_checkpointing and m.kv_cache:   # a decoder builds a DynamicCache in training
             # (use_cache defaults to True; only checkpointing turns it off; an encoder such as BERT keeps none):
             # each layer's K and V copied in
