@@ -132,7 +132,7 @@ def check_model(name: str) -> None:
                               / "hub"))
     if (hub / ("models--" + name.replace("/", "--")) / "snapshots").is_dir():
         return
-    why = "not a causal LM of gputopo's catalog (gpt2*, llama*, mistral*, qwen*)" if c is None else \
+    why = "not a causal LM of gputopo's catalog (gpt2*, llama*, mistral*, qwen*, gemma-2*, phi*)" if c is None else \
         f"a {c['family']} model, not a causal LM the benchmark trains"
     raise BadInput(f"--model {name}: {why}, not a folder with config.json, and not in the local HF cache"
                    " (nothing is downloaded)")

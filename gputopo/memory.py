@@ -200,9 +200,20 @@ def mlp_bytes(m, x: Shape) -> int:
 
 
 def block_bytes(m, x: Shape, attention: str) -> int:
-    """Bytes one transformer block keeps for backward, its LoRA adapters' included."""
-    return (norm_bytes(m, x, 1 if m.fused_qkv else 3) + attention_bytes(m, x, attention)
-            + norm_bytes(m, x, 2 if m.gated_mlp else 1) + mlp_bytes(m, x) + adapter_bytes(m, x))
+    """Bytes one transformer block keeps for backward, its LoRA adapters' included; a norm after a sublayer's
+    output (Gemma 2's) feeds the residual add, which keeps nothing."""
+    return (norm_bytes(m, x, 1 if m.fused_qkv else 3) + qk_norm_bytes(m, x) + attention_bytes(m, x, attention)
+            + norm_bytes(m, x, m.mlp_inputs) + mlp_bytes(m, x) + (m.norms - 2) * norm_bytes(m, x, 0)
+            + adapter_bytes(m, x))
+
+
+def qk_norm_bytes(m, x: Shape) -> int:
+    """Qwen3's RMSNorm on each head's Q and K (the projections' 16-bit outputs): the fp32 copy it squares and
+    scales, the rstd per head, the cast back that its weight multiplies (fused: the input and the rstd)."""
+    if not m.qk_norm:
+        return 0
+    n, heads = x.T * (x.a + x.kv) * x.d, x.T * (x.a + x.kv)
+    return n * x.v + heads * 4 if x.fused else n * (4 + x.v) + heads * 4
 
 
 def adapter_bytes(m, x: Shape, linears=None) -> int:
@@ -224,7 +235,7 @@ def block_backward_peak(m, x: Shape, attention: str) -> tuple[int, int]:
     block = block_bytes(m, x, attention)
     mlp_half = (block, 3 * x.T * x.I * max(x.v, 4))
     attn_grads = attention_backward_grads(m, x, attention)
-    attn_half = (block - mlp_bytes(m, x) - norm_bytes(m, x, 2 if m.gated_mlp else 1), attn_grads)
+    attn_half = (block - mlp_bytes(m, x) - norm_bytes(m, x, m.mlp_inputs), attn_grads)
     saved, temp = max(mlp_half, attn_half, key=sum)
     return saved, temp + x.T * x.h * 4
 

@@ -77,7 +77,10 @@ class ModelSpec:
     tied: bool = False             # lm_head shares the input embedding
     norm: str = "layernorm"        # "layernorm" or "rmsnorm"
     gated_mlp: bool = False        # SwiGLU-style gate and up projections
-    fused_qkv: bool = False        # one projection for Q, K and V (GPT-2's c_attn)
+    fused_qkv: bool = False        # one projection for Q, K and V (GPT-2's c_attn, Phi-3's qkv_proj)
+    fused_up: bool = False         # one projection for the MLP's gate and up (Phi-3's gate_up_proj)
+    qk_norm: bool = False          # an RMSNorm on each head's Q and K (Qwen3's q_norm, k_norm)
+    norms: int = 2                 # norms in a block: before the attention and the MLP (Gemma 2: after each too)
     attn_dropout: float = 0.0      # on the attention probabilities
     hidden_dropout: float = 0.0    # after the attention and MLP outputs
     embd_dropout: float = 0.0      # after the embeddings
@@ -107,6 +110,11 @@ class ModelSpec:
         classifier), none (a sequence classifier: one row per sequence, its pooled first token)."""
         return {"lm": self.vocab_size or 0, "token": self.labels or 2}.get(self.head, 0)
 
+    @property
+    def mlp_inputs(self) -> int:
+        """Projections reading the MLP's input (each casts it under autocast): gate and up, or one (fused, plain)."""
+        return 2 if self.gated_mlp and not self.fused_up else 1
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -130,11 +138,37 @@ CATALOG = {
     "llama-2-70b": dict(family="llama", h=8192, L=80, a=64, kvh=8, V=32000, I=28672, P=4096),
     "llama-3-8b": dict(family="llama", h=4096, L=32, a=32, kvh=8, V=128256, I=14336, P=8192),
     "llama-3-70b": dict(family="llama", h=8192, L=80, a=64, kvh=8, V=128256, I=28672, P=8192),
+    "llama-3.1-8b": dict(family="llama", h=4096, L=32, a=32, kvh=8, V=128256, I=14336, P=131072),
+    "llama-3.1-70b": dict(family="llama", h=8192, L=80, a=64, kvh=8, V=128256, I=28672, P=131072),
+    "llama-3.1-405b": dict(family="llama", h=16384, L=126, a=128, kvh=8, V=128256, I=53248, P=131072),
+    "llama-3.2-1b": dict(family="llama", h=2048, L=16, a=32, kvh=8, V=128256, I=8192, P=131072, tied=True),
+    "llama-3.2-3b": dict(family="llama", h=3072, L=28, a=24, kvh=8, V=128256, I=8192, P=131072, tied=True),
+    "llama-3.3-70b": dict(family="llama", h=8192, L=80, a=64, kvh=8, V=128256, I=28672, P=131072),
     "mistral-7b": dict(family="llama", h=4096, L=32, a=32, kvh=8, V=32000, I=14336, P=32768),
-    "qwen2.5-0.5b": dict(family="llama", h=896, L=24, a=14, kvh=2, V=151936, I=4864, P=32768, qkv_bias=True, tied=True,
-                         model_type="qwen2"),
-    "qwen2.5-7b": dict(family="llama", h=3584, L=28, a=28, kvh=4, V=152064, I=18944, P=32768, qkv_bias=True,
-                       model_type="qwen2"),
+    "mistral-7b-v0.3": dict(family="llama", h=4096, L=32, a=32, kvh=8, V=32768, I=14336, P=32768),
+    "mistral-nemo-12b": dict(family="llama", h=5120, L=40, a=32, kvh=8, kv=128, V=131072, I=14336, P=128000),
+    **{f"qwen2.5-{size}": dict(family="llama", h=h, L=L, a=a, kvh=kvh, V=V, I=I, P=32768, qkv_bias=True, tied=tied,
+                               model_type="qwen2")
+       for size, h, L, a, kvh, V, I, tied in (("0.5b", 896, 24, 14, 2, 151936, 4864, True),
+                                              ("1.5b", 1536, 28, 12, 2, 151936, 8960, True),
+                                              ("3b", 2048, 36, 16, 2, 151936, 11008, True),
+                                              ("7b", 3584, 28, 28, 4, 152064, 18944, False),
+                                              ("14b", 5120, 48, 40, 8, 152064, 13824, False),
+                                              ("32b", 5120, 64, 40, 8, 152064, 27648, False),
+                                              ("72b", 8192, 80, 64, 8, 152064, 29568, False))},
+    **{f"qwen3-{size}": dict(family="llama", h=h, L=L, a=a, kvh=8, kv=128, V=151936, I=I, P=40960, tied=tied,
+                             model_type="qwen3")
+       for size, h, L, a, I, tied in (("0.6b", 1024, 28, 16, 3072, True), ("1.7b", 2048, 28, 16, 6144, True),
+                                      ("4b", 2560, 36, 32, 9728, True), ("8b", 4096, 36, 32, 12288, False),
+                                      ("14b", 5120, 40, 40, 17408, False), ("32b", 5120, 64, 64, 25600, False))},
+    "gemma-2-2b": dict(family="llama", h=2304, L=26, a=8, kvh=4, kv=256, V=256000, I=9216, P=8192, tied=True,
+                       model_type="gemma2"),
+    "gemma-2-9b": dict(family="llama", h=3584, L=42, a=16, kvh=8, kv=256, V=256000, I=14336, P=8192, tied=True,
+                       model_type="gemma2"),
+    "gemma-2-27b": dict(family="llama", h=4608, L=46, a=32, kvh=16, kv=128, V=256000, I=36864, P=8192, tied=True,
+                        model_type="gemma2"),
+    "phi-3.5-mini": dict(family="llama", h=3072, L=32, a=32, kvh=32, V=32064, I=8192, P=131072, model_type="phi3"),
+    "phi-4": dict(family="llama", h=5120, L=40, a=40, kvh=10, V=100352, I=17920, P=16384, model_type="phi3"),
 }
 # The structure of each family as transformers builds it, and its configuration's default dropout.
 FAMILY = {
@@ -143,21 +177,44 @@ FAMILY = {
     "t5": dict(norm="rmsnorm", tied=True, attn_dropout=0.1, hidden_dropout=0.1, embd_dropout=0.1),
     "llama": dict(norm="rmsnorm", gated_mlp=True, rotary=True),
 }
-# Hub ids of the catalog's checkpoints; a chat or instruct tuning has its base's config.json (not Mistral v0.2+:
-# another vocabulary, nor Llama 3.1: another context).
+# What a model_type of the llama family builds beyond Llama's block, as transformers builds it: Qwen3's Q/K norms,
+# Gemma 2's norms after the attention and the MLP (eager attention: its logit soft-capping has no SDPA kernel in
+# transformers) and tanh GeLU, Phi-3's fused projections.
+MODEL_TYPES = {
+    "qwen3": dict(qk_norm=True),
+    "gemma2": dict(norms=4, sdpa=False, activation="gelu_pytorch_tanh"),
+    "phi3": dict(fused_qkv=True, fused_up=True),
+}
+# Hub ids of the catalog's checkpoints; a chat or instruct tuning has its base's shape (not Mistral v0.2+:
+# another vocabulary, nor Llama 3.1: another context). Where the two config.json files differ only in their context
+# (max_position_embeddings: Qwen2.5's and Qwen3's base and tuned), the catalog keeps the tuned one's (docs/sources.md
+# #model-catalog): the shape and every count are the same.
 ALIASES = {
     **{f"openai-community/{n}": n for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
     **{f"google-t5/{n}": n for n in ("t5-small", "t5-base", "t5-large", "t5-3b", "t5-11b")},
     **{f"google-bert/{n}": n for n in ("bert-base-uncased", "bert-large-uncased")},
     **{f"meta-llama/Llama-2-{s}{c}-hf": f"llama-2-{s}" for s in ("7b", "13b", "70b") for c in ("", "-chat")},
     **{f"meta-llama/Meta-Llama-3-{s}{c}": f"llama-3-{s.lower()}" for s in ("8B", "70B") for c in ("", "-Instruct")},
-    **{f"Qwen/Qwen2.5-{s}{c}": f"qwen2.5-{s.lower()}" for s in ("0.5B", "7B") for c in ("", "-Instruct")},
-    "mistralai/Mistral-7B-v0.1": "mistral-7b", "mistralai/Mistral-7B-Instruct-v0.1": "mistral-7b"}
+    **{f"meta-llama/{m}Llama-3.1-{s}{c}": f"llama-3.1-{s.lower()}" for m in ("", "Meta-")
+       for s in ("8B", "70B", "405B") for c in ("", "-Instruct")},
+    **{f"meta-llama/Llama-3.2-{s}{c}": f"llama-3.2-{s.lower()}" for s in ("1B", "3B") for c in ("", "-Instruct")},
+    "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b",
+    **{f"Qwen/Qwen2.5-{s}{c}": f"qwen2.5-{s.lower()}" for s in ("0.5B", "1.5B", "3B", "7B", "14B", "32B", "72B")
+       for c in ("", "-Instruct")},
+    **{f"Qwen/Qwen3-{s}{c}": f"qwen3-{s.lower()}" for s in ("0.6B", "1.7B", "4B", "8B", "14B", "32B")
+       for c in ("", "-Base") if (s, c) != ("32B", "-Base")},   # Qwen3-32B has no base release
+    **{f"google/gemma-2-{s}{c}": f"gemma-2-{s}" for s in ("2b", "9b", "27b") for c in ("", "-it")},
+    "mistralai/Mistral-7B-v0.1": "mistral-7b", "mistralai/Mistral-7B-Instruct-v0.1": "mistral-7b",
+    "mistralai/Mistral-7B-v0.3": "mistral-7b-v0.3", "mistralai/Mistral-7B-Instruct-v0.3": "mistral-7b-v0.3",
+    "mistralai/Mistral-Nemo-Base-2407": "mistral-nemo-12b", "mistralai/Mistral-Nemo-Instruct-2407": "mistral-nemo-12b",
+    "microsoft/Phi-3.5-mini-instruct": "phi-3.5-mini", "microsoft/phi-4": "phi-4"}
 
 
 def _count(family: str, h: int, L: int, a: int, V: int, P: int = 0, I: int | None = None, kv: int | None = None,
-           kvh: int | None = None, qkv_bias: bool = False, tied: bool = False) -> tuple[int, int, int, str]:
-    """Parameters, largest layer, intermediate size and activation of one family, as transformers builds it."""
+           kvh: int | None = None, qkv_bias: bool = False, tied: bool = False, qk_norm: bool = False,
+           norms: int = 2) -> tuple[int, int, int, str]:
+    """Parameters, largest layer, intermediate size and activation of one family, as transformers builds it
+    (kv: the head size where config.json gives one, T5's d_kv, a llama-like head_dim; qk_norm, norms: MODEL_TYPES)."""
     if family == "gpt2":  # GPT2LMHeadModel, lm_head tied to wte
         I = 4 * h
         block = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * I + I) + (I * h + h)
@@ -174,10 +231,11 @@ def _count(family: str, h: int, L: int, a: int, V: int, P: int = 0, I: int | Non
         enc = L * (attn + ff + 2 * h) + 32 * a + h
         dec = L * (2 * attn + ff + 3 * h) + 32 * a + h
         return V * h + enc + dec, max(V * h, h * I), I, "relu"
-    if family == "llama":  # LlamaForCausalLM / MistralForCausalLM / Qwen2: untied lm_head, SwiGLU
-        kv_dim = h // a * kvh
-        attn = 2 * h * h + 2 * h * kv_dim + ((h + 2 * kv_dim) if qkv_bias else 0)
-        block = attn + 3 * h * I + 2 * h
+    if family == "llama":  # Llama, Mistral, Qwen2/3, Gemma 2, Phi-3 (fused, same counts): SwiGLU, RMSNorm
+        d = kv or h // a
+        hq, kv_dim = a * d, kvh * d
+        attn = 2 * h * hq + 2 * h * kv_dim + ((hq + 2 * kv_dim) if qkv_bias else 0) + (2 * d if qk_norm else 0)
+        block = attn + 3 * h * I + norms * h
         return (1 if tied else 2) * V * h + L * block + h, V * h, I, "silu"
     raise BadInput(f"unknown model family {family!r}")
 
@@ -212,10 +270,12 @@ def named(name: str) -> ModelSpec:
                        " (or give a folder with config.json, or --params)")
     c = dict(CATALOG[key])
     family, model_type = c.pop("family"), c.pop("model_type", None)
-    params, largest, inter, act = _count(family, **c)
-    layers = 2 * c["L"] if family == "t5" else c["L"]
-    shape = {**FAMILY[family], **({"tied": True} if c.get("tied") else {})}
     model_type = model_type or ("mistral" if key.startswith("mistral") else family)
+    kind = dict(MODEL_TYPES.get(model_type, {}))
+    params, largest, inter, act = _count(family, **c, qk_norm=kind.get("qk_norm", False), norms=kind.get("norms", 2))
+    act = kind.pop("activation", act)
+    layers = 2 * c["L"] if family == "t5" else c["L"]
+    shape = {**FAMILY[family], **kind, **({"tied": True} if c.get("tied") else {})}
     spec = ModelSpec(name=key, family=family, params=params, hidden_size=c["h"], layers=layers, heads=c["a"],
                      vocab_size=c["V"], intermediate_size=inter, largest_layer_params=largest, activation=act,
                      max_positions=c.get("P") or None, model_type=model_type, kv_heads=c.get("kvh"),
@@ -231,13 +291,16 @@ MODULE_NAMES = {
              "attention.output.dense", ("intermediate.dense",), "output.dense", "cls.predictions.decoder"),
     "llama": ("model.layers.*", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "self_attn.o_proj",
               ("mlp.gate_proj", "mlp.up_proj"), "mlp.down_proj", "lm_head"),
+    "phi3": ("model.layers.*", ("self_attn.qkv_proj",), "self_attn.o_proj", ("mlp.gate_up_proj",), "mlp.down_proj",
+             "lm_head"),
 }
 
 
 def usual_linears(m: ModelSpec) -> tuple[Linear, ...]:
     """The Linear modules of a model not read from its own code (the catalog, --params): its family's names
-    (MODULE_NAMES; Llama's for any other) on block_matrices' shapes. T5's encoder and decoder blocks are named apart,
-    the decoder's cross-attention with them."""
+    (MODULE_NAMES, its model_type's where it has its own: Phi-3's fused ones; Llama's for any other) on
+    block_matrices' shapes. T5's encoder and decoder blocks are named apart, the decoder's cross-attention with
+    them."""
     mats, _, _, attn = block_matrices(m)
     head = [Linear("lm_head", m.hidden_size, m.vocab_size, 1, "head")] if m.vocab_size and m.head == "lm" else []
     if m.family == "t5":
@@ -252,11 +315,13 @@ def usual_linears(m: ModelSpec) -> tuple[Linear, ...]:
                      + attention("decoder.block.*.layer.0.SelfAttention")
                      + attention("decoder.block.*.layer.1.EncDecAttention")
                      + mlp("decoder.block.*.layer.2.DenseReluDense") + head)
-    block, qkv, o, up, down, head_name = MODULE_NAMES.get(m.family, MODULE_NAMES["llama"])
+    block, qkv, o, up, down, head_name = MODULE_NAMES.get(m.model_type) or MODULE_NAMES.get(m.family,
+                                                                                             MODULE_NAMES["llama"])
     if len(qkv) != attn:   # three named where the shape has one fused (or the reverse): the usual three
         qkv = MODULE_NAMES["llama"][1] if attn == 3 else ("self_attn.qkv_proj",)
     ups = len(mats) - attn - 2
-    up = up if len(up) == ups else (("mlp.gate_proj", "mlp.up_proj") if ups == 2 else ("mlp.up_proj",))
+    up = up if len(up) == ups else (("mlp.gate_proj", "mlp.up_proj") if ups == 2 else
+                                    ("mlp.gate_up_proj",) if m.fused_up else ("mlp.up_proj",))
     stages = ["qkv"] * attn + ["o"] + ["up"] * ups + ["down"]
     out = [Linear(f"{block}.{n}", i, o_, m.layers, st) for n, (i, o_), st in zip((*qkv, o, *up, down), mats, stages)]
     if m.family == "bert" and head:   # its MLM head transforms the hidden state before the decoder
@@ -424,7 +489,7 @@ def from_path(path: str) -> ModelSpec:
                      layers=layers, heads=heads, vocab_size=get("vocab_size"),
                      intermediate_size=get("intermediate_size", "n_inner", "d_ff") or (4 * h if h else None),
                      largest_layer_params=largest,
-                     activation=get("activation_function", "hidden_act", "feed_forward_proj"),
+                     activation=get("activation_function", "hidden_act", "hidden_activation", "feed_forward_proj"),
                      max_positions=get("max_position_embeddings", "n_positions"), source="config.json",
                      model_type=raw.get("model_type"), defaulted=defaulted, **structure(model, cfg))
     return replace(spec, linears=read_linears(model, spec))
@@ -447,6 +512,7 @@ def structure(model, cfg) -> dict:
                 norm="rmsnorm" if any("rmsnorm" in k or k == "t5layernorm" for k in kinds) else "layernorm",
                 gated_mlp=bool(names & {"gate_proj", "w1", "gate_up_proj", "wi_0"}),
                 fused_qkv=bool(names & {"c_attn", "qkv_proj", "query_key_value", "Wqkv"}),
+                fused_up="gate_up_proj" in names, qk_norm=bool(names & {"q_norm", "k_norm"}), norms=_block_norms(model),
                 attn_dropout=get("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob", "dropout_rate"),
                 hidden_dropout=get("resid_pdrop", "hidden_dropout", "hidden_dropout_prob", "dropout_rate"),
                 embd_dropout=get("embd_pdrop", "embedding_dropout", "hidden_dropout_prob", "dropout_rate"),
@@ -454,6 +520,14 @@ def structure(model, cfg) -> dict:
                 rotary=any("rotaryembedding" in k for k in kinds),  # LlamaRotaryEmbedding, GPTNeoXRotaryEmbedding
                 kv_cache=_builds_cache(model, cfg),
                 **head_of(model, cfg))
+
+
+def _block_norms(model) -> int:
+    """The norms the first block holds as its own modules (Gemma 2: 4); 2 where they are deeper (BERT's)."""
+    first = next((mod for name, mod in model.named_modules() if re.search(r"(^|\.)(layers|h|layer|block)\.0$", name)),
+                 None)
+    found = sum("norm" in type(c).__name__.lower() for c in first.children()) if first is not None else 0
+    return found if found >= 2 else 2
 
 
 def _builds_cache(model, cfg) -> bool:
@@ -499,8 +573,8 @@ def hf_config(spec: ModelSpec) -> dict:
                 num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads or spec.heads,
                 intermediate_size=spec.intermediate_size, vocab_size=spec.vocab_size,
                 max_position_embeddings=spec.max_positions, tie_word_embeddings=spec.tied,
-                attention_dropout=spec.attn_dropout, **({"attention_bias": True} if c.get("qkv_bias") and
-                                                        spec.model_type == "llama" else {}))
+                attention_dropout=spec.attn_dropout, **({"head_dim": spec.head_dim} if spec.head_dim else {}),
+                **({"attention_bias": True} if c.get("qkv_bias") and spec.model_type == "llama" else {}))
 
 
 def _build(transformers, cfg):
@@ -598,14 +672,23 @@ def block_tensors(m) -> list[tuple[int, bool]]:
     """One block's parameter tensors in forward order, as (elements, is a weight matrix): the norms, the
     projections and their biases. Biases are read from the parameter count: what the matrices, norms and
     embeddings leave of m.params is biases on every projection (GPT-2, BERT), on Q, K and V only (Qwen2), or
-    none (Llama)."""
+    none (Llama). Qwen3's Q and K norms follow the projections; Gemma 2's norms after the attention and the MLP
+    follow their output projections."""
     mats, biased, norm, attn = block_matrices(m)
+    after = (m.norms - 2) // 2   # norms after the attention's output and after the MLP's
     out = [(x, False) for x in norm]
     for i, (fan_in, fan_out) in enumerate(mats):
         if i == attn + 1:
-            out += [(x, False) for x in norm]
+            out += [(x, False) for x in norm] * (1 + after)
         out += [(fan_in * fan_out, True)] + ([(fan_out, False)] if i in biased else [])
-    return out
+        if i == attn - 1 and m.qk_norm:
+            out += [(qk_head_dim(m), False)] * 2
+    return out + [(x, False) for x in norm] * after
+
+
+def qk_head_dim(m) -> int:
+    """The size of one head: what Qwen3's Q and K norms hold each."""
+    return m.head_dim or m.hidden_size // (m.heads or 1)
 
 
 def param_tensors(m) -> int:
@@ -620,7 +703,8 @@ def factored_elements(m) -> int:
     a vector): a row and a column per weight matrix, the vectors (biases, norms) whole."""
     mats, biased, norm, _ = block_matrices(m)
     h = m.hidden_size
-    block = sum(i + o for i, o in mats) + sum(mats[i][1] for i in biased) + 2 * sum(norm)
+    block = (sum(i + o for i, o in mats) + sum(mats[i][1] for i in biased) + m.norms * sum(norm)
+             + (2 * qk_head_dim(m) if m.qk_norm else 0))
     embeddings = sum(n // h + h for n in embedding_tensors(m))   # each h wide: its rows and its h columns
     return m.layers * block + embeddings + sum(norm)
 
@@ -632,10 +716,11 @@ def block_matrices(m) -> tuple[list, set, list, int]:
     d = m.head_dim or h // a
     hq, hkv = a * d, (m.kv_heads or a) * d
     attn = [(h, hq + 2 * hkv)] if m.fused_qkv else [(h, hq), (h, hkv), (h, hkv)]
-    mlp = [(h, I)] * (2 if m.gated_mlp else 1) + [(I, h)]
+    mlp = ([(h, 2 * I)] if m.fused_up else [(h, I)] * (2 if m.gated_mlp else 1)) + [(I, h)]
     norm = [h, h] if m.norm == "layernorm" else [h]
     mats = attn + [(hq, h)] + mlp
-    known = m.layers * (sum(i * o for i, o in mats) + 2 * sum(norm)) + sum(embedding_tensors(m)) + sum(norm)
+    known = (m.layers * (sum(i * o for i, o in mats) + m.norms * sum(norm) + (2 * d if m.qk_norm else 0))
+             + sum(embedding_tensors(m)) + sum(norm))
     spare = (m.params - known) / max(m.layers, 1)
     qkv = sum(o for _, o in attn)
     every = spare >= 0.99 * sum(o for _, o in mats)

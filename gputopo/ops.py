@@ -29,7 +29,8 @@ def forward_matmuls(m, t, attention: str, device: str = "cuda") -> list[Matmul]:
     hq, hkv, L = x.a * x.d, x.kv * x.d, m.layers
     qkv = ([("Q, K, V projection", 1, hq + 2 * hkv)] if m.fused_qkv else
            [("Q projection", 1, hq), ("K, V projections", 2, hkv)])
-    up = [("MLP gate and up projections" if m.gated_mlp else "MLP up projection", 2 if m.gated_mlp else 1, x.I)]
+    up = ([("MLP gate and up projection (fused)", 1, 2 * x.I)] if m.fused_up else   # Phi-3's gate_up_proj
+          [("MLP gate and up projections" if m.gated_mlp else "MLP up projection", m.mlp_inputs, x.I)])
     out = [Matmul("weight", what, c * L, x.T, N, x.h) for what, c, N in qkv]
     out += [Matmul("weight", "attention output projection", L, x.T, x.h, hq)]
     out += [Matmul("weight", what, c * L, x.T, N, x.h) for what, c, N in up]
@@ -145,6 +146,16 @@ def norm_ops(m, x, consumers: int) -> list[Op]:
     return ops
 
 
+def qk_norm_ops(m, x, fused: bool = False) -> list[Op]:
+    """Qwen3's RMSNorm on each head's Q and K: HF's Python RMSNorm (norm_op's kernels) over T x (a + kv) x d
+    elements, or one kernel each way (fused)."""
+    if not m.qk_norm:
+        return []
+    n = x.T * (x.a + x.kv) * x.d
+    return [Op("Q, K norm (fused)", n, x.v, 2, 3, "stream", (1, 2))] if fused else \
+        [Op("Q, K rmsnorm", n, 4, 7, 19, "stream", (6, 11))]
+
+
 def attention_ops(m, x, attention: str) -> list[Op]:
     """Around the attention kernel. Eager (and PyTorch's math SDPA) materializes the scores: matmul copies the
     strided Q, K^T and V (or repeat_kv does), then scale, mask add, fp32 softmax, cast back, dropout
@@ -232,7 +243,8 @@ def fused_ops(m, x, attention: str) -> tuple[list[Op], list[Op]]:
     (eager: Megatron), get one fused scale, mask and softmax (backward: the probabilities and their gradient in,
     the scores' gradient out)."""
     T, Th, TI, v = x.T, x.T * x.h, x.T * x.I, x.v
-    block = [Op("residual add + norm (fused)", Th, v, 4, 4, "stream", (1, 2))] * 2
+    block = [Op("residual add + norm (fused)", Th, v, 4, 4, "stream", (1, 2))] * 2 + qk_norm_ops(m, x, True)
+    block += [Op("norm (fused)", Th, v, 2, 3, "stream", (1, 2))] * (m.norms - 2)   # Gemma 2's after each sublayer
     if m.rotary:
         block.append(Op("rotary (fused)", T * (x.a + x.kv) * x.d, v, 2, 2, "stream"))
     if attention in ("eager", "math"):
@@ -261,8 +273,8 @@ def elementwise_ops(m, t, attention: str, device: str, half: bool = False) -> tu
     if t.kernels == "fused":
         block, head = fused_ops(m, x, att)
     else:
-        block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + attention_ops(m, x, att)
-                 + norm_ops(m, x, 2 if m.gated_mlp else 1) + mlp_ops(m, x))
+        block = (norm_ops(m, x, 1 if m.fused_qkv else 3) + qk_norm_ops(m, x) + attention_ops(m, x, att)
+                 + norm_ops(m, x, m.mlp_inputs) + mlp_ops(m, x) + [norm_op(m, x)] * (m.norms - 2))
         if not t.grad_checkpointing and m.kv_cache:   # a decoder builds a DynamicCache in training
             # (use_cache defaults to True; only checkpointing turns it off; an encoder such as BERT keeps none):
             # each layer's K and V copied in

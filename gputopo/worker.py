@@ -182,19 +182,13 @@ def build_model(name: str):
         return (AutoModelForCausalLM.from_pretrained(name, **local), f"{name} (weights from the local HF cache)")
     except Exception:  # not cached: build the architecture from gputopo's catalog
         pass
-    from .models import CATALOG, CAUSAL_FAMILIES, catalog_key
+    from .models import CATALOG, CAUSAL_FAMILIES, catalog_key, hf_config, named
     key = catalog_key(name)
     c = CATALOG.get(key)
     if c is None or c["family"] not in CAUSAL_FAMILIES:
         raise SystemExit(f"error: --model {name}: no local copy, and not a causal LM in gputopo's catalog"
-                         " (gpt2*, llama*, mistral*, qwen*); give a folder with config.json")
-    if c["family"] == "gpt2":
-        cfg = transformers.GPT2Config(n_embd=c["h"], n_layer=c["L"], n_head=c["a"], vocab_size=c["V"],
-                                      n_positions=c["P"])
-    else:
-        cfg = transformers.LlamaConfig(hidden_size=c["h"], num_hidden_layers=c["L"], num_attention_heads=c["a"],
-                                       num_key_value_heads=c["kvh"], intermediate_size=c["I"], vocab_size=c["V"],
-                                       max_position_embeddings=c["P"], attention_bias=c.get("qkv_bias", False))
+                         " (gpt2*, llama*, mistral*, qwen*, gemma-2*, phi*); give a folder with config.json")
+    cfg = transformers.AutoConfig.for_model(**hf_config(named(key)))   # its own model_type: Qwen2, Gemma 2, Phi-3
     return AutoModelForCausalLM.from_config(cfg), f"{key} (random weights: no local copy; step time is the same)"
 
 

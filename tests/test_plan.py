@@ -221,7 +221,7 @@ def test_8bit_adam_hint_when_optimizer_states_do_not_fit():
      "--params 7: a model of hidden size 4096 holds at least 33,554,432"),
     (["--params", "100M", "--hidden-size", "8192", "--layers", "80", "--gpus", "2", "--gpu-mem", "24GiB"],
      "--params 100M: a model of hidden size 8192"),
-    (["--model", "mistralai/Mistral-7B-v0.3", "--gpus", "2", "--gpu-mem", "24GiB"], "reads no hub: put the model's"),
+    (["--model", "mistralai/Mixtral-8x7B-v0.1", "--gpus", "2", "--gpu-mem", "24GiB"], "reads no hub: put the model's"),
 ])
 def test_impossible_requests_one_line(args, msg):
     r = run("plan", *args)
