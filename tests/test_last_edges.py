@@ -1,0 +1,47 @@
+"""Issue 49, the last sharp edges: inputs that were exit 70 (an internal error), reads without a bound, and output
+that was untrue or broke when pasted. Each is one `Error:` line with its documented exit status, or a right answer."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gputopo.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+KELVIN = "\u212a"   # KELVIN SIGN: under re.I it matched [KMGTP], and SCALE had no entry for it
+
+
+def run(*args, input=None, env=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, env=env)
+
+
+def one_line(r, text, code=2):
+    """exit `code`, one `Error:` line holding `text`, no traceback."""
+    assert r.exit_code == code, (r.exit_code, r.output)
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1 and text in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+
+
+# --- sizes are ASCII: the Kelvin sign and the Turkish I's -------------------------------------------------------
+
+@pytest.mark.parametrize("args, option", [
+    (["plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", f"80{KELVIN}B"], "--gpu-mem"),
+    (["plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "80GB", "--cpu-mem", f"64{KELVIN}"], "--cpu-mem"),
+    (["plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "80GB", "--nvme-free", f"1{KELVIN}iB"], "--nvme-free"),
+    (["bench-nvlink", "--allreduce-only", "--allreduce-sizes", f"1MB,4{KELVIN}B"], "--allreduce-sizes"),
+    (["plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "80G\u0131B"], "--gpu-mem"),   # dotless i
+])
+def test_a_size_with_a_letter_outside_ascii_is_refused_naming_it(args, option):
+    r = run(*args)
+    one_line(r, f"{option} ")
+    assert "is not ASCII" in r.stderr and "U+" in r.stderr
+
+
+def test_an_option_given_twice_with_a_kelvin_sign_is_one_line():
+    one_line(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "80GB", "--gpu-mem", f"80{KELVIN}B"),
+             "--gpu-mem given twice")
