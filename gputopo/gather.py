@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import launch
+from . import launch, parse
 from .errors import BadInput
 from .parse import ANSI
 
@@ -258,6 +258,15 @@ class Within:
     real: bool = False
 
 
+@dataclass(frozen=True)
+class Text:
+    """A text of at most `most` characters."""
+    most: int
+
+
+# A GPU's name or model, a link's ends: NVML's names are at most 96 characters (parse.MOST_NAME, as a paste's are);
+# any other text a node reports (a version, a variable's name or value, a finding): a path's 4096 at most.
+NAME, TEXT = Text(parse.MOST_NAME), Text(4096)
 # Bounds a reader accepts (NVML reports no less, no GPU more): a value past them is not a measurement.
 CELSIUS = (Within(-40, 150, "-40..150 °C", real=True), None)
 WATTS = (Within(0, 10_000, "0..10000 W", real=True), None)
@@ -266,17 +275,18 @@ LANES = (Within(1, 32, "x1..x32"), None)
 GENERATION = (Within(1, 8, "Gen1..Gen8"), None)
 # The parts of an `inspect --json` report the fleet reads, and their types: a value of a listed type, or of one of
 # a tuple's; [spec]: a list of such; {str: spec}: an object of such values; {"key": spec}: an object whose keys
-# are checked where present, those ending in "!" required; Within: a number within bounds.
-OPTIONAL_TEXT, OPTIONAL_INT = (str, None), (int, None)
-REPORT = {"schema_version!": int, "gpus!": [{"name!": str, "model": OPTIONAL_TEXT, "pcie_width": LANES,
+# are checked where present, those ending in "!" required, an object's own keys texts of TEXT's length; Within: a
+# number within bounds; Text: a text of at most so many characters.
+OPTIONAL_TEXT, OPTIONAL_INT = (TEXT, None), (int, None)
+REPORT = {"schema_version!": int, "gpus!": [{"name!": NAME, "model": (NAME, None), "pcie_width": LANES,
                                              "pcie_width_max": LANES, "pcie_gen": GENERATION,
-                                             "pcie_gen_max": GENERATION, "numa_affinity": (str, int, None),
+                                             "pcie_gen_max": GENERATION, "numa_affinity": (TEXT, int, None),
                                              "temperature_c": CELSIUS, "power_draw_w": WATTS, "power_limit_w": WATTS,
                                              "memory_total_bytes": BYTES, "memory_used_bytes": BYTES,
-                                             "throttle_reasons": ([str], None), "lost": bool}],
-          "links": ([{"a!": str, "b!": str, "type!": OPTIONAL_TEXT}], None), "nics": ([dict], None),
+                                             "throttle_reasons": ([TEXT], None), "lost": bool}],
+          "links": ([{"a!": NAME, "b!": NAME, "type!": OPTIONAL_TEXT}], None), "nics": ([dict], None),
           "versions": ({str: OPTIONAL_TEXT}, None), "driver": OPTIONAL_TEXT, "env": ({str: OPTIONAL_TEXT}, None),
-          "findings": ([{"level!": str, "message!": str}], None), "gpu_status": ({"reason": OPTIONAL_TEXT}, None),
+          "findings": ([{"level!": TEXT, "message!": TEXT}], None), "gpu_status": ({"reason": OPTIONAL_TEXT}, None),
           "source": OPTIONAL_TEXT}
 REPORT_VERSION = 1
 NAMES = {str: "a text", int: "a whole number", dict: "an object", list: "a list", None: "null", float: "a number",
@@ -304,6 +314,10 @@ def _shape(value, spec, where: str) -> str | None:
             shown = repr(value) if len(repr(value)) <= 24 else repr(value)[:20] + "..."
             return f"{where} is {shown}, not within {spec.said}"
         return None
+    if isinstance(spec, Text):
+        if not isinstance(value, str):
+            return f"{where} is {_kind(value)}, not a text"
+        return None if len(value) <= spec.most else f"{where} has {len(value):,} characters, more than {spec.most}"
     if spec is None:
         return None if value is None else f"{where} is {_kind(value)}, not null"
     if isinstance(spec, list):
@@ -314,7 +328,9 @@ def _shape(value, spec, where: str) -> str | None:
         if not isinstance(value, dict):
             return f"{where} is {_kind(value)}, not an object"
         if list(spec) == [str]:
-            return next((f for k, v in value.items() for f in [_shape(v, spec[str], f"{where}[{k!r}]")] if f), None)
+            return next((f for k, v in value.items() for f in [_shape(k, TEXT, f"a key of {where}")
+                                                                 or _shape(v, spec[str], f"{where}[{k!r}]")] if f),
+                        None)
         for key, s in spec.items():
             name = key.rstrip("!")
             if name not in value:

@@ -82,6 +82,11 @@ class GpuModel:
         return self.name
 
 
+# A size in a GPU's name: ASCII digits, as many as a size has (no GPU has 10**6 GB), so int() never meets the 4,301
+# digits it refuses (a fleet report's name is another machine's text); a longer run is no size.
+SIZE_IN_NAME = re.compile(r"(?<![\w.])([0-9]{1,6})\s*G(?:i?B)?\b", re.I | re.ASCII)
+
+
 def _squeeze(name: str) -> str:
     up = re.sub(r"\b(NVIDIA|GEFORCE|TESLA)\b", "", name.upper())
     return re.sub(r"[^A-Z0-9]", "", up)
@@ -95,8 +100,8 @@ def lookup(name: str | None, strict: bool = False) -> GpuModel | None:
     if not name or not name.strip():
         return None
     # The size in the name ("-80GB", " 80GB HBM3"), taken before squeezing so "SXM4-80GB" is not "480GB".
-    gb = re.search(r"(?<![\w.])(\d+)\s*G(?:i?B)?\b", name, re.I)
-    squeezed = _squeeze(re.sub(r"(?<![\w.])\d+\s*G(?:i?B)?\b.*$", "", name, flags=re.I) if gb else name)
+    gb = SIZE_IN_NAME.search(name)
+    squeezed = _squeeze(name[:gb.start()] if gb else name)
     for key, pattern, arch, variants in CATALOG:
         if re.search(pattern, squeezed):
             sizes = tuple(sorted(variants))

@@ -45,3 +45,36 @@ def test_a_size_with_a_letter_outside_ascii_is_refused_naming_it(args, option):
 def test_an_option_given_twice_with_a_kelvin_sign_is_one_line():
     one_line(run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-mem", "80GB", "--gpu-mem", f"80{KELVIN}B"),
              "--gpu-mem given twice")
+
+
+# --- a GPU's name: digits runs bounded, a fleet report's names bounded, a typed model is the model -------------
+
+def test_a_gpu_name_with_a_4301_digit_number_is_read_without_int_failing():
+    from gputopo import fleet, gpus
+    name = "NVIDIA H100 " + "9" * 5000 + "GB"
+    assert gpus.lookup(name).key == "H100" and gpus.lookup(name).memory_bytes is not None   # no size: H100's one
+    assert not fleet._same_model(name, "NVIDIA L40S")
+
+
+def fleet_report(tmp_path, name, **gpu):
+    report = json.loads((FIXTURES / "fleet" / "node01.json").read_text())
+    for g in report["gpus"]:
+        g.update(gpu)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(report))
+    return path
+
+
+def test_a_fleet_report_whose_gpu_model_is_longer_than_nvml_writes_is_refused(tmp_path):
+    """The issue's node: a 5000-digit number in its GPUs' model, which differ from the others' (exit 70 in
+    gpus.lookup); from a file (exit 2, naming the bound) and live (the node has no report, the others do)."""
+    from gputopo import gather
+    odd = fleet_report(tmp_path, "odd", model="NVIDIA H100 " + "9" * 5000 + "GB")
+    r = run("inspect", "--fleet", "-f", FIXTURES / "fleet" / "node01.json", "-f", FIXTURES / "fleet" / "node02.json",
+            "-f", odd)
+    one_line(r, "gpus[0].model has 5,014 characters, more than 96")
+    report, why = gather.answer(odd.read_text().splitlines(), 0, "", 30)
+    assert report is None and why == "its report: gpus[0].model has 5,014 characters, more than 96"
+    long_env = json.loads((FIXTURES / "fleet" / "node01.json").read_text())
+    long_env["env"] = {"NCCL_X" * 1000: "1"}
+    assert gather.problem(long_env) == "a key of env has 6,000 characters, more than 4096"
