@@ -123,12 +123,24 @@ def _sizes(sizes: tuple[int, ...]) -> str:
     return " or ".join(f"{s}GB" for s in sizes)
 
 
+# What a GPU's full name says beside its model and size, as NVML and nvidia-smi print it ("NVIDIA A100-SXM4-80GB",
+# "Tesla P100-PCIE-16GB", "NVIDIA H100 80GB HBM3", "NVIDIA RTX 6000 Ada Generation", "NVIDIA H200 NVL"): the brand,
+# the board's form and its memory. A typed name that says anything else ("H100-FOO", "H100 XYZ") is not the model.
+NAME_EXTRAS = re.compile(r"(?:NVIDIA|GEFORCE|TESLA|QUADRO|SXM[0-9]?|PCIE|HBM[0-9]?E?|GENERATION|NVL)*")
+TYPED_NAME = re.compile(r"[A-Za-z0-9 ._()-]+")   # ASCII: upper() makes "ß" "SS", and the squeeze dropped "é"
+
+
 def known(name: str) -> GpuModel:
-    """lookup() that refuses an unknown name in one line naming the known ones (ValueError)."""
+    """lookup() that refuses an unknown name in one line naming the known ones (ValueError): a name the user typed
+    is the catalog's model, with at most a size and what a full name says beside it (NAME_EXTRAS)."""
     found = lookup(name, strict=True)
-    if found is None:
-        raise ValueError(f"{name}: unknown GPU model; known: {', '.join(KNOWN)}")
-    return found
+    if found is not None and TYPED_NAME.fullmatch(name):
+        gb = SIZE_IN_NAME.search(name)
+        rest = _squeeze(name[:gb.start()] + name[gb.end():] if gb else name)
+        model = re.search(next(p for k, p, *_ in CATALOG if k == found.key), rest)
+        if NAME_EXTRAS.fullmatch(rest[:model.start()] + rest[model.end():]):
+            return found
+    raise ValueError(f"{name}: unknown GPU model; known: {', '.join(KNOWN)}")
 
 
 # Pre-Ampere names NVML may report that the catalog does not list (bf16 needs compute capability 8.0).

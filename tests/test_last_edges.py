@@ -78,3 +78,19 @@ def test_a_fleet_report_whose_gpu_model_is_longer_than_nvml_writes_is_refused(tm
     long_env = json.loads((FIXTURES / "fleet" / "node01.json").read_text())
     long_env["env"] = {"NCCL_X" * 1000: "1"}
     assert gather.problem(long_env) == "a key of env has 6,000 characters, more than 4096"
+
+
+@pytest.mark.parametrize("name", ["H100-FOO", "H100 XYZ", "H100\u00df", "H100\u00e9", "H1000", "H100 80GB XYZ"])
+def test_a_gpu_model_with_more_than_a_known_name_is_refused(name):
+    r = run("plan", "--model", "gpt2", "--gpus", "2", "--gpu-model", name)
+    one_line(r, f"--gpu-model {name}: unknown GPU model; known: ")
+
+
+@pytest.mark.parametrize("name, key", [("NVIDIA A100-SXM4-80GB", "A100"), ("Tesla P100-PCIE-16GB", "P100"),
+                                       ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA RTX 6000 Ada Generation",
+                                                                          "RTX 6000 Ada"),
+                                       ("NVIDIA H200 NVL", "H200"), ("Quadro RTX 8000", "Quadro RTX 8000"),
+                                       ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("rtx4090", "RTX 4090")])
+def test_a_gpu_model_as_nvidia_smi_names_it_is_known(name, key):
+    from gputopo import gpus
+    assert gpus.known(name).key == key
