@@ -1,9 +1,6 @@
 """Issue 49, the last sharp edges: inputs that were exit 70 (an internal error), reads without a bound, and output
 that was untrue or broke when pasted. Each is one `Error:` line with its documented exit status, or a right answer."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +91,48 @@ def test_a_gpu_model_with_more_than_a_known_name_is_refused(name):
 def test_a_gpu_model_as_nvidia_smi_names_it_is_known(name, key):
     from gputopo import gpus
     assert gpus.known(name).key == key
+
+
+# --- doctor --config: the NVMe swap buffers' sizes as DeepSpeed reads them ---------------------------------------
+
+def nvme_config(**sizes) -> dict:
+    zero = {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"},
+            "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}
+    for key, value in sizes.items():
+        block, _, name = key.rpartition("__")
+        (zero[block] if block else zero)[name] = value
+    return {"bf16": {"enabled": True}, "zero_optimization": zero}
+
+
+@pytest.mark.parametrize("where, value", [("offload_param__buffer_count", "inf"),
+                                          ("offload_param__buffer_count", "-inf"),
+                                          ("sub_group_size", "inf"), ("offload_optimizer__buffer_count", "nan"),
+                                          ("offload_param__buffer_size", 1e308), ("offload_param__buffer_size", -3),
+                                          ("offload_param__buffer_size", 2.5), ("sub_group_size", "12abc")])
+def test_an_nvme_buffer_size_deepspeed_refuses_is_a_failed_check_naming_it(where, value):
+    """Was OverflowError (exit 70) for "inf", and without CAP_IPC_LOCK "integer division result too large" for
+    1e308: a check that fails, naming the key, with or without the capability (DeepSpeed refuses it either way)."""
+    from test_doctor import CONTAINER, VM, host
+
+    from gputopo import doctor
+    for machine in (CONTAINER, VM):   # 64 KiB of memlock; CAP_IPC_LOCK
+        c = doctor.check_memlock(host(machine), nvme_config(**{where: value}), rdma=[])
+        assert c.status == "fail" and c.subject == "--config", c
+        assert c.found.startswith(f"zero_optimization.{where.replace('__', '.')} is {json.dumps(value)}:")
+
+
+def test_nvme_buffer_sizes_deepspeed_takes_are_counted():
+    from gputopo import doctor
+    assert doctor.pinned_bytes(nvme_config(offload_param__buffer_count="5", offload_param__buffer_size=1e8,
+                                           sub_group_size="1000000000.0")) == 5 * 10 ** 8 * 2 + 4 * 10 ** 9 * 4
+    assert doctor.pinned_bytes(nvme_config(offload_param__buffer_count=True, sub_group_size="auto")) == (
+        10 ** 8 * 2 + 4 * 10 ** 9 * 4)
+
+
+def test_doctor_config_with_an_infinite_buffer_count_exits_1_with_the_check(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(nvme_config(offload_param__buffer_count="inf")))
+    r = run("doctor", "--config", path, "--json")
+    assert r.exit_code == 1, r.output
+    found = [c for c in json.loads(r.stdout)["checks"] if c["id"] == "memlock"]
+    assert found[0]["status"] == "fail" and "buffer_count is \"inf\"" in found[0]["found"]
