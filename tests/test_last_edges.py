@@ -136,3 +136,36 @@ def test_doctor_config_with_an_infinite_buffer_count_exits_1_with_the_check(tmp_
     assert r.exit_code == 1, r.output
     found = [c for c in json.loads(r.stdout)["checks"] if c["id"] == "memlock"]
     assert found[0]["status"] == "fail" and "buffer_count is \"inf\"" in found[0]["found"]
+
+
+# --- config.json values gputopo reads itself ---------------------------------------------------------------------
+
+def llama_folder(tmp_path, **changes) -> Path:
+    config = json.loads((FIXTURES / "models" / "tinyllama-1.1b" / "config.json").read_text())
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, **changes}))
+    return tmp_path / "m"
+
+
+def test_an_activation_that_is_no_name_is_a_key_the_model_ignores(tmp_path):
+    """Was .lower() on an int (exit 70): a llama ignores activation_function and uses hidden_act, and so does
+    gputopo."""
+    from gputopo import models
+    spec = models.from_path(str(llama_folder(tmp_path, activation_function=5)))
+    assert spec.activation == "silu"
+    args = ("--gpus", "2", "--gpu-mem", "80GB", "--gpu-model", "H100", "--json")
+    plain = json.loads(run("plan", "--model", FIXTURES / "models" / "tinyllama-1.1b", *args).stdout)
+    odd = run("plan", "--model", tmp_path / "m", *args)
+    assert odd.exit_code == 0, odd.output
+    assert json.loads(odd.stdout)["recommendation"] == plain["recommendation"]
+
+
+@pytest.mark.parametrize("value, said", [(-5, "max_position_embeddings -5: must be a whole number from 1"),
+                                         (0, "max_position_embeddings 0: must be a whole number from 1"),
+                                         ("2048", 'max_position_embeddings is the text "2048"'),
+                                         (2.5, "max_position_embeddings 2.5: must be a whole number from 1")])
+def test_a_context_that_is_no_count_is_refused_naming_it(tmp_path, value, said):
+    """-5 gave a math domain error in speed.flash_share (exit 70) with --seq-len, and a sequence of -5 without."""
+    folder = llama_folder(tmp_path, max_position_embeddings=value)
+    one_line(run("plan", "--model", folder, "--gpus", "2", "--gpu-mem", "80GB", "--gpu-model", "H100"), said)
+    one_line(run("plan", "--model", folder, "--gpus", "2", "--gpu-mem", "80GB", "--seq-len", "512"), said)
