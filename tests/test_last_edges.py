@@ -1,6 +1,9 @@
 """Issue 49, the last sharp edges: inputs that were exit 70 (an internal error), reads without a bound, and output
 that was untrue or broke when pasted. Each is one `Error:` line with its documented exit status, or a right answer."""
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,55 @@ def test_a_context_that_is_no_count_is_refused_naming_it(tmp_path, value, said):
     folder = llama_folder(tmp_path, max_position_embeddings=value)
     one_line(run("plan", "--model", folder, "--gpus", "2", "--gpu-mem", "80GB", "--gpu-model", "H100"), said)
     one_line(run("plan", "--model", folder, "--gpus", "2", "--gpu-mem", "80GB", "--seq-len", "512"), said)
+
+
+# --- benchmarks/gpu_truth.py --compare --load: a saved record, read as gputopo reads a user's file -----------------
+
+def gpu_truth(*args, timeout=60):
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_truth.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+# A CPU twin's record of one case (as gpu_truth --device cpu writes it), cut to what --compare reads
+RECORD = {"tool": "benchmarks/gpu_truth.py", "machine": {"device": "cpu", "cpu_cores_physical": 2,
+                                                          "ram_bytes": 25276182528},
+          "cases": [{"name": "gpt2-bf16-8x1024", "strategy": "single", "precision": "bf16", "batch_size": 2,
+                     "seq_len": 48, "grad_checkpointing": False, "catalog": None, "peak_bytes": 4915240,
+                     "config": {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 128,
+                                "vocab_size": 1001},
+                     "step_s": {"median": 0.0576}, "profile": {"idle_s": 0.0, "parts": {"optimizer": 0.002}}}],
+          "skipped": []}
+
+
+def test_gpu_truth_load_reads_a_record_it_wrote(tmp_path):
+    (tmp_path / "r.json").write_text(json.dumps(RECORD))
+    proc = gpu_truth("--compare", "--load", tmp_path / "r.json", "--gpu-model", "H100")
+    assert proc.returncode == 0 and "gpt2-bf16-8x1024 (single, bf16, 2 x 48)" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("text, said", [
+    ("[]", "not what gpu_truth writes at the top"), ("{}", "not what gpu_truth writes at the top"),
+    ("NaN", "not JSON (NaN is not a number JSON has)"),
+    ('{"machine": {}, "cases": []}', 'not what gpu_truth writes at "cases"'),
+    (json.dumps({**RECORD, "cases": [{**RECORD["cases"][0], "batch_size": -1, "profile": {"parts": []}}]}),
+     "not what gpu_truth writes at cases[0].batch_size, cases[0].profile"),
+    (json.dumps({**RECORD, "machine": {"gpu": 5}, "skipped": [1]}),
+     "not what gpu_truth writes at machine.gpu, skipped[0]"),
+    (json.dumps({**RECORD, "cases": [{**RECORD["cases"][0], "strategy": "zero9", "config": None}]}),
+     "not what gpu_truth writes at cases[0].strategy, cases[0].config"),
+    ("", "empty")])
+def test_gpu_truth_load_refuses_what_it_did_not_write_in_one_line(tmp_path, text, said):
+    """[], {}, NaN and {"cases": []} were tracebacks."""
+    (tmp_path / "r.json").write_text(text)
+    proc = gpu_truth("--compare", "--load", tmp_path / "r.json")
+    assert proc.returncode == 1 and proc.stderr.startswith(f"Error: --load {tmp_path / 'r.json'}: "), proc.stderr
+    assert said in proc.stderr and proc.stderr.count("\n") == 1 and not proc.stdout, proc.stderr
+
+
+def test_gpu_truth_load_of_a_fifo_or_a_device_is_refused_unread(tmp_path):
+    """A FIFO waited for a writer; /dev/zero was read until MemoryError."""
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", "/dev/zero", tmp_path):
+        proc = gpu_truth("--compare", "--load", path, timeout=30)
+        assert proc.returncode == 1 and proc.stderr == f"Error: --load {path}: not a regular file\n", proc.stderr
