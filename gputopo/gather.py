@@ -142,10 +142,12 @@ def ssh_argv(host: str, cmd: str, timeout: float) -> list[str]:
 MAX_AT_ONCE = 64   # processes started at once, as `pdsh -f 64`: one per node would run out of file descriptors
 
 
-def run(groups: dict[str, list[str]], deadline_s: float) -> dict[str, tuple]:
+def run(groups: dict[str, list[str]], deadline_s: float, nodes: int = 1, key: str | None = None) -> dict[str, tuple]:
     """Run each argv in its own process group, MAX_AT_ONCE at a time, all within the deadline; {key: (exit
-    status, or None when the deadline ended it or it could not start, stdout, stderr)}. Ctrl-C ends every
-    process started before it propagates."""
+    status, or None when the deadline ended it or it could not start, stdout, stderr, the line keys whose output
+    passed MOST_REPORT)}. An argv answers for `nodes` nodes, its lines told apart by the `key` pattern's group 1
+    (srun's task, pdsh's host): each is kept to MOST_REPORT in memory, the rest read and dropped (two nodes
+    printing 1.5 GB took 8.6 GB). Ctrl-C ends every process started before it propagates."""
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -153,25 +155,31 @@ def run(groups: dict[str, list[str]], deadline_s: float) -> dict[str, tuple]:
 
     def one(argv):
         if stop.is_set() or time.monotonic() >= end:
-            return None, "", "not started: the deadline passed"
+            return None, "", "not started: the deadline passed", set()
         try:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, errors="replace", start_new_session=True)
         except FileNotFoundError:
             raise BadInput(f"{argv[0]} is not installed here: --fleet asks the nodes through it") from None
         except OSError as e:   # too many processes or open files: this node is not asked, the others are
-            return 1, "", f"could not start {argv[0]}: {e.strerror or e}"
+            return 1, "", f"could not start {argv[0]}: {e.strerror or e}", set()
         with lock:
             started.append(p)
         if stop.is_set():
             _end(p)
+        out, err = {}, {}
+        readers = [threading.Thread(target=_drain, args=(p.stdout, nodes, key, out), daemon=True),
+                   threading.Thread(target=_drain, args=(p.stderr, nodes, key, err), daemon=True)]
+        for r in readers:
+            r.start()
         try:
-            o, e = p.communicate(timeout=max(0.1, end - time.monotonic()))
-            return p.returncode, o, e
+            status = p.wait(timeout=max(0.1, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             _end(p)
-            o, e = p.communicate()
-            return None, o, e
+            status = None
+        for r in readers:
+            r.join()
+        return status, out["text"], err["text"], out["over"]
 
     pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_AT_ONCE, len(groups))))
     try:
@@ -186,6 +194,25 @@ def run(groups: dict[str, list[str]], deadline_s: float) -> dict[str, tuple]:
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _drain(stream, nodes: int, key: str | None, into: dict) -> None:
+    """Read `stream` to its end, keeping at most MOST_REPORT of each key's lines (group 1 of `key`; all one key
+    without it) and of `nodes` keys in all; into["text"] what was kept, into["over"] the keys cut."""
+    kept, sizes, over, total, at, starts = [], {}, set(), 0, "", True
+    with stream:
+        while part := stream.readline(2 ** 16):   # a line of 1.5 GB is read in parts
+            if key and starts:   # a line's first part names its key; its further parts keep it
+                m = re.match(key, part)
+                at = m.group(1) if m else ""
+            starts = part.endswith("\n")
+            sizes[at] = sizes.get(at, 0) + len(part)
+            if sizes[at] > MOST_REPORT or total + len(part) > MOST_REPORT * nodes:
+                over.add(at)
+            else:
+                kept.append(part)
+                total += len(part)
+    into["text"], into["over"] = "".join(kept), over
 
 
 def _end(p: subprocess.Popen) -> None:
@@ -381,17 +408,17 @@ def over_slurm(nodes: list[str], cmd: str, timeout: float, *, inside: bool,
     live = [n for n in nodes if n not in unreachable]
     if not live:
         return {}, unreachable
-    status, out, err = run({"srun": srun_argv(live, cmd, timeout, inside=inside, partition=partition)},
-                           timeout + STARTUP_S)["srun"]
-    by_task = split_lines(out, r"^\s*(\d+): ?(.*)$")
+    status, out, err, over = run({"srun": srun_argv(live, cmd, timeout, inside=inside, partition=partition)},
+                                 timeout + STARTUP_S, len(live), SRUN_LINE)["srun"]
+    by_task = split_lines(out, SRUN_LINE)
     node_of = {t: lines[0].split()[1] for t, lines in by_task.items()
                if lines and lines[0].startswith(MARK + " ") and len(lines[0].split()) > 1}
     said = _said(err, r"^srun: error: (\S+): tasks? [\d,\-]+: (.*)$")
     reports = {}
     for t, node in node_of.items():
         code = _exit_code(said.get(node, ""))
-        report, why = answer(by_task[t][1:], None if status is None and code is None else code or 0,
-                             said.get(node, ""), timeout)
+        report, why = (None, TOO_LONG) if t in over else answer(
+            by_task[t][1:], None if status is None and code is None else code or 0, said.get(node, ""), timeout)
         if report is not None:
             reports[node] = report
         else:
@@ -406,18 +433,20 @@ def over_slurm(nodes: list[str], cmd: str, timeout: float, *, inside: bool,
 def over_hosts(hosts: list[str], cmd: str, timeout: float, *, pdsh: bool) -> tuple[dict, dict]:
     """(reports, unreachable) through pdsh (one process, lines prefixed by host) or one ssh per host."""
     if pdsh:
-        status, out, err = run({"pdsh": pdsh_argv(hosts, cmd, timeout)}, timeout + STARTUP_S)["pdsh"]
+        status, out, err, over = run({"pdsh": pdsh_argv(hosts, cmd, timeout)}, timeout + STARTUP_S, len(hosts),
+                                     PDSH_LINE)["pdsh"]
         lines = split_lines(out, PDSH_LINE)
         errs = split_lines(err, r"^(?:pdsh@\S+: )?" + PDSH_LINE[1:])
         results = {h: (None if status is None else _exit_code("\n".join(errs.get(h, []))) or 0, lines.get(h, []),
-                       "\n".join(e for e in errs.get(h, []) if "exited with exit code" not in e)) for h in hosts}
+                       "\n".join(e for e in errs.get(h, []) if "exited with exit code" not in e), h in over)
+                   for h in hosts}
     else:
         done = run({h: ssh_argv(h, cmd, timeout) for h in hosts}, timeout + STARTUP_S)
-        results = {h: (s, o.splitlines(), e) for h, (s, o, e) in done.items()}
+        results = {h: (s, o.splitlines(), e, bool(over)) for h, (s, o, e, over) in done.items()}
     reports, unreachable = {}, {}
     for h in hosts:
-        status, node_lines, node_err = results[h]
-        report, why = answer(node_lines, status, node_err, timeout)
+        status, node_lines, node_err, too_long = results[h]
+        report, why = (None, TOO_LONG) if too_long else answer(node_lines, status, node_err, timeout)
         if report is not None:
             reports[h] = report
         elif status == 255 and re.search(r"timed out", why, re.I):   # ssh's own: no connection at all
@@ -427,6 +456,8 @@ def over_hosts(hosts: list[str], cmd: str, timeout: float, *, pdsh: bool) -> tup
     return reports, unreachable
 
 
+SRUN_LINE = r"^\s*(\d+): ?(.*)$"   # srun --label's line: `  0: text`
+TOO_LONG = f"answered more than {MOST_REPORT // 2**20} MiB (the rest read and dropped), not an `inspect --json` report"
 # pdsh's line: `host: text`. The host ends at the first ": " (an IPv6 address holds colons, never ": "); an empty
 # line is `host:`.
 PDSH_LINE = r"^(\S+?)(?:: |:$)(.*)$"

@@ -224,3 +224,38 @@ def test_gpu_truth_load_of_a_fifo_or_a_device_is_refused_unread(tmp_path):
     for path in (tmp_path / "fifo", "/dev/zero", tmp_path):
         proc = gpu_truth("--compare", "--load", path, timeout=30)
         assert proc.returncode == 1 and proc.stderr == f"Error: --load {path}: not a regular file\n", proc.stderr
+
+
+# --- inspect --fleet: each node's answer is held to MOST_REPORT in memory ----------------------------------------
+
+FLOOD = "head -c 9000000 /dev/zero | tr '\\0' x"   # 9 MB on one line, as a node's broken command might print
+
+
+def test_a_node_answering_more_than_the_bound_is_read_and_dropped_the_others_reported(tmp_path, monkeypatch):
+    """Each node's output was read whole (two nodes printing 1.5 GB took gputopo to 8.6 GB): over ssh, pdsh and
+    srun alike, a node past 8 MiB is named with the bound, the rest of its output read and dropped, and the other
+    nodes' reports are read."""
+    from gputopo import gather
+    node = {"node1": f"cat {FIXTURES / 'fleet' / 'node01.json'}", "node2": FLOOD}
+    monkeypatch.setattr(gather, "ssh_argv", lambda h, cmd, t: ["sh", "-c", node[h]])
+    monkeypatch.setattr(gather, "pdsh_argv", lambda hosts, cmd, t: [
+        "sh", "-c", "; ".join(f"({node[h]}; echo) | sed 's/^/{h}: /'" for h in hosts)])
+    monkeypatch.setattr(gather, "srun_argv", lambda nodes, cmd, t, **k: [
+        "sh", "-c", "; ".join(f"(echo '{gather.MARK} {n}'; {node[n]}; echo) | sed 's/^/{i}: /'"
+                              for i, n in enumerate(nodes))])
+    monkeypatch.setattr(gather, "unavailable_slurm_nodes", lambda nodes, inside: {})
+    for reports, unreachable in (gather.over_hosts(["node1", "node2"], "x", 20, pdsh=False),
+                                 gather.over_hosts(["node1", "node2"], "x", 20, pdsh=True),
+                                 gather.over_slurm(["node1", "node2"], "x", 20, inside=True)):
+        assert list(reports) == ["node1"] and unreachable == {"node2": gather.TOO_LONG}
+    assert gather.TOO_LONG.startswith("answered more than 8 MiB")
+
+
+def test_the_output_kept_of_a_flood_is_bounded_per_node_and_in_all():
+    from gputopo import gather
+    (status, out, _, over), = gather.run({"n": ["sh", "-c", FLOOD + "; echo; echo end"]}, 20).values()
+    assert status == 0 and over == {""} and len(out) <= gather.MOST_REPORT
+    # five keys of 5 MB each, from an engine answering for 2 nodes: 16 MiB kept in all
+    many = "for i in 1 2 3 4 5; do head -c 5000000 /dev/zero | tr '\\0' x | sed \"s/^/$i: /\"; echo; done"
+    (_, out, _, over), = gather.run({"all": ["sh", "-c", many]}, 60, nodes=2, key=gather.SRUN_LINE).values()
+    assert len(out) <= 2 * gather.MOST_REPORT and over == {"4", "5"}, over
