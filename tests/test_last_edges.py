@@ -259,3 +259,24 @@ def test_the_output_kept_of_a_flood_is_bounded_per_node_and_in_all():
     many = "for i in 1 2 3 4 5; do head -c 5000000 /dev/zero | tr '\\0' x | sed \"s/^/$i: /\"; echo; done"
     (_, out, _, over), = gather.run({"all": ["sh", "-c", many]}, 60, nodes=2, key=gather.SRUN_LINE).values()
     assert len(out) <= 2 * gather.MOST_REPORT and over == {"4", "5"}, over
+
+
+# --- bench-nvlink --dataset: read in bounded memory, its tokenizer trained on a bounded sample, said -------------
+
+def test_a_dataset_is_read_to_a_bound_and_its_tokenizer_trained_on_a_sample(tmp_path, monkeypatch, capsys):
+    """A 30 MB .txt was read whole by each worker and a BPE trained on all of it (6.3 GB and 174 s a worker) while
+    the progress line said "building gpt2"."""
+    from gputopo import bench, worker
+    monkeypatch.setattr(worker, "MOST_DATASET_BYTES", 64 * 1024)
+    monkeypatch.setattr(worker, "TOKENIZER_SAMPLE", 8 * 1024)
+    words = [f"w{i}x{i * 7 % 13}" for i in range(400)]
+    (tmp_path / "big.txt").write_text("\n".join(" ".join(words[(i + j) % 400] for j in range(20))
+                                                for i in range(4000)))   # about 500 KB
+    tokens, what = worker.load_tokens(str(tmp_path / "big.txt"), 50257, 64, 8, 0, None)
+    assert tokens.shape == (8, 64) and what.endswith("(local text)")
+    line, = [x for x in capsys.readouterr().out.splitlines() if x.startswith(worker.PROGRESS)]
+    fields = json.loads(line[len(worker.PROGRESS):])
+    assert fields == {"phase": "tokenizer", "chars": 8 * 1024, "of": 64 * 1024}
+    assert bench.Tracker().text(fields) == ("training a byte-level BPE tokenizer on 0.0 MiB of the dataset's 0.1 MiB"
+                                            " read")
+    assert len(worker._tokenize("ab " * 100_000, 50257, None, need=10)) < 100_000 / 4   # encoded until enough
