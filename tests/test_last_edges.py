@@ -280,3 +280,38 @@ def test_a_dataset_is_read_to_a_bound_and_its_tokenizer_trained_on_a_sample(tmp_
     assert bench.Tracker().text(fields) == ("training a byte-level BPE tokenizer on 0.0 MiB of the dataset's 0.1 MiB"
                                             " read")
     assert len(worker._tokenize("ab " * 100_000, 50257, None, need=10)) < 100_000 / 4   # encoded until enough
+
+
+# --- a printed command line, pasted into bash, gives back the argv it means ---------------------------------------
+
+HOSTILE_WORDS = ["/data/it's model", 'say "hi"', "a b", "$HOME/x", "two\nlines", "naïve ü/模型", "--x='y'", "\\"]
+
+
+@pytest.mark.parametrize("width", [None, 30, 200])
+def test_a_printed_command_line_round_trips_through_bash_and_shlex(width):
+    """render.shell_lines re-split a line with shlex(posix=False): `it'"'"'s` became three words, so a pasted
+    `plan --model "/data/it's model"` failed and a printed torchrun line ran a script named `it`."""
+    import shlex
+
+    from gputopo import render
+    argv = ["printf", "%s\\0", *[x for w in HOSTILE_WORDS for x in ("--opt", w)]]
+    text = "\n".join(render.shell_lines(shlex.join(argv), width=width))
+    assert width != 30 or len(text.splitlines()) > 5   # cut before options, never inside a quoted word
+    out = subprocess.run(["bash", "-c", text], capture_output=True, text=True, check=True).stdout
+    assert out.split("\0")[:-1] == argv[2:]
+    assert shlex.split(text.replace(" \\\n", " ")) == argv
+
+
+def test_a_line_with_an_unbalanced_quote_is_shown_as_it_is():
+    from gputopo import render
+    assert render.shell_lines("run 'it --x", width=5) == ["run 'it --x"]
+
+
+def test_deepspeed_config_prints_a_launch_line_that_runs_the_script_named(tmp_path, monkeypatch):
+    import shlex
+    monkeypatch.chdir(tmp_path)
+    r = run("deepspeed-config", "--stage", "2", "--launcher", "torchrun", "--script", "it's.py", "-o", "o'k.json",
+            "--gpus", "2")
+    assert r.exit_code == 0, r.output
+    line, = [x for x in r.stdout.splitlines() if x.startswith("torchrun ")]
+    assert shlex.split(line)[-3:] == ["it's.py", "--deepspeed", "o'k.json"]
