@@ -72,15 +72,17 @@ def hostfile(path: str) -> list[str]:
     return list(hosts)
 
 
-def slurm_nodes(expression: str) -> list[str]:
-    """A Slurm host list (node[01-04],gpu7) as names, expanded by scontrol itself; at most MOST_NODES."""
+def slurm_nodes(expression: str, what: str = "--slurm-nodes") -> list[str]:
+    """A Slurm host list (node[01-04],gpu7) as names, expanded by scontrol itself; at most MOST_NODES. `what`
+    gave it, named in a refusal: the option, or SLURM_JOB_NODELIST inside an allocation."""
+    what += "=" if what.isupper() else " "
     if expression.startswith("-"):
-        raise BadInput(f"--slurm-nodes {expression}: starts with '-', which scontrol would read as an option")
+        raise BadInput(f"{what}{expression}: starts with '-', which scontrol would read as an option")
     names = _ask(["scontrol", "show", "hostnames", expression]).split()
     if not names:
         raise BadInput(f"no node in the Slurm host list {expression!r}")
     if len(names) > MOST_NODES:
-        raise BadInput(f"--slurm-nodes {expression}: {len(names)} nodes; --fleet asks at most {MOST_NODES}")
+        raise BadInput(f"{what}{expression}: {len(names)} nodes; --fleet asks at most {MOST_NODES}")
     return names
 
 

@@ -315,3 +315,10 @@ def test_deepspeed_config_prints_a_launch_line_that_runs_the_script_named(tmp_pa
     assert r.exit_code == 0, r.output
     line, = [x for x in r.stdout.splitlines() if x.startswith("torchrun ")]
     assert shlex.split(line)[-3:] == ["it's.py", "--deepspeed", "o'k.json"]
+
+
+def test_a_bad_slurm_node_list_from_the_environment_names_the_variable():
+    """Blamed --slurm-nodes, an option the user never gave."""
+    one_line(run("inspect", "--fleet", env={"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "-oX"}),
+             "Error: SLURM_JOB_NODELIST=-oX: starts with '-'")
+    one_line(run("inspect", "--fleet", "--slurm-nodes", "-oX"), "Error: --slurm-nodes -oX: starts with '-'")
