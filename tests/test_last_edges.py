@@ -322,3 +322,12 @@ def test_a_bad_slurm_node_list_from_the_environment_names_the_variable():
     one_line(run("inspect", "--fleet", env={"SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "-oX"}),
              "Error: SLURM_JOB_NODELIST=-oX: starts with '-'")
     one_line(run("inspect", "--fleet", "--slurm-nodes", "-oX"), "Error: --slurm-nodes -oX: starts with '-'")
+
+
+@pytest.mark.parametrize("xdg, under", [("relcache", None), ("", None), ("/abs/cache", "/abs/cache")])
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path, xdg, under):
+    """A relative XDG_CACHE_HOME wrote ./relcache/gputopo/validated.json into the working folder."""
+    from gputopo import validate
+    monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert validate._cache_path() == Path(under or tmp_path / ".cache") / "gputopo" / "validated.json"
