@@ -1068,6 +1068,69 @@ def compare(record: dict, gpu_model: str | None = None) -> str:
     return "\n".join(lines + summary(errors))
 
 
+def record_problems(record) -> list[str]:
+    """Where a record differs from what gpu_truth writes, in what compare() reads and hands to gputopo's plan."""
+    from gputopo.dsconfig import STRATEGY_TO_CONFIG
+    from gputopo.options import MOST_CORES
+    from gputopo.parse import MOST_NAME
+    from gputopo.units import MOST_BYTES, MOST_COUNT
+
+    def count(most):
+        return lambda v: type(v) is int and 1 <= v <= most
+
+    def seconds(v):
+        return type(v) in (int, float) and v >= 0
+
+    def optional(rule):
+        return lambda v: v is None or rule(v)
+
+    name = lambda v: type(v) is str and 0 < len(v) <= MOST_NAME   # noqa: E731
+    machine_rules = {"gpu": optional(name), "gpu_memory_bytes": optional(count(MOST_BYTES)),
+                     "ram_bytes": optional(count(MOST_BYTES)), "cpu_cores_physical": optional(count(MOST_CORES))}
+    case_rules = {"strategy": lambda v: v in STRATEGY_TO_CONFIG, "precision": lambda v: v in ("fp32", "fp16", "bf16"),
+                  "batch_size": count(MOST_COUNT), "seq_len": count(MOST_COUNT),
+                  "grad_checkpointing": lambda v: type(v) is bool, "peak_bytes": seconds,
+                  "step_s": lambda v: type(v) is dict and seconds(v.get("median")),
+                  "profile": lambda v: type(v) is dict and seconds(v.get("idle_s")) and type(v.get("parts")) is dict
+                  and all(seconds(x) for x in v["parts"].values())}
+    if type(record) is not dict or type(record.get("machine")) is not dict:
+        return ['the top (an object with "machine" and "cases")']
+    cases, skipped = record.get("cases"), record.get("skipped", [])
+    if type(cases) is not list or type(skipped) is not list or not cases + skipped:
+        return ['"cases" (a list of the cases that ran, none here)']
+    bad = [f"machine.{k}" for k, ok in machine_rules.items() if not ok(record["machine"].get(k))]
+    for i, case in enumerate(cases):
+        if type(case) is not dict or type(case.get("name")) is not str:
+            bad.append(f"cases[{i}]")
+        elif type(case.get("error")) is not str:   # a case that failed shows its name and error alone
+            bad += [f"cases[{i}].{k}" for k, ok in case_rules.items() if not ok(case.get(k))]
+            if not (name(case.get("catalog")) or type(case.get("config")) is dict):
+                bad.append(f"cases[{i}].config")
+    return bad + [f"skipped[{i}]" for i, s in enumerate(skipped)
+                  if type(s) is not dict or type(s.get("name")) is not str or type(s.get("why")) is not str]
+
+
+def load_record(path: Path) -> dict:
+    """A saved record (--load), or BadInput naming what is wrong: a regular file (a FIFO waited for a writer,
+    /dev/zero was read until MemoryError) of JSON within sources' and jsonread's bounds, as gpu_truth writes it
+    ([], {}, NaN and {"cases": []} were tracebacks)."""
+    from gputopo import jsonread, sources
+    from gputopo.errors import BadInput
+    where = f"--load {path}:"
+    if not os.path.isfile(path):   # follows a link, as reading does; checked before opening: a FIFO would wait
+        raise BadInput(f"{where} not a regular file" if os.path.exists(path) else f"{where} no such file")
+    try:
+        record = jsonread.loads(sources.read_text(str(path), expect="a gpu_truth record (JSON)"), where, 32,
+                                what="no record holds", bad="not JSON")
+    except BadInput as e:
+        raise BadInput(str(e) if str(e).startswith("--load ") else f"--load {e}") from None
+    bad = record_problems(record)
+    if bad:
+        raise BadInput(f"{where} not what gpu_truth writes at {', '.join(bad[:6])}"
+                       + (f" and {len(bad) - 6} more" if len(bad) > 6 else ""))
+    return record
+
+
 # ---- the command line ----------------------------------------------------------------------------------------
 
 
@@ -1113,10 +1176,11 @@ def main(argv=None) -> int:
         print("\n".join(f"{c.name}  ({c.engine}, {c.strategy})" for c in CASES))
         return 0
     if args.load:
+        from gputopo.errors import BadInput
         try:
-            record = json.loads(args.load.read_text())
-        except (OSError, ValueError) as e:
-            say(f"Error: --load {args.load}: {e.strerror if isinstance(e, OSError) else f'not JSON ({e})'}")
+            record = load_record(args.load)
+        except BadInput as e:
+            say(f"Error: {e}")
             return 1
         print(compare(record, args.gpu_model))
         return 0

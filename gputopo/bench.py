@@ -411,6 +411,9 @@ class Tracker:
     def text(self, f: dict) -> str | None:
         if f.get("phase") == "build":
             return f"building {f['model']} in {f['world']} process(es)"
+        if f.get("phase") == "tokenizer":   # a model without its own tokenizer: a BPE on the dataset's first MiB
+            return (f"training a byte-level BPE tokenizer on {f['chars'] / 2 ** 20:.1f} MiB of the dataset's"
+                    f" {f['of'] / 2 ** 20:.1f} MiB read")
         if f.get("phase") == "allreduce":
             return f"all-reduce {f['size'] / 2 ** 20:g} MiB ({f['index']}/{f['of']})"
         if f.get("phase") != "train":

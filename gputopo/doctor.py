@@ -6,6 +6,7 @@ variables) come from health.py, the same ones `inspect` prints.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -138,6 +139,7 @@ def check_nvme_path(host, disks: list, path: str, need: int | None = None) -> Ch
 
 def pinned_bytes(cfg: dict | None) -> int | None:
     """Bytes DeepSpeed's NVMe swapper mlock()s for this config (its aio buffers), or None without NVMe offload.
+    NotANumber for a size DeepSpeed would refuse.
 
     Param swapper: buffer_count x buffer_size elements of 2 bytes (16-bit) or 4 (fp32); optimizer swapper:
     buffer_count x sub_group_size fp32 elements (deepspeed/runtime/swap_tensor/*, 0.19)."""
@@ -148,21 +150,45 @@ def pinned_bytes(cfg: dict | None) -> int | None:
     half = dsops.block(cfg, "bf16").get("enabled") is True or dsops.block(cfg, "fp16").get("enabled") is True
     param_bytes = value_bytes("bf16" if half else "fp32")
     par, opt = dsops.block(zero, "offload_param"), dsops.block(zero, "offload_optimizer")
+    at = "zero_optimization."
     if par.get("device") == "nvme":
         any_nvme = True
-        total += _int(par.get("buffer_count"), 5) * _int(par.get("buffer_size"), 100_000_000) * param_bytes
+        total += (_int(par, "buffer_count", 5, at + "offload_param.")
+                  * _int(par, "buffer_size", 100_000_000, at + "offload_param.") * param_bytes)
     if opt.get("device") == "nvme":
         any_nvme = True
-        total += _int(opt.get("buffer_count"), 4) * _int(zero.get("sub_group_size"), 1_000_000_000) * 4
+        total += (_int(opt, "buffer_count", 4, at + "offload_optimizer.")
+                  * _int(zero, "sub_group_size", 1_000_000_000, at) * 4)
     return total if any_nvme else None
 
 
-def _int(value, default: int) -> int:
-    """A config number as DeepSpeed would read it; "auto" or garbage falls back to DeepSpeed's default."""
-    try:
-        return int(float(value))
-    except (TypeError, ValueError):
+class NotANumber(ValueError):
+    """A config size DeepSpeed's own config classes refuse (pydantic's int field, ge=0)."""
+
+
+# DeepSpeed's int fields are 64-bit: pydantic refuses a float past it ("exceeded maximum size"), so 1e308 is no size
+MOST_CONFIG_INT = 2 ** 63 - 1
+
+
+def _int(block: dict, key: str, default: int, at: str) -> int:
+    """block[key] as DeepSpeed reads its int fields (a whole number of 0 or more: 5, 5.0, "5"; true is 1), the
+    default when it is absent or "auto" (the HF Trainer's); NotANumber naming the key for what DeepSpeed refuses
+    ("inf", 2.5, -3, 1e308): a float() of "inf" passed int() an infinity (OverflowError), and 1e308 made a size that
+    no float could divide."""
+    value = block.get(key)
+    if value is None or value == "auto":
         return default
+    number = value
+    if isinstance(value, str):
+        number = int(value) if re.fullmatch(r"\s*[0-9]{1,20}\s*", value) else \
+            float(value) if re.fullmatch(r"\s*[0-9]{1,20}\.0*\s*", value) else None
+    if isinstance(number, float) and number.is_integer():
+        number = int(number)
+    if not isinstance(number, int) or not 0 <= number <= MOST_CONFIG_INT:
+        shown = json.dumps(value) if len(json.dumps(value)) <= 40 else json.dumps(value)[:37] + "..."
+        raise NotANumber(f"{at}{key} is {shown}: DeepSpeed refuses the config (it takes a whole number of 0 or more,"
+                         " within 64 bits)")
+    return number
 
 
 def _cap_ipc_lock(host) -> bool | None:
@@ -172,10 +198,14 @@ def _cap_ipc_lock(host) -> bool | None:
 
 def check_memlock(host, cfg: dict | None, rdma: list[str]) -> Check:
     limit = system.memlock(host)
-    need = pinned_bytes(cfg)
     why = ("DeepSpeed's NVMe swap buffers are mlock()ed (ops/csrc/pin_memory/page_alloc.cpp) and RDMA registers"
            " memory (GPUDirect, InfiniBand); both fail beyond `ulimit -l`")
     fix = "docker run --ulimit memlock=-1; on a host: `* - memlock unlimited` in /etc/security/limits.conf"
+    try:
+        need = pinned_bytes(cfg)
+    except NotANumber as e:
+        return Check("memlock", "fail", "--config", str(e), why + "; DeepSpeed checks its sizes first",
+                     "write the size as a whole number, or leave it out for DeepSpeed's default")
     if limit is None:
         return Check("memlock", "unknown", "ulimit -l", "unreadable (/proc/self/limits)", why)
     shown = "unlimited" if limit == "unlimited" else f"{size(limit)} ({limit // 1024} KiB as `ulimit -l` prints it)"

@@ -254,7 +254,8 @@ def _plain(name: str) -> str:
 
 def _says_only_key(name: str, key: str) -> bool:
     """A name that says no more than the catalog's model and a size ("H100", "A100-80GB": --gpu-model as typed)."""
-    return _plain(re.sub(r"(?<![\w.])\d+\s*G(?:i?B)?\b", "", name, flags=re.I)) == _plain(key)
+    from .gpus import SIZE_IN_NAME
+    return _plain(SIZE_IN_NAME.sub("", name)) == _plain(key)
 
 
 def sentence(o: dict) -> str:

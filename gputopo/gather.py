@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import launch
+from . import launch, parse
 from .errors import BadInput
 from .parse import ANSI
 
@@ -72,15 +72,17 @@ def hostfile(path: str) -> list[str]:
     return list(hosts)
 
 
-def slurm_nodes(expression: str) -> list[str]:
-    """A Slurm host list (node[01-04],gpu7) as names, expanded by scontrol itself; at most MOST_NODES."""
+def slurm_nodes(expression: str, what: str = "--slurm-nodes") -> list[str]:
+    """A Slurm host list (node[01-04],gpu7) as names, expanded by scontrol itself; at most MOST_NODES. `what`
+    gave it, named in a refusal: the option, or SLURM_JOB_NODELIST inside an allocation."""
+    what += "=" if what.isupper() else " "
     if expression.startswith("-"):
-        raise BadInput(f"--slurm-nodes {expression}: starts with '-', which scontrol would read as an option")
+        raise BadInput(f"{what}{expression}: starts with '-', which scontrol would read as an option")
     names = _ask(["scontrol", "show", "hostnames", expression]).split()
     if not names:
         raise BadInput(f"no node in the Slurm host list {expression!r}")
     if len(names) > MOST_NODES:
-        raise BadInput(f"--slurm-nodes {expression}: {len(names)} nodes; --fleet asks at most {MOST_NODES}")
+        raise BadInput(f"{what}{expression}: {len(names)} nodes; --fleet asks at most {MOST_NODES}")
     return names
 
 
@@ -142,10 +144,12 @@ def ssh_argv(host: str, cmd: str, timeout: float) -> list[str]:
 MAX_AT_ONCE = 64   # processes started at once, as `pdsh -f 64`: one per node would run out of file descriptors
 
 
-def run(groups: dict[str, list[str]], deadline_s: float) -> dict[str, tuple]:
+def run(groups: dict[str, list[str]], deadline_s: float, nodes: int = 1, key: str | None = None) -> dict[str, tuple]:
     """Run each argv in its own process group, MAX_AT_ONCE at a time, all within the deadline; {key: (exit
-    status, or None when the deadline ended it or it could not start, stdout, stderr)}. Ctrl-C ends every
-    process started before it propagates."""
+    status, or None when the deadline ended it or it could not start, stdout, stderr, the line keys whose output
+    passed MOST_REPORT)}. An argv answers for `nodes` nodes, its lines told apart by the `key` pattern's group 1
+    (srun's task, pdsh's host): each is kept to MOST_REPORT in memory, the rest read and dropped (two nodes
+    printing 1.5 GB took 8.6 GB). Ctrl-C ends every process started before it propagates."""
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -153,25 +157,31 @@ def run(groups: dict[str, list[str]], deadline_s: float) -> dict[str, tuple]:
 
     def one(argv):
         if stop.is_set() or time.monotonic() >= end:
-            return None, "", "not started: the deadline passed"
+            return None, "", "not started: the deadline passed", set()
         try:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, errors="replace", start_new_session=True)
         except FileNotFoundError:
             raise BadInput(f"{argv[0]} is not installed here: --fleet asks the nodes through it") from None
         except OSError as e:   # too many processes or open files: this node is not asked, the others are
-            return 1, "", f"could not start {argv[0]}: {e.strerror or e}"
+            return 1, "", f"could not start {argv[0]}: {e.strerror or e}", set()
         with lock:
             started.append(p)
         if stop.is_set():
             _end(p)
+        out, err = {}, {}
+        readers = [threading.Thread(target=_drain, args=(p.stdout, nodes, key, out), daemon=True),
+                   threading.Thread(target=_drain, args=(p.stderr, nodes, key, err), daemon=True)]
+        for r in readers:
+            r.start()
         try:
-            o, e = p.communicate(timeout=max(0.1, end - time.monotonic()))
-            return p.returncode, o, e
+            status = p.wait(timeout=max(0.1, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             _end(p)
-            o, e = p.communicate()
-            return None, o, e
+            status = None
+        for r in readers:
+            r.join()
+        return status, out["text"], err["text"], out["over"]
 
     pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_AT_ONCE, len(groups))))
     try:
@@ -186,6 +196,25 @@ def run(groups: dict[str, list[str]], deadline_s: float) -> dict[str, tuple]:
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _drain(stream, nodes: int, key: str | None, into: dict) -> None:
+    """Read `stream` to its end, keeping at most MOST_REPORT of each key's lines (group 1 of `key`; all one key
+    without it) and of `nodes` keys in all; into["text"] what was kept, into["over"] the keys cut."""
+    kept, sizes, over, total, at, starts = [], {}, set(), 0, "", True
+    with stream:
+        while part := stream.readline(2 ** 16):   # a line of 1.5 GB is read in parts
+            if key and starts:   # a line's first part names its key; its further parts keep it
+                m = re.match(key, part)
+                at = m.group(1) if m else ""
+            starts = part.endswith("\n")
+            sizes[at] = sizes.get(at, 0) + len(part)
+            if sizes[at] > MOST_REPORT or total + len(part) > MOST_REPORT * nodes:
+                over.add(at)
+            else:
+                kept.append(part)
+                total += len(part)
+    into["text"], into["over"] = "".join(kept), over
 
 
 def _end(p: subprocess.Popen) -> None:
@@ -258,6 +287,15 @@ class Within:
     real: bool = False
 
 
+@dataclass(frozen=True)
+class Text:
+    """A text of at most `most` characters."""
+    most: int
+
+
+# A GPU's name or model, a link's ends: NVML's names are at most 96 characters (parse.MOST_NAME, as a paste's are);
+# any other text a node reports (a version, a variable's name or value, a finding): a path's 4096 at most.
+NAME, TEXT = Text(parse.MOST_NAME), Text(4096)
 # Bounds a reader accepts (NVML reports no less, no GPU more): a value past them is not a measurement.
 CELSIUS = (Within(-40, 150, "-40..150 °C", real=True), None)
 WATTS = (Within(0, 10_000, "0..10000 W", real=True), None)
@@ -266,17 +304,18 @@ LANES = (Within(1, 32, "x1..x32"), None)
 GENERATION = (Within(1, 8, "Gen1..Gen8"), None)
 # The parts of an `inspect --json` report the fleet reads, and their types: a value of a listed type, or of one of
 # a tuple's; [spec]: a list of such; {str: spec}: an object of such values; {"key": spec}: an object whose keys
-# are checked where present, those ending in "!" required; Within: a number within bounds.
-OPTIONAL_TEXT, OPTIONAL_INT = (str, None), (int, None)
-REPORT = {"schema_version!": int, "gpus!": [{"name!": str, "model": OPTIONAL_TEXT, "pcie_width": LANES,
+# are checked where present, those ending in "!" required, an object's own keys texts of TEXT's length; Within: a
+# number within bounds; Text: a text of at most so many characters.
+OPTIONAL_TEXT, OPTIONAL_INT = (TEXT, None), (int, None)
+REPORT = {"schema_version!": int, "gpus!": [{"name!": NAME, "model": (NAME, None), "pcie_width": LANES,
                                              "pcie_width_max": LANES, "pcie_gen": GENERATION,
-                                             "pcie_gen_max": GENERATION, "numa_affinity": (str, int, None),
+                                             "pcie_gen_max": GENERATION, "numa_affinity": (TEXT, int, None),
                                              "temperature_c": CELSIUS, "power_draw_w": WATTS, "power_limit_w": WATTS,
                                              "memory_total_bytes": BYTES, "memory_used_bytes": BYTES,
-                                             "throttle_reasons": ([str], None), "lost": bool}],
-          "links": ([{"a!": str, "b!": str, "type!": OPTIONAL_TEXT}], None), "nics": ([dict], None),
+                                             "throttle_reasons": ([TEXT], None), "lost": bool}],
+          "links": ([{"a!": NAME, "b!": NAME, "type!": OPTIONAL_TEXT}], None), "nics": ([dict], None),
           "versions": ({str: OPTIONAL_TEXT}, None), "driver": OPTIONAL_TEXT, "env": ({str: OPTIONAL_TEXT}, None),
-          "findings": ([{"level!": str, "message!": str}], None), "gpu_status": ({"reason": OPTIONAL_TEXT}, None),
+          "findings": ([{"level!": TEXT, "message!": TEXT}], None), "gpu_status": ({"reason": OPTIONAL_TEXT}, None),
           "source": OPTIONAL_TEXT}
 REPORT_VERSION = 1
 NAMES = {str: "a text", int: "a whole number", dict: "an object", list: "a list", None: "null", float: "a number",
@@ -304,6 +343,10 @@ def _shape(value, spec, where: str) -> str | None:
             shown = repr(value) if len(repr(value)) <= 24 else repr(value)[:20] + "..."
             return f"{where} is {shown}, not within {spec.said}"
         return None
+    if isinstance(spec, Text):
+        if not isinstance(value, str):
+            return f"{where} is {_kind(value)}, not a text"
+        return None if len(value) <= spec.most else f"{where} has {len(value):,} characters, more than {spec.most}"
     if spec is None:
         return None if value is None else f"{where} is {_kind(value)}, not null"
     if isinstance(spec, list):
@@ -314,7 +357,9 @@ def _shape(value, spec, where: str) -> str | None:
         if not isinstance(value, dict):
             return f"{where} is {_kind(value)}, not an object"
         if list(spec) == [str]:
-            return next((f for k, v in value.items() for f in [_shape(v, spec[str], f"{where}[{k!r}]")] if f), None)
+            return next((f for k, v in value.items() for f in [_shape(k, TEXT, f"a key of {where}")
+                                                                 or _shape(v, spec[str], f"{where}[{k!r}]")] if f),
+                        None)
         for key, s in spec.items():
             name = key.rstrip("!")
             if name not in value:
@@ -365,17 +410,17 @@ def over_slurm(nodes: list[str], cmd: str, timeout: float, *, inside: bool,
     live = [n for n in nodes if n not in unreachable]
     if not live:
         return {}, unreachable
-    status, out, err = run({"srun": srun_argv(live, cmd, timeout, inside=inside, partition=partition)},
-                           timeout + STARTUP_S)["srun"]
-    by_task = split_lines(out, r"^\s*(\d+): ?(.*)$")
+    status, out, err, over = run({"srun": srun_argv(live, cmd, timeout, inside=inside, partition=partition)},
+                                 timeout + STARTUP_S, len(live), SRUN_LINE)["srun"]
+    by_task = split_lines(out, SRUN_LINE)
     node_of = {t: lines[0].split()[1] for t, lines in by_task.items()
                if lines and lines[0].startswith(MARK + " ") and len(lines[0].split()) > 1}
     said = _said(err, r"^srun: error: (\S+): tasks? [\d,\-]+: (.*)$")
     reports = {}
     for t, node in node_of.items():
         code = _exit_code(said.get(node, ""))
-        report, why = answer(by_task[t][1:], None if status is None and code is None else code or 0,
-                             said.get(node, ""), timeout)
+        report, why = (None, TOO_LONG) if t in over else answer(
+            by_task[t][1:], None if status is None and code is None else code or 0, said.get(node, ""), timeout)
         if report is not None:
             reports[node] = report
         else:
@@ -390,18 +435,20 @@ def over_slurm(nodes: list[str], cmd: str, timeout: float, *, inside: bool,
 def over_hosts(hosts: list[str], cmd: str, timeout: float, *, pdsh: bool) -> tuple[dict, dict]:
     """(reports, unreachable) through pdsh (one process, lines prefixed by host) or one ssh per host."""
     if pdsh:
-        status, out, err = run({"pdsh": pdsh_argv(hosts, cmd, timeout)}, timeout + STARTUP_S)["pdsh"]
+        status, out, err, over = run({"pdsh": pdsh_argv(hosts, cmd, timeout)}, timeout + STARTUP_S, len(hosts),
+                                     PDSH_LINE)["pdsh"]
         lines = split_lines(out, PDSH_LINE)
         errs = split_lines(err, r"^(?:pdsh@\S+: )?" + PDSH_LINE[1:])
         results = {h: (None if status is None else _exit_code("\n".join(errs.get(h, []))) or 0, lines.get(h, []),
-                       "\n".join(e for e in errs.get(h, []) if "exited with exit code" not in e)) for h in hosts}
+                       "\n".join(e for e in errs.get(h, []) if "exited with exit code" not in e), h in over)
+                   for h in hosts}
     else:
         done = run({h: ssh_argv(h, cmd, timeout) for h in hosts}, timeout + STARTUP_S)
-        results = {h: (s, o.splitlines(), e) for h, (s, o, e) in done.items()}
+        results = {h: (s, o.splitlines(), e, bool(over)) for h, (s, o, e, over) in done.items()}
     reports, unreachable = {}, {}
     for h in hosts:
-        status, node_lines, node_err = results[h]
-        report, why = answer(node_lines, status, node_err, timeout)
+        status, node_lines, node_err, too_long = results[h]
+        report, why = (None, TOO_LONG) if too_long else answer(node_lines, status, node_err, timeout)
         if report is not None:
             reports[h] = report
         elif status == 255 and re.search(r"timed out", why, re.I):   # ssh's own: no connection at all
@@ -411,6 +458,8 @@ def over_hosts(hosts: list[str], cmd: str, timeout: float, *, pdsh: bool) -> tup
     return reports, unreachable
 
 
+SRUN_LINE = r"^\s*(\d+): ?(.*)$"   # srun --label's line: `  0: text`
+TOO_LONG = f"answered more than {MOST_REPORT // 2**20} MiB (the rest read and dropped), not an `inspect --json` report"
 # pdsh's line: `host: text`. The host ends at the first ": " (an IPv6 address holds colons, never ": "); an empty
 # line is `host:`.
 PDSH_LINE = r"^(\S+?)(?:: |:$)(.*)$"

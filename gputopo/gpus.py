@@ -82,6 +82,11 @@ class GpuModel:
         return self.name
 
 
+# A size in a GPU's name: ASCII digits, as many as a size has (no GPU has 10**6 GB), so int() never meets the 4,301
+# digits it refuses (a fleet report's name is another machine's text); a longer run is no size.
+SIZE_IN_NAME = re.compile(r"(?<![\w.])([0-9]{1,6})\s*G(?:i?B)?\b", re.I | re.ASCII)
+
+
 def _squeeze(name: str) -> str:
     up = re.sub(r"\b(NVIDIA|GEFORCE|TESLA)\b", "", name.upper())
     return re.sub(r"[^A-Z0-9]", "", up)
@@ -95,8 +100,8 @@ def lookup(name: str | None, strict: bool = False) -> GpuModel | None:
     if not name or not name.strip():
         return None
     # The size in the name ("-80GB", " 80GB HBM3"), taken before squeezing so "SXM4-80GB" is not "480GB".
-    gb = re.search(r"(?<![\w.])(\d+)\s*G(?:i?B)?\b", name, re.I)
-    squeezed = _squeeze(re.sub(r"(?<![\w.])\d+\s*G(?:i?B)?\b.*$", "", name, flags=re.I) if gb else name)
+    gb = SIZE_IN_NAME.search(name)
+    squeezed = _squeeze(name[:gb.start()] if gb else name)
     for key, pattern, arch, variants in CATALOG:
         if re.search(pattern, squeezed):
             sizes = tuple(sorted(variants))
@@ -118,12 +123,24 @@ def _sizes(sizes: tuple[int, ...]) -> str:
     return " or ".join(f"{s}GB" for s in sizes)
 
 
+# What a GPU's full name says beside its model and size, as NVML and nvidia-smi print it ("NVIDIA A100-SXM4-80GB",
+# "Tesla P100-PCIE-16GB", "NVIDIA H100 80GB HBM3", "NVIDIA RTX 6000 Ada Generation", "NVIDIA H200 NVL"): the brand,
+# the board's form and its memory. A typed name that says anything else ("H100-FOO", "H100 XYZ") is not the model.
+NAME_EXTRAS = re.compile(r"(?:NVIDIA|GEFORCE|TESLA|QUADRO|SXM[0-9]?|PCIE|HBM[0-9]?E?|GENERATION|NVL)*")
+TYPED_NAME = re.compile(r"[A-Za-z0-9 ._()-]+")   # ASCII: upper() makes "ß" "SS", and the squeeze dropped "é"
+
+
 def known(name: str) -> GpuModel:
-    """lookup() that refuses an unknown name in one line naming the known ones (ValueError)."""
+    """lookup() that refuses an unknown name in one line naming the known ones (ValueError): a name the user typed
+    is the catalog's model, with at most a size and what a full name says beside it (NAME_EXTRAS)."""
     found = lookup(name, strict=True)
-    if found is None:
-        raise ValueError(f"{name}: unknown GPU model; known: {', '.join(KNOWN)}")
-    return found
+    if found is not None and TYPED_NAME.fullmatch(name):
+        gb = SIZE_IN_NAME.search(name)
+        rest = _squeeze(name[:gb.start()] + name[gb.end():] if gb else name)
+        model = re.search(next(p for k, p, *_ in CATALOG if k == found.key), rest)
+        if NAME_EXTRAS.fullmatch(rest[:model.start()] + rest[model.end():]):
+            return found
+    raise ValueError(f"{name}: unknown GPU model; known: {', '.join(KNOWN)}")
 
 
 # Pre-Ampere names NVML may report that the catalog does not list (bf16 needs compute capability 8.0).

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from . import jsonread
 from .errors import BadInput
-from .units import MOST_CHARS, NUMBER, shown
+from .units import MOST_CHARS, MOST_COUNT, NUMBER, shown
 
 # What a model can be, named in each refusal and in docs/options.md; checked before anything is built.
 MOST_PARAMS = 1e14       # 100T: fifty times the largest dense models trained (2T, benchmarks/gpu_public.json)
@@ -27,7 +27,9 @@ SHAPE_KEYS = {**dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_
                                "encoder_layers", "decoder_layers"), "layers"),
               **dict.fromkeys(("hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head", "num_heads",
                                "num_key_value_heads", "vocab_size", "intermediate_size", "n_inner", "d_ff",
-                               "ffn_dim"), "widths")}
+                               "ffn_dim"), "widths"),
+              # a context of -5 made speed.flash_share take log2 of it (math domain error, exit 70)
+              **dict.fromkeys(("max_position_embeddings", "n_positions"), "positions")}
 # What some transformers config class (5.x) holds in place of a number, and so may config.json: null (GPT-2's
 # n_inner, GPT-Neo's intermediate_size, ESM's vocab_size, Nemotron's K/V heads), a list (Swin's heads per stage,
 # Gemma 3n's intermediate size per layer), an object (LXMERT's layers per part). Elsewhere each is refused, naming it,
@@ -37,7 +39,8 @@ LISTED = {"num_attention_heads", "num_heads", "intermediate_size"}
 PER_PART = {"num_hidden_layers"}
 # The bound of each and why, for config.json's counts and --layers, --hidden-size, --vocab-size alike
 BOUNDS = {"layers": (MOST_LAYERS, "twice DeepNet's 1,000, the deepest transformer trained"),
-          "widths": (MOST_WIDTH, "one h x h pair of it is half of the 100T parameters any model has")}
+          "widths": (MOST_WIDTH, "one h x h pair of it is half of the 100T parameters any model has"),
+          "positions": (MOST_COUNT, "as --seq-len: beyond the largest 32-bit int is a typo")}
 
 
 class Linear(NamedTuple):
@@ -468,7 +471,8 @@ def from_path(path: str) -> ModelSpec:
     if params > MOST_PARAMS:
         raise BadInput(f"--model {path}: {params:,} parameters, more than any model has (at most {MOST_PARAMS:.0e})")
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-    # The config object, not config.json: it fills what the file leaves out with transformers' defaults.
+    # The config object, not config.json: it fills what the file leaves out with transformers' defaults. An
+    # activation that is no name is a key the model ignores (a llama's "activation_function": 5; it uses hidden_act).
     get = lambda *keys: next((getattr(cfg, k) for k in keys if getattr(cfg, k, None) is not None), None)  # noqa: E731
     h = get("hidden_size", "n_embd", "d_model")
     layers = get(*LAYER_KEYS)
@@ -489,7 +493,9 @@ def from_path(path: str) -> ModelSpec:
                      layers=layers, heads=heads, vocab_size=get("vocab_size"),
                      intermediate_size=get("intermediate_size", "n_inner", "d_ff") or (4 * h if h else None),
                      largest_layer_params=largest,
-                     activation=get("activation_function", "hidden_act", "hidden_activation", "feed_forward_proj"),
+                     activation=next((v for k in ("activation_function", "hidden_act", "hidden_activation",
+                                                  "feed_forward_proj") if isinstance(v := getattr(cfg, k, None), str)),
+                                     None),
                      max_positions=get("max_position_embeddings", "n_positions"), source="config.json",
                      model_type=raw.get("model_type"), defaulted=defaulted, **structure(model, cfg))
     return replace(spec, linears=read_linears(model, spec))

@@ -8,6 +8,7 @@ width, as gputopo did before; `explain` adds the reasons in words, every figure'
 """
 from __future__ import annotations
 
+import re
 import textwrap
 
 from .report import ranked_types
@@ -41,17 +42,17 @@ def wrap_items(head: str, items: list[str], sep: str = "  ", indent: str = "  ",
     return [line.replace(glue, " ") for line in lines]
 
 
+SHELL_WORD = re.compile(r"""(?:[^\s'"\\]|'[^']*'|"(?:[^"\\]|\\.)*"|\\.)+""", re.S)
+
+
 def shell_lines(command, first: str = "", indent: str = "    ", width: int | None = WIDTH) -> list[str]:
     """A command line (its words, each quoted for the shell, or the line as printed) cut before an option into
     lines that end in ` \\`, so a shell pasted them reads one command; a quoted word is never split."""
     if isinstance(command, str):
-        import shlex
-        try:
-            lex = shlex.shlex(command, posix=False)
-            lex.whitespace_split = True
-            words = list(lex)
-        except ValueError:   # an unbalanced quote: shown as it is
-            return [first + command]
+        # Words as the shell reads them, kept as written: shlex(posix=False) cut shlex.quote's it'"'"'s into three
+        words = SHELL_WORD.findall(command)
+        if SHELL_WORD.sub("", command).strip():
+            return [first + command]   # an unbalanced quote: shown as it is
     else:
         words = list(command)
     units: list[list[str]] = []

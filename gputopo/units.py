@@ -49,6 +49,14 @@ def whole(text: str) -> int:
     return int(m.group(1))
 
 
+def foreign(text: str) -> str:
+    """'U+212A KELVIN SIGN is not ASCII; expected' for the first character outside ASCII in `text` (it may look like
+    K, and a refusal that quoted it alone would read as refusing 80KB), else ''."""
+    import unicodedata
+    c = next((c for c in text if not c.isascii()), None)
+    return "" if c is None else f"U+{ord(c):04X} {unicodedata.name(c, 'a character')} is not ASCII; expected"
+
+
 def exact(n: int) -> str:
     """A bound in the largest binary unit that divides it: 1 GiB, 2 TiB, 16 PiB."""
     for unit, scale in (("EiB", 2 ** 60), ("PiB", 2 ** 50), ("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20),
@@ -64,9 +72,12 @@ def parse_size(text: str, least: int = 1, most: int = MOST_BYTES, has: str = "an
     text = str(text)
     if len(text) > MOST_CHARS:
         raise ValueError(f"{shown(text)}: longer than any size (at most {MOST_CHARS} characters)")
-    m = re.fullmatch(rf"\s*({NUMBER})\s*(?:([KMGTP])(?:i?B)?|(B))?\s*", text, re.I)
+    # ASCII letters only: under re.I alone the Kelvin sign (U+212A) matches K and the Turkish I's (U+0130, U+0131)
+    # match i, so SCALE had no entry for what matched
+    m = re.fullmatch(rf"\s*({NUMBER})\s*(?:([KMGTP])(?:i?B)?|(B))?\s*", text, re.I | re.ASCII)
     if not m:
-        raise ValueError(f"{text}: expected a positive size like 24GB, 80GiB or 16000MiB ({UNIT_RULE})")
+        raise ValueError(f"{text}: {foreign(text) or 'expected'} a positive size like 24GB, 80GiB or 16000MiB"
+                         f" ({UNIT_RULE})")
     if re.search(r"[0-9A-Za-z]b\s*$", text):  # 200Gb/s is bits everywhere in gputopo; a size is bytes
         raise ValueError(f"{text}: a lowercase b is bits; sizes are bytes: {m.group(1)}{(m.group(2) or '').upper()}B")
     value = float(m.group(1))

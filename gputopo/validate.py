@@ -152,7 +152,9 @@ CACHE_MOST = 1 << 20
 def _cache_path():
     import os
     from pathlib import Path
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gputopo" / "validated.json"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    # the XDG spec: a relative value is ignored (one wrote ./relcache/gputopo/validated.json in the working folder)
+    return Path(xdg if os.path.isabs(xdg) else Path.home() / ".cache") / "gputopo" / "validated.json"
 
 
 def _cache_key(cfg: dict, *args) -> tuple[str, dict]:

@@ -211,9 +211,9 @@ def test_many_hosts_run_a_bounded_number_at_once(monkeypatch):
                 peak[0] = max(peak[0], live[0])
             super().__init__(*a, **k)
 
-        def communicate(self, *a, **k):
+        def wait(self, *a, **k):
             try:
-                return super().communicate(*a, **k)
+                return super().wait(*a, **k)
             finally:
                 with lock:
                     live[0] -= 1

@@ -365,7 +365,7 @@ def test_a_node_that_timed_out_says_so(monkeypatch):
     host = "fe80::1%eth0"
     err = (f"{host}: ssh: connect to host {host} port 22: Connection timed out\n"
            f"pdsh@login: {host}: ssh exited with exit code 255\n")
-    monkeypatch.setattr(gather, "run", lambda groups, deadline: {"pdsh": (1, "", err)})
+    monkeypatch.setattr(gather, "run", lambda groups, deadline, *a: {"pdsh": (1, "", err, set())})
     reports, unreachable = gather.over_hosts([host, "node2"], "true", 30, pdsh=True)
     assert reports == {} and unreachable[host] == (f"no connection within {gather.STARTUP_S} s: ssh: connect to host"
                                                    f" {host} port 22: Connection timed out")

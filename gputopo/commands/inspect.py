@@ -237,7 +237,8 @@ def _gather(from_file, hosts, slurm_nodes, partition, timeout, cmd, inside, gpu_
     elif hosts:
         reports, unreachable = gather.over_hosts(gather.hostfile(hosts), cmd, timeout, pdsh=bool(shutil.which("pdsh")))
     elif slurm_nodes or inside:
-        nodes = gather.slurm_nodes(slurm_nodes or os.environ["SLURM_JOB_NODELIST"])
+        nodes = (gather.slurm_nodes(slurm_nodes) if slurm_nodes
+                 else gather.slurm_nodes(os.environ["SLURM_JOB_NODELIST"], "SLURM_JOB_NODELIST"))
         reports, unreachable = gather.over_slurm(nodes, cmd, timeout, inside=not slurm_nodes, partition=partition)
     else:
         raise BadInput("--fleet needs nodes: run it inside a Slurm allocation (salloc/sbatch), or give --hosts FILE,"
