@@ -170,6 +170,10 @@ CATALOG = {
                        model_type="gemma2"),
     "gemma-2-27b": dict(family="llama", h=4608, L=46, a=32, kvh=16, kv=128, V=256000, I=36864, P=8192, tied=True,
                         model_type="gemma2"),
+    # Qwen (1), remote code transformers does not carry (model_type qwen): its config.json's shape
+    # (intermediate_size 22016 is both MLP halves: w1 and w2 each 11008), c_attn fused with its bias
+    "qwen-7b": dict(family="llama", h=4096, L=32, a=32, kvh=32, V=151936, I=11008, P=8192, qkv_bias=True,
+                    model_type="qwen"),
     "phi-3.5-mini": dict(family="llama", h=3072, L=32, a=32, kvh=32, V=32064, I=8192, P=131072, model_type="phi3"),
     "phi-4": dict(family="llama", h=5120, L=40, a=40, kvh=10, V=100352, I=17920, P=16384, model_type="phi3"),
 }
@@ -187,12 +191,14 @@ MODEL_TYPES = {
     "qwen3": dict(qk_norm=True),
     "gemma2": dict(norms=4, sdpa=False, activation="gelu_pytorch_tanh"),
     "phi3": dict(fused_qkv=True, fused_up=True),
+    "qwen": dict(fused_qkv=True),
 }
 # Hub ids of the catalog's checkpoints; a chat or instruct tuning has its base's shape (not Mistral v0.2+:
 # another vocabulary, nor Llama 3.1: another context). Where the two config.json files differ only in their context
 # (max_position_embeddings: Qwen2.5's and Qwen3's base and tuned), the catalog keeps the tuned one's (docs/sources.md
 # #model-catalog): the shape and every count are the same.
 ALIASES = {
+    "Qwen/Qwen-7B": "qwen-7b", "Qwen/Qwen-7B-Chat": "qwen-7b",
     **{f"openai-community/{n}": n for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
     **{f"google-t5/{n}": n for n in ("t5-small", "t5-base", "t5-large", "t5-3b", "t5-11b")},
     **{f"google-bert/{n}": n for n in ("bert-base-uncased", "bert-large-uncased")},
@@ -296,6 +302,7 @@ MODULE_NAMES = {
               ("mlp.gate_proj", "mlp.up_proj"), "mlp.down_proj", "lm_head"),
     "phi3": ("model.layers.*", ("self_attn.qkv_proj",), "self_attn.o_proj", ("mlp.gate_up_proj",), "mlp.down_proj",
              "lm_head"),
+    "qwen": ("transformer.h.*", ("attn.c_attn",), "attn.c_proj", ("mlp.w2", "mlp.w1"), "mlp.c_proj", "lm_head"),
 }
 
 

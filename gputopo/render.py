@@ -356,6 +356,27 @@ def _setup(w: dict) -> str:
             + (", gradient checkpointing" if w["grad_checkpointing"] else ", no checkpointing"))
 
 
+def peft_line(data: dict) -> str:
+    """Where full fine-tuning needs offload or does not fit: what LoRA (or QLoRA) would need and how fast."""
+    a = data["peft_alternative"]
+    if not a["strategy"]:
+        return f"with --finetune {a['mode']}: none fits either"
+    step = f", {_s(a['step_s'])}/step" if a["step_s"] else ""
+    return f"with --finetune {a['mode']}: {a['strategy']}, {size(a['per_gpu_bytes'])} per GPU{step}"
+
+
+def peft_basis(data: dict) -> str:
+    """--explain: what the answer's LoRA line planned, and why it is there."""
+    a = data["peft_alternative"]
+    return (f"{peft_line(data)}: the same question planned with --finetune {a['mode']} (PEFT's default targets"
+            f" {','.join(a['targets'])}, rank {a['rank']}, no dropout; micro-batch {a['micro_batch']} x"
+            f" {a['grad_accum']}"
+            + (", gradient checkpointing" if a["grad_checkpointing"] else "")
+            + "), shown because full fine-tuning fits here only by offloading, or not at all. LoRA trains adapters"
+            " beside the frozen model, not the model: gputopo never switches by itself. `gputopo plan --finetune"
+            f" {a['mode']}` with these options shows every strategy.")
+
+
 def plan_answer(data: dict, width: int | None = WIDTH) -> list[str]:
     """plan's answer: the configuration to use; its memory per GPU of the card and its step (and run) time on the
     machine planned; the command to run next (data["next"]: deepspeed-config --auto with the same options), and
@@ -363,7 +384,8 @@ def plan_answer(data: dict, width: int | None = WIDTH) -> list[str]:
     r, lay = data["recommendation"], data["layout"]
     out = wrap(_recommended(data), "  ", width=width)
     if not r["strategy"]:
-        return out + [x for reason in r["reasons"][:1] for x in wrap(reason, "  ", width=width)]
+        return out + [x for reason in r["reasons"][:1] for x in wrap(reason, "  ", width=width)] + (
+            wrap(peft_line(data), "  ", width=width) if data.get("peft_alternative") else [])
     s = next(x for x in data["strategies"] if x["name"] == r["strategy"])
     t = s["time"]
     n = lay["gpus_per_node"]
@@ -396,7 +418,7 @@ def plan_answer(data: dict, width: int | None = WIDTH) -> list[str]:
             out += shell_lines(nxt["command"], "Next: ", "      ", width)
     elif ds and ds["why"]:
         out += wrap(f"DeepSpeed: {ds['why']}", "  ", width=width)
-    return out
+    return out + (wrap(peft_line(data), "  ", width=width) if data.get("peft_alternative") else [])
 
 
 def _if(condition: str | None) -> str:
@@ -505,6 +527,7 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
                             "; `gputopo deepspeed-config --auto` cannot calibrate: it plans from the GPU's datasheet"
                             " and writes " + (_setup(nxt["writes"]) if nxt["writes"]["strategy"] else "nothing")
                             if calibrated else " and the launch line with --launcher") + ".", "  ", width=width)
+        out += wrap(peft_basis(data), "  ", width=width) if data.get("peft_alternative") else []
         out += [x for n in data.get("notes", []) for x in wrap(f"Note: {n}", "  ", width=width)]
     else:
         more = ([f"step times from {basis['summary'].split(' (')[0]}"] if basis.get("summary") else []) + (

@@ -85,6 +85,7 @@ def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda",
     from . import search, speed  # the memory and time arithmetic: only when a plan is asked for
     from .plan import strategies as all_strategies
     steps = steps if steps is not None else getattr(req, "steps", None)   # --steps through the request (inspect)
+    asked = req   # before the search: what the user left open stays open for the LoRA alternative
     rates = rates or speed.gpu_rates(req.layout, req.training)
     req, searched = search.best(req, rates, device)   # what the user left open, chosen (a no-op when nothing is)
     found = found or searched
@@ -102,10 +103,42 @@ def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda",
                   grad_checkpointing=training.grad_checkpointing,
                   offload_params=training.offload_params if chosen in search.OFFLOADS else None)
     rows = [{**s.to_dict(), "time": times[s.name].to_dict()} for s in strategies]
+    # Full fine-tuning that fits only by offloading, or not at all: what LoRA (then QLoRA) would take instead.
+    # gputopo never switches by itself: LoRA changes what is learned.
+    lora = (peft_alternative(asked, rates, device, steps) if not training.finetune.peft
+            and (chosen is None or "offload" in chosen) else None)
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
             "training": training.to_dict(), "strategies": rows, "recommendation": advice, "search": found,
             "interconnect_ab": interconnect_ab(chosen, model, layout, training, rates, times, device),
-            "rates": rates.to_dict(), "notes": list(req.notes)}
+            "rates": rates.to_dict(), "notes": list(req.notes), "peft_alternative": lora}
+
+
+def peft_alternative(req, rates, device: str, steps: int | None) -> dict | None:
+    """The same question with --finetune lora (PEFT's default targets and rank), and with qlora where LoRA too
+    fits only by offloading: the first that fits on the GPUs alone, else the last tried; None where PEFT has no
+    default for the model (its targets must be named)."""
+    from dataclasses import replace
+
+    from . import finetune
+    from .errors import BadInput
+    out = None
+    for mode in ("lora", "qlora"):
+        try:
+            ft = finetune.resolve(req.model, mode, None, None, None, {})
+        except BadInput:
+            return None
+        planned = plan_for(replace(req, training=replace(req.training, finetune=ft)), rates=rates, steps=steps,
+                           device=device)
+        r = planned["recommendation"]
+        row = next((s for s in planned["strategies"] if s["name"] == r["strategy"]), None)
+        out = {"mode": mode, "targets": list(ft.targets), "rank": ft.rank, "strategy": r["strategy"],
+               "micro_batch": r["micro_batch"], "grad_accum": r["grad_accum"],
+               "grad_checkpointing": r["grad_checkpointing"],
+               "per_gpu_bytes": row["per_gpu_bytes"]["total"] if row else None,
+               "step_s": row["time"]["step_s"] if row else None}
+        if r["strategy"] and "offload" not in r["strategy"]:
+            return out
+    return out
 
 
 def interconnect_ab(name, model, layout, training, rates, times, device: str = "cuda") -> dict | None:
