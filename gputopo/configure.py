@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field, replace
 
@@ -455,4 +456,32 @@ def generate(a: Ask, req) -> Result:
                                  assumed=_assumed(a, req, ran), script_args=_script_args(a, req, targs),
                                  here=not req.elsewhere, saved=bool(a.output)) \
         if a.launcher else None
+    if launch_info and a.launcher == "accelerate" and planned and (planned["recommendation"]["strategy"] or
+                                                                    "").startswith("fsdp"):
+        _fsdp_launch(a, req, planned, launch_info)
     return Result(cfg, a.output, launch_info, notes, planned, targs)
+
+
+def _fsdp_launch(a: Ask, req, planned: dict, launch_info: dict) -> None:
+    """The plan's own pick, PyTorch FSDP, as accelerate runs it: its config beside the DeepSpeed one's, and its
+    command first (checked like every output before anything is written)."""
+    from . import files
+    r = planned["recommendation"]
+    path = os.path.join(os.path.dirname(a.output) if a.output else "", launch.FSDP_YAML)
+    if a.output:
+        files.check_output(path, "force" in a.given, what="launcher file")
+    launch_info["files"][path] = launch.accelerate_fsdp_yaml(
+        gpus=req.gpus_per_node, nodes=req.nodes, master=a.master_addr, port=a.master_port,
+        offload=r["strategy"] == "fsdp_offload_cpu", precision=planned["training"]["precision"],
+        checkpointing=r["grad_checkpointing"])
+    cmd = f"accelerate launch --config_file {shlex.quote(path)} {shlex.quote(a.script)}"
+    machine = "the training machine" if req.elsewhere else "this machine"
+    launch_info["run"].insert(0, {"where": f"{machine}, the plan's pick: {r['strategy']} (PyTorch FSDP, no DeepSpeed)"
+                                           f" at micro-batch {r['micro_batch']} x {r['grad_accum']}", "command": cmd})
+    launch_info["notes"].append(f"{path}: PyTorch FSDP as the plan priced {r['strategy']}; the DeepSpeed config and"
+                                " its accelerate file are the fastest DeepSpeed setup instead")
+    if planned["training"]["finetune"]["mode"] != "full":
+        launch_info["script_needs"].append(
+            "FSDP with use_orig_params false and PEFT: wrap the adapters apart, after the Trainer is built:"
+            " from peft.utils.other import fsdp_auto_wrap_policy; trainer.accelerator.state.fsdp_plugin"
+            ".auto_wrap_policy = fsdp_auto_wrap_policy(trainer.model)")

@@ -25,6 +25,7 @@ PORT = 29500
 CPUS_PER_PROCESS = 2   # Slurm's default --cpus-per-task: the training process and one DataLoader worker each
 FILES = {"accelerate": ("accelerate_config.yaml",), "deepspeed": ("hostfile", ".deepspeed_env"),
          "slurm": ("train.sbatch",)}
+FSDP_YAML = "accelerate_fsdp_config.yaml"   # --auto --launcher accelerate where the plan's pick is PyTorch FSDP
 # What the remote shell of `deepspeed --hostfile` lacks, carried in .deepspeed_env when set here: where the
 # virtualenv's tools are, CUDA for op builds, the JIT ops' folder, the Hugging Face cache.
 ENV_CARRIED = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "TORCH_EXTENSIONS_DIR", "HF_HOME")
@@ -248,6 +249,42 @@ def deepspeed_env(env: dict) -> tuple[str, list[str]]:
             else:
                 lines.append(f"{name}={env[name]}\n")
     return "".join(lines), left_out
+
+
+def accelerate_fsdp_yaml(*, gpus: int, nodes: int, master: str | None, port: int, offload: bool, precision: str,
+                         checkpointing: bool) -> str:
+    """An accelerate config for PyTorch FSDP full shard as the plan priced it (fsdp, fsdp_offload_cpu): each
+    transformer block a unit, parameters offloaded to the host where planned, and what a frozen or 4-bit base needs
+    (accelerate's and PEFT's FSDP-QLoRA guides): use_orig_params false (flat parameters: the 16-bit quant storage
+    shards), cpu_ram_efficient_loading with sync_module_states (rank 0 loads the weights, the others build on the
+    meta device)."""
+    mixed = {"bf16": "bf16", "fp16": "fp16"}.get(precision, "no")
+    lines = [
+        "compute_environment: LOCAL_MACHINE",
+        "distributed_type: FSDP",
+        "fsdp_config:",
+        f"  fsdp_activation_checkpointing: {'true' if checkpointing else 'false'}",
+        "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP",
+        "  fsdp_backward_prefetch: BACKWARD_PRE",
+        "  fsdp_cpu_ram_efficient_loading: true",
+        "  fsdp_forward_prefetch: false",
+        f"  fsdp_offload_params: {'true' if offload else 'false'}",
+        "  fsdp_sharding_strategy: FULL_SHARD",
+        "  fsdp_state_dict_type: SHARDED_STATE_DICT",
+        "  fsdp_sync_module_states: true",
+        "  fsdp_use_orig_params: false",
+        "machine_rank: 0",
+        *([f"main_process_ip: {yaml_text(master)}"] if master else []),
+        f"main_process_port: {port}",
+        "main_training_function: main",
+        f"mixed_precision: {mixed}",
+        f"num_machines: {nodes}",
+        f"num_processes: {gpus * nodes}",
+        "rdzv_backend: static",
+        "same_network: true",
+        "use_cpu: false",
+        ""]
+    return "\n".join(lines)
 
 
 def accelerate_yaml(config: str, *, gpus: int, nodes: int, master: str | None, port: int, stage: int) -> str:

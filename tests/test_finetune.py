@@ -218,3 +218,25 @@ def test_lora_trains_under_ddp_fsdp_and_zero3_on_cpu(tmp_path, how):
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["adapters_moved"] and not out["base_moved"] and out["ranks_agree"], out
     assert out["trainable"] == out["expected_trainable"]
+
+
+def test_an_fsdp_pick_gets_accelerate_s_fsdp_config_beside_the_deepspeed_one(tmp_path):
+    """Where the plan picks PyTorch FSDP, --launcher accelerate writes accelerate's FSDP config as the plan priced it
+    (accelerate's own loader reads it back), its command first; an existing one is not overwritten without --force."""
+    loader = pytest.importorskip("accelerate.commands.config.config_args")
+    args = ["deepspeed-config", "--auto", "--model", "llama-2-13b", "--gpus", "2", "--gpu-model", "RTX 4090", "--link",
+            "PHB", "--finetune", "lora", "--launcher", "accelerate", "-o", tmp_path / "ds.json", "--json"]
+    r = run(*args)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["plan"]["recommendation"]["strategy"] == "fsdp"
+    path = tmp_path / "accelerate_fsdp_config.yaml"
+    cfg = loader.load_config_from_file(str(path))
+    assert str(cfg.distributed_type) in ("FSDP", "DistributedType.FSDP") and cfg.num_processes == 2
+    assert cfg.fsdp_config["fsdp_use_orig_params"] is False and cfg.fsdp_config["fsdp_offload_params"] is False
+    assert cfg.fsdp_config["fsdp_cpu_ram_efficient_loading"] is True and cfg.mixed_precision == "bf16"
+    assert data["launch"]["run"][0]["command"].endswith(f"--config_file {path} train.py")
+    (tmp_path / "ds.json").unlink()
+    (tmp_path / "accelerate_config.yaml").unlink()
+    r = run(*args)
+    assert r.exit_code == 2 and "accelerate_fsdp_config.yaml exists" in r.output and not (tmp_path / "ds.json").exists()
