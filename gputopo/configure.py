@@ -180,22 +180,30 @@ def _nvme(a: Ask, req, offload: str) -> tuple[str | None, int | None, list]:
     if offload != "nvme":
         return None, None, []
     if req.elsewhere and a.nvme_path is None:   # GPUs described, not this machine's: nothing of its disks
-        from .plan import nvme_bytes
-        need = nvme_bytes(req.model, req.training, req.nodes) if req.model is not None else None
+        need = _nvme_need(req)
         room = f" with {gib(need)} free per node" if need else ""
         return ELSEWHERE, need, [f"nvme_path {ELSEWHERE} (DeepSpeed's documented example): the machine planned for"
                                  f" is not this one, so edit it to a folder on that machine's NVMe{room}"
                                  " (--nvme-path names a folder here, and is checked here)"]
     chosen = nvme.folder(a.nvme_path)
     notes = [chosen.picked] if chosen.picked else []
-    need = None
-    if req.model is not None:
-        from .plan import nvme_bytes
-        need = nvme_bytes(req.model, req.training, req.nodes)
+    need = _nvme_need(req)
+    if need is not None:
         notes += [n for n in [nvme.room(chosen, need, a.nvme_free)] if n]
     if not a.check and validate.libaio_ok() is False:
         notes.append("DeepSpeed's async_io op cannot build here: install libaio-dev (ds_report shows it)")
     return os.path.abspath(chosen.path), need, notes
+
+
+def _nvme_need(req) -> int | None:
+    """NVMe bytes per node of the config written: the plan's own figure for ZeRO-3 with NVMe offload (the optimizer
+    alone where the parameters stay on the GPUs), so the note and plan's NVMe/node column say one number."""
+    if req.model is None:
+        return None
+    from .plan import model_states, nvme_bytes
+    if req.layout is None:   # no layout asked (a config without --auto): the whole model's states
+        return nvme_bytes(req.model, req.training, req.nodes)
+    return model_states("zero3_offload_nvme", req.model, req.layout, req.training)[2]
 
 
 def _precision(a: Ask, req) -> str | None:
@@ -378,6 +386,11 @@ def compose(a: Ask, req, rates=None, device: str = "cuda") -> Composed:
     notes = [n for k, n in req.defaults.items() if k != "precision" or precision] + list(req.notes_) + notes
     nvme_path, need, nvme_notes = _nvme(a, req, offload)
     cfg, build_notes = _build(a, req, stage, offload, nvme_path, precision)
+    if req.model is None and "offload_param" in cfg.get("zero_optimization", {}) and offload == "nvme":
+        build_notes.append(f"offload_param.buffer_size is DeepSpeed's default, {dsconfig.PARAM_BUFFER:,} elements:"
+                           " --model sizes it to the model's largest parameter. DeepSpeed stops at the first"
+                           " parameter larger than a buffer (\"More elements N than buffer size\": a 128256 x 4096"
+                           " embedding is 525M)")
     return Composed(cfg, notes + nvme_notes + build_notes, planned, req, stage, precision, need, name)
 
 

@@ -416,8 +416,10 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         # Only offload needs the host during training; the others need it to load (reported, not judged).
         if "offload" in name and lay.cpu_mem_bytes is not None and cpu > HEADROOM * lay.cpu_mem_bytes:
             st.short_bytes["cpu"] = int(cpu - HEADROOM * lay.cpu_mem_bytes)
-            st.why_not.append(f"needs {gib(cpu)} of CPU RAM of {gib(lay.cpu_mem_bytes)}"
-                              f" ({gib(st.short_bytes['cpu'])} short)")
+            # short of what training may take: 90 % of the RAM, the rest the OS's and the loader's (GPU memory is
+            # short of all of it: 90-100 % is tight, not refused)
+            st.why_not.append(f"needs {gib(cpu)} of CPU RAM, above 90 % of {gib(lay.cpu_mem_bytes)}"
+                              f" ({gib(st.short_bytes['cpu'])} short of {gib(HEADROOM * lay.cpu_mem_bytes)})")
         if name.startswith("zero") and "offload" in name and t.optimizer not in OFFLOAD_OPTIMIZERS:
             st.why_not.append(f"needs --optimizer adamw (ZeRO-Offload runs DeepSpeed's CPU Adam, not {t.optimizer})")
         if nvme and lay.nvme_free_bytes is not None and nvme > lay.nvme_free_bytes:
