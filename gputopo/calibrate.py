@@ -66,7 +66,8 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
     most = min(model.layers, sample_blocks(model))
     block, head = elementwise_ops(model, training, training.attention, device)
     sizes = sorted({min(int(op[1]), LARGEST) for op in block + head} | {min(model.params, LARGEST)})
-    return {"shapes": shapes, "sizes": sizes, "precision": training.precision, "optimizer": training.optimizer,
+    return {"shapes": shapes, "sizes": sizes, "precision": training.precision, "tf32": training.tf32,
+            "optimizer": training.optimizer,
             "optimizer_kwargs": training.optimizer_kwargs(),
             "threads": threads, "cpu_adam": cpu_adam, "config": config, "batch_size": training.batch_size,
             "seq_len": training.seq_len, "attention": training.attention, "layers": model.layers,
@@ -613,6 +614,8 @@ def child(req: dict) -> dict:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
     BARRIER["cuda"] = cuda
+    if cuda:   # --precision tf32: fp32 matmuls (the sample's too) on the TF32 tensor cores, as the training sets it
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(req.get("tf32"))
 
     def timer(fn, seconds: float) -> float:   # as the step runs it: on a GPU without a wait per call
         return _cuda_timed(fn, seconds, device) if cuda else _timed(fn, sync, seconds)

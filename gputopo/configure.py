@@ -300,9 +300,12 @@ def stack(req, trainer: bool, strategy: str | None = None) -> dict:
     per GPU with transformers' own kernels and loss, when that does not fit. (--pure-16bit plans single, ddp and
     fsdp only: a DeepSpeed config keeps DeepSpeed's fp32 master; --selective-checkpointing has its own note.)"""
     t, m = req.training, req.model
+    # TF32: the Trainer's --tf32 (training_arguments); any other script sets torch's flags itself
+    tf32 = ["torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # the plan priced the"
+            " fp32 matmuls in TF32 (--precision tf32)"] if t.tf32 and not trainer else []
     if (t.kernels, t.loss) == ("hf", "hf") or m is None:
-        return {"flags": {}, "script": peft_lines(t, strategy), "unplanned": None}
-    flags, script = {}, peft_lines(t, strategy)
+        return {"flags": {}, "script": tf32 + peft_lines(t, strategy), "unplanned": None}
+    flags, script = {}, tf32 + peft_lines(t, strategy)
     liger = m.model_type in LIGER
     if t.loss == "chunked" and liger:
         flags["use_liger_kernel"] = True

@@ -213,6 +213,8 @@ def training_arguments(training, precision: str | None) -> dict:
         out["optim"] = HF_OPTIM[training.optimizer]
     if precision in ("fp16", "bf16"):
         out[precision] = True
+    if getattr(training, "tf32", False):   # TrainingArguments(tf32=True) sets torch's allow_tf32 flags
+        out["tf32"] = True
     if training.grad_checkpointing:
         out["gradient_checkpointing"] = True
     return out

@@ -302,8 +302,9 @@ model_options = group(
     click.option("--vocab-size", type=WIDTH, help="Vocabulary size, with --params (optional)."),
 )
 training_options = group(
-    click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]),
-                 help="Training precision; bf16 needs Ampere or newer [default: bf16 on Ampere or newer, else fp16]."),
+    click.option("--precision", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]),
+                 help="Training precision; bf16 needs Ampere or newer, and so does tf32 (fp32 weights, gradients and"
+                      " states, the matmuls in TF32 on tensor cores) [default: bf16 on Ampere or newer, else fp16]."),
     click.option("--optimizer", type=click.Choice(list(OPTIMIZERS)), default="adamw", show_default=True,
                  help="Optimizer: its states take 8 (AdamW), 2 (8-bit Adam) or 4 (SGD with momentum) bytes per"
                       " parameter; Adafactor as the HF Trainer runs it keeps a row and a column per weight matrix"

@@ -103,6 +103,7 @@ class Training:
     optimizer_impl: str | None = None     # torch's optimizer: foreach, for-loop, fused; None: the device's default
     zero_grad: str = "none"               # zero_grad(set_to_none=True) frees the gradients; zeros keeps them
     finetune: Finetune = FULL             # what is trained: the whole model, or LoRA/QLoRA adapters (gputopo.finetune)
+    tf32: bool = False                    # fp32 with its matmuls in TF32 (--precision tf32): Ampere's tensor cores
 
     def __post_init__(self):
         if isinstance(self.finetune, dict):   # read back from JSON (plan --measure's child)

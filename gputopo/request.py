@@ -150,6 +150,11 @@ def precision(chosen: str | None, gpu_model: str | None, device: str = "cuda") -
     amp = catalog.supports_bf16(str(gpu_model)) if gpu_model else None
     if chosen == "bf16" and amp is False:
         raise BadInput(f"--precision bf16 needs an Ampere or newer GPU; {gpu_model} is older: use --precision fp16")
+    if chosen == "tf32" and amp is False:   # TF32 came with Ampere's tensor cores, as bf16 did
+        raise BadInput(f"--precision tf32 needs an Ampere or newer GPU; {gpu_model} is older: use --precision fp32")
+    if chosen == "fp32" and amp:
+        return chosen, (f"precision fp32: true fp32 matmuls; on {gpu_model} many stacks run them in TF32 (the HF"
+                        " Trainer's --tf32, NGC containers; torch 1.7-1.11 by default): --precision tf32 plans that")
     if chosen:
         return chosen, None
     if device == "cpu":
@@ -495,6 +500,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     chosen, note = precision(t.precision, gpu_name)
     if note:
         notes["precision"] = note
+    tf32 = chosen == "tf32"   # fp32 everywhere but the matmuls' math mode
+    chosen = "fp32" if tf32 else chosen
     if t.selective_checkpointing and t.grad_checkpointing:
         raise BadInput("--selective-checkpointing recomputes part of what --grad-checkpointing recomputes whole:"
                        " give one")
@@ -527,7 +534,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          selective=t.selective_checkpointing, pure16=t.pure_16bit,
                          loss=_loss(t.kernels, t.loss, plan_notes), cuda_loading=t.cuda_module_loading or "lazy",
                          optimizer_impl=_optimizer_impl(t.optimizer, t.optimizer_impl),
-                         zero_grad=t.zero_grad or "none", finetune=ft)
+                         zero_grad=t.zero_grad or "none", finetune=ft, tf32=tf32)
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",

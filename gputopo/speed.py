@@ -723,8 +723,10 @@ def gpu_rates(lay, t) -> Rates:
         return Rates(None, None, **links,
                      basis={"device": "GPU model unknown: give --gpu-model to predict step times", **basis})
     b16 = t.precision != "fp32" and bool(fig["b16"])
-    peak = fig["b16"] if b16 else fig["fp32"]
-    measured = (fig["gemm"] or {}).get("b16" if b16 else "fp32")
+    tf32 = t.tf32 and bool(fig["tf32"])   # the same tensor cores at TF32's rate, their measured efficiency
+    cores = b16 or tf32
+    peak = fig["b16"] if b16 else fig["tf32"] if tf32 else fig["fp32"]
+    measured = (fig["gemm"] or {}).get("b16" if cores else "fp32")
     eff = measured[0] if measured else GEMM_EFFICIENCY
     stream = fig["stream"]
     mem_eff = stream[0] if stream else MEMORY_EFFICIENCY
@@ -732,10 +734,11 @@ def gpu_rates(lay, t) -> Rates:
     host_s = HOST_OP_S["fp32" if t.precision == "fp32" else "mixed"]
     arch = fig["arch"]
     flash = min(eff, FLASH_EFFICIENCY.get(arch, FLASH_EFFICIENCY_OTHER))
-    what = "16-bit tensor cores" if b16 else "fp32 CUDA cores"
+    what = "16-bit tensor cores" if b16 else "TF32 tensor cores" if tf32 else "fp32 CUDA cores"
     basis = {"device": f"{fig['variant']}: {peak:g} TFLOPS ({what}), {fig['mem_gbps']:g} GB/s, datasheet"
                        f" ({fig['source']})",
-             "matmul": (f"{eff:.0%} of the peak, measured: {measured[1]} ({measured[2]})" if measured else
+             "matmul": (f"{eff:.0%} of the peak, measured: {measured[1]} ({measured[2]})"
+                        + (" on its 16-bit tensor cores, the TF32 ones' too" if tf32 else "") if measured else
                         f"{eff:.0%} of the peak (no measurement of this GPU: assumed)")
                        + f"; in waves of {TILE}x{TILE} tiles over its {fig['sms']} SMs",
              "memory": (f"{mem_eff:.0%} of the bandwidth, measured: {stream[1]} ({stream[2]})" if stream else
@@ -767,11 +770,11 @@ def gpu_rates(lay, t) -> Rates:
         basis["attention"] = (f"fused attention ({kernel}) at {flash:.0%} of the peak at best ({which},"
                               f" docs/sources.md#step-time), its backward's 5 ops.matmuls (the scores recomputed) at"
                               f" {FLASH_BWD_SHARE:.0%} of that (FlashAttention-2's 63 % against 73 %){at}")
-    k_half = K_HALF_H100 * peak / fig["sms"] / H100_PER_SM if b16 else None
+    k_half = K_HALF_H100 * peak / fig["sms"] / H100_PER_SM if cores else None
     if k_half:
         basis["matmul"] += (f"; a K-loop of K reaches K / (K + {k_half:.0f}) of it (XLA's measured H100 table,"
                             " in proportion to the rate per SM)")
-    if b16:
+    if cores:
         basis["matmul"] += (f"; {UNALIGNED_SLOWDOWN:g}x the time where a contiguous dimension is not a multiple of"
                             f" {ALIGN} (an odd vocabulary: the PyTorch blog's nanoGPT LM head on an A100)")
     if lay.gpus > 1:
@@ -780,7 +783,7 @@ def gpu_rates(lay, t) -> Rates:
     return Rates(matmul_flops=peak * 1e12 * eff, mem_bytes_per_s=fig["mem_gbps"] * 1e9 * mem_eff,
                  sms=fig["sms"], attention_flops=peak * 1e12 * flash, attention_bwd_flops=peak * 1e12 * flash
                  * FLASH_BWD_SHARE, k_half=k_half, kernel_s=kernel_s, host_op_s=host_s,
-                 overlap_slowdown=OVERLAP_SLOWDOWN, unaligned=UNALIGNED_SLOWDOWN if b16 else 1.0,
+                 overlap_slowdown=OVERLAP_SLOWDOWN, unaligned=UNALIGNED_SLOWDOWN if cores else 1.0,
                  flash_curve=b16 and arch in FLASH_ARCHS, **links, basis=basis)
 
 
