@@ -470,12 +470,20 @@ def generate(a: Ask, req) -> Result:
                                  ds_optimizer=a.ds_optimizer, grad_accum=req.training.grad_accum,
                                  env=None if req.elsewhere else launching_env(), cpus=a.cpus_per_task,
                                  assumed=_assumed(a, req, ran), script_args=_script_args(a, req, targs),
-                                 here=not req.elsewhere, saved=bool(a.output)) \
+                                 here=not req.elsewhere, saved=bool(a.output), threads=_threads(a, req, c.strategy)) \
         if a.launcher else None
     if launch_info and a.launcher == "accelerate" and planned and (planned["recommendation"]["strategy"] or
                                                                     "").startswith("fsdp"):
         _fsdp_launch(a, req, planned, launch_info)
     return Result(cfg, a.output, launch_info, notes, planned, targs)
+
+
+def _threads(a: Ask, req, strategy: str | None) -> int | None:
+    """Each rank's OMP_NUM_THREADS where the plan priced DeepSpeed's CPU Adam on the node's cores (--auto with
+    offload): the node's cores shared by its ranks."""
+    if not a.auto or "offload" not in (strategy or "") or req.layout is None or not req.layout.cpu_cores:
+        return None
+    return max(1, req.layout.cpu_cores // req.gpus_per_node)
 
 
 def _fsdp_launch(a: Ask, req, planned: dict, launch_info: dict) -> None:

@@ -389,3 +389,34 @@ def pcie_gbps(figures: dict | None) -> tuple[float | None, str]:
     if not gen:
         return None, "PCIe generation unknown"
     return PCIE_LANE_GBPS[gen] * lanes, f"PCIe gen{gen} x{lanes}"
+
+
+# The host of a described machine whose cores are not given (--cpu-cores): the cores an NVIDIA DGX gives each of its
+# eight SXM GPUs (its datasheet's CPUs), for the SXM boards DGX systems carry; for any other card a workstation's, from
+# a 16-core desktop CPU (Ryzen 9 7950X) up to a 64-core Threadripper PRO 7985WX. An assumption, said as one, with
+# the step it gives at each end (gputopo.report).
+DGX_HOSTS = {   # key: (cores of the 8-GPU system, what they are, source)
+    "V100": (40, "DGX-1 (V100): 2 x Xeon E5-2698 v4, 20 cores each",
+             "https://images.nvidia.com/content/pdf/dgx1-v100-system-architecture-whitepaper.pdf"),
+    "A100": (128, "DGX A100: 2 x AMD EPYC 7742, 64 cores each",
+             "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf"),
+    "H100": (112, "DGX H100: 2 x Xeon Platinum 8480C, 56 cores each",
+             "https://resources.nvidia.com/en-us-dgx-systems/ai-enterprise-dgx"),
+    "H200": (112, "DGX H200: 2 x Xeon Platinum 8480C, 56 cores each",
+             "https://resources.nvidia.com/en-us-dgx-systems/dgx-h200-datasheet"),
+    "B200": (112, "DGX B200: 2 x Xeon Platinum 8570, 56 cores each",
+             "https://resources.nvidia.com/en-us-dgx-systems/dgx-b200-datasheet"),
+}
+WORKSTATION_CORES = (16, 64)
+
+
+def host_cores(name: str | None, mem_bytes: int | None, gpus_per_node: int) -> tuple[int, tuple[int, int], str]:
+    """(cores assumed per node, the range the assumption spans, what it is): a DGX's share per GPU for its SXM
+    boards (from half of it: OEM HGX servers carry 2 x 32-48 cores), else a workstation's 16 (up to 64)."""
+    fig = sheet(name, mem_bytes)
+    if fig is not None and fig["key"] in DGX_HOSTS and fig["variant"] == fig["key"]:   # the SXM board DGX carries
+        cores, what, source = DGX_HOSTS[fig["key"]]
+        share = max(1, cores * gpus_per_node // 8)
+        return share, (max(1, share // 2), share), f"{what}, {share} for {gpus_per_node} of its 8 GPUs ({source})"
+    low, high = WORKSTATION_CORES
+    return low, (low, high), f"a workstation's {low} (a 16-core desktop CPU; up to a {high}-core Threadripper PRO)"

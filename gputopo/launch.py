@@ -110,7 +110,7 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
             master: str | None = None, port: int = PORT, stage: int = 0, folder: str = "",
             shape: str = "trainer", ds_optimizer: bool = False, grad_accum: int = 1, env: dict | None = None,
             cpus: int | None = None, assumed: dict | None = None, script_args: list[str] | None = None,
-            here: bool = True, saved: bool = True) -> dict:
+            here: bool = True, saved: bool = True, threads: int | None = None) -> dict:
     """{"launcher", "command", "run": [{"where", "command"}], "files": {path: text}, "notes", "script_needs"}.
 
     config: the DeepSpeed file as the commands name it; folder: where the launcher files go (beside the config);
@@ -121,7 +121,9 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
     (the plan's micro-batch, accumulation, precision and checkpointing as the script reads them); here: the GPUs
     are this machine's (False: a machine described, whose paths and shell this one's say nothing of: the files
     name the config as the commands do, relative to where they are launched, and carry none of this shell);
-    saved: the config was written to `config` (False: printed, to be saved under that name first)."""
+    saved: the config was written to `config` (False: printed, to be saved under that name first); threads: each
+    rank's OMP_NUM_THREADS, the cores per rank the plan priced DeepSpeed's CPU Adam on (torchrun sets 1 for several
+    processes per node unless it is set)."""
     q = shlex.quote
     machine = "this machine" if here else "the training machine"
     path = {name: os.path.join(folder, name) for names in FILES.values() for name in names}
@@ -130,18 +132,23 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
     files: dict[str, str] = {}
     notes: list[str] = []
     run: list[dict] = []
+    omp = f"OMP_NUM_THREADS={threads} " if threads else ""
+    if threads:
+        env = {**(env or {}), "OMP_NUM_THREADS": str(threads)}   # the other nodes' ranks too (.deepspeed_env)
+        notes.append(f"OMP_NUM_THREADS={threads}: each rank's share of the node's cores, which the plan priced"
+                     " DeepSpeed's CPU Adam on (torchrun would set 1)")
     if launcher == "torchrun":
         if nodes == 1:
-            run.append({"where": machine, "command": f"torchrun --standalone --nproc_per_node {gpus} {args}"})
+            run.append({"where": machine, "command": f"{omp}torchrun --standalone --nproc_per_node {gpus} {args}"})
         else:
             run.append({"where": f"every node ({nodes}), at the same time",
-                        "command": f"torchrun --nnodes {nodes} --nproc_per_node {gpus} --rdzv_backend c10d"
+                        "command": f"{omp}torchrun --nnodes {nodes} --nproc_per_node {gpus} --rdzv_backend c10d"
                                    f" --rdzv_endpoint {endpoint} --rdzv_id gputopo {args}"})
             notes.append("c10d hands out ranks: the command is the same on every node")
     elif launcher == "deepspeed":
         if nodes == 1:
             port_arg = f" --master_port {port}" if port != PORT else ""
-            run.append({"where": machine, "command": f"deepspeed --num_gpus {gpus}{port_arg} {args}"})
+            run.append({"where": machine, "command": f"{omp}deepspeed --num_gpus {gpus}{port_arg} {args}"})
         else:
             hosts = [master or "node1"] + [f"node{i + 1}" for i in range(1, nodes)]
             files[path["hostfile"]] = "".join(f"{h} slots={gpus}\n" for h in hosts)
@@ -161,10 +168,10 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
                       " remote shell would expand" for name in left_out]
     elif launcher == "accelerate":
         _accelerate(files, run, notes, config, path["accelerate_config.yaml"], script=script, gpus=gpus, nodes=nodes,
-                    master=master, port=port, stage=stage, machine=machine, here=here)
+                    master=master, port=port, stage=stage, machine=machine, here=here, omp=omp)
     elif launcher == "slurm":
         files[path["train.sbatch"]] = sbatch(args, gpus=gpus, nodes=nodes, port=port,
-                                             cpus=cpus or CPUS_PER_PROCESS * gpus)
+                                             cpus=cpus or max(CPUS_PER_PROCESS, threads or 0) * gpus, threads=threads)
         run.append({"where": "a Slurm login node", "command": f"sbatch {q(path['train.sbatch'])}"})
         notes += _slurm_notes(gpus, cpus)
     else:
@@ -176,14 +183,14 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
 
 
 def _accelerate(files: dict, run: list, notes: list, config: str, yaml: str, *, script: str, gpus: int, nodes: int,
-                master: str | None, port: int, stage: int, machine: str, here: bool) -> None:
+                master: str | None, port: int, stage: int, machine: str, here: bool, omp: str = "") -> None:
     """accelerate's YAML (into files), its commands (run) and notes."""
     q = shlex.quote
     # Absolute here: accelerate reads the path relative to where it is launched, not to the YAML. For another
     # machine as the commands name it (relative to where they are launched there): no path of this one.
     files[yaml] = accelerate_yaml(os.path.abspath(config) if here else config, gpus=gpus, nodes=nodes, master=master,
                                   port=port, stage=stage)
-    cmd = f"accelerate launch --config_file {q(yaml)}"
+    cmd = f"{omp}accelerate launch --config_file {q(yaml)}"
     if not here and not os.path.isabs(config):
         notes.append(f"{yaml} names {config} relative to where accelerate is launched (no path of this machine):"
                      " launch from the folder the commands name them from")
@@ -327,7 +334,7 @@ def yaml_text(value: str) -> str:
     return json.dumps(value)
 
 
-def sbatch(args: str, *, gpus: int, nodes: int, port: int, cpus: int) -> str:
+def sbatch(args: str, *, gpus: int, nodes: int, port: int, cpus: int, threads: int | None = None) -> str:
     """A batch script: srun runs one torchrun per node; c10d rendezvous on the job's first node."""
     return "\n".join([
         "#!/bin/bash",
@@ -341,6 +348,7 @@ def sbatch(args: str, *, gpus: int, nodes: int, port: int, cpus: int) -> str:
         # sed reads every name: `head -n 1` closes the pipe early and, under pipefail, scontrol's SIGPIPE ends
         # the job silently (1 run in 4 with two nodes).
         "head=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed -n 1p)",
+        *([f"export OMP_NUM_THREADS={threads}   # each rank's cores, as the plan priced CPU Adam"] if threads else []),
         "# One torchrun per node; c10d rendezvous on the first node.",
         f"srun torchrun --nnodes \"$SLURM_NNODES\" --nproc_per_node {gpus} --rdzv_backend c10d \\",
         f"  --rdzv_endpoint \"$head:{port}\" --rdzv_id \"$SLURM_JOB_ID\" {args}", ""])

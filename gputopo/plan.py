@@ -76,6 +76,7 @@ class Layout:
     link_basis: str = "unknown"
     inter_node_gbps: float = 12.5         # 100 Gb/s InfiniBand/Ethernet unless told
     cpu_cores: int | None = None          # per node: DeepSpeed's CPU Adam runs on them (offload)
+    cpu_cores_range: tuple | None = None  # (fewest, most) when cpu_cores is assumed (datasheets.host_cores)
 
     @property
     def gpus(self) -> int:

@@ -396,6 +396,12 @@ def plan_answer(data: dict, width: int | None = WIDTH) -> list[str]:
         + (" (tight)" if s.get("tight") else "") + f" on {where}; "
     if t["step_s"]:
         said += f"step {_s(t['step_s'])}, {t['tokens_per_s']:,.0f} tokens/s"
+        spread = data.get("host_spread")
+        if spread and all(spread["step_s"]):
+            (lo, hi), (s_lo, s_hi) = spread["cores"], spread["step_s"]
+            said += (f" (assuming {data['layout']['cpu_cores']} CPU cores per node, --cpu-cores: "
+                     + (f"{_s(s_lo)} at {lo} .. {_s(s_hi)} at {hi})" if abs(s_lo - s_hi) > 0.01 * s_hi else
+                        f"the same at {lo} .. {hi})"))
         if t.get("run_s"):
             said += f"; {round(t['run_s'] / t['step_s']):,} steps: {_s(t['run_s'])}"
     else:

@@ -110,7 +110,24 @@ def plan_for(req, *, rates=None, steps: int | None = None, device: str = "cuda",
     return {"schema_version": SCHEMA_VERSION, "model": model.to_dict(), "layout": layout.to_dict(),
             "training": training.to_dict(), "strategies": rows, "recommendation": advice, "search": found,
             "interconnect_ab": interconnect_ab(chosen, model, layout, training, rates, times, device),
-            "rates": rates.to_dict(), "notes": list(req.notes), "peft_alternative": lora}
+            "rates": rates.to_dict(), "notes": list(req.notes), "peft_alternative": lora,
+            "host_spread": host_spread(chosen, model, layout, training, steps, device)}
+
+
+def host_spread(name, model, layout, training, steps, device: str = "cuda") -> dict | None:
+    """The chosen strategy's step at each end of an assumed core count (Layout.cpu_cores_range), where the host
+    takes part in it (offload): what the assumption moves. None where the cores were given or do not matter."""
+    from dataclasses import replace
+
+    from . import speed
+    if not name or "offload" not in name or not layout.cpu_cores_range:
+        return None
+    out = {"cores": list(layout.cpu_cores_range), "step_s": []}
+    for cores in layout.cpu_cores_range:
+        lay = replace(layout, cpu_cores=cores)
+        out["step_s"].append(speed.step(name, model, lay, training, speed.gpu_rates(lay, training), steps=steps,
+                                        device=device).step_s)
+    return out
 
 
 def peft_alternative(req, rates, device: str, steps: int | None) -> dict | None:

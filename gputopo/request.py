@@ -19,7 +19,7 @@ Options arrive in three groups (what model, how it trains, on what hardware), as
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from . import gpus as catalog
 from . import nvme
@@ -328,6 +328,9 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
     if hw.inter_node_gbps is not None and hw.nodes == 1:
         raise BadInput("--inter-node-gbps is the network between nodes; with --nodes 1 there is none")
     host_facts = dict(nodes=hw.nodes, inter_node_gbps=hw.inter_node_gbps or INTER_NODE_GBPS, **host)
+    if hw.nodes > 1 and hw.inter_node_gbps is None:   # it sets the pace of every collective between nodes: said
+        notes["inter_node_gbps"] = (f"network between nodes: {INTER_NODE_GBPS:g} GB/s per direction assumed (100 Gb/s"
+                                    " InfiniBand or Ethernet; 3.2Tb/s for 8 x 400G NICs) (--inter-node-gbps to change)")
     if topology is None and _described(hw, gm, topology):
         return _given_gpus(hw, gm, host_facts, notes)
     if topology is None:
@@ -361,6 +364,16 @@ def _layout(hw: HardwareAsk, gm, host: dict, topology, selected, notes: dict) ->
     return layout_from_topology(topology, selected, mem, **host_facts)
 
 
+def _assumed_cores(layout: Layout, notes: dict) -> Layout:
+    """A described machine's CPU cores per node, not given: assumed for its class (datasheets.host_cores: a DGX's
+    share for SXM boards, else a workstation's), said with the range the step is then given over."""
+    from .datasheets import host_cores
+    cores, span, what = host_cores(layout.gpu_model, layout.gpu_mem_bytes, layout.gpus_per_node)
+    notes["cpu_cores"] = (f"CPU cores per node not given: assuming {cores}, {what}; the offload rows' step is"
+                          f" given at {span[0]} and {span[1]} too (--cpu-cores N to change)")
+    return replace(layout, cpu_cores=cores, cpu_cores_range=span)
+
+
 def _host(hw: HardwareAsk, notes: dict, elsewhere: bool = False) -> dict:
     """Each node's CPU RAM, cores and NVMe free space: given, else measured here (gputopo.nvme owns the folder).
     GPUs described rather than seen (`elsewhere`) inherit nothing of this machine: their RAM, cores and NVMe free
@@ -370,9 +383,6 @@ def _host(hw: HardwareAsk, notes: dict, elsewhere: bool = False) -> dict:
         if cpu is None:
             notes["cpu_mem"] = ("CPU RAM per node not given: the machine planned is not this one, so each offload row"
                                 " says the RAM it needs (--cpu-mem SIZE to check)")
-        if cores is None:
-            notes["cpu_cores"] = ("CPU cores per node not given: the offload rows' step (DeepSpeed's CPU Adam runs on"
-                                  " them) is unknown (--cpu-cores N to price it)")
         if hw.nvme_path is None and hw.nvme_free is None:
             return {"cpu_mem_bytes": cpu, "nvme_free_bytes": None, "cpu_cores": cores}
     else:
@@ -489,6 +499,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     if need_layout:  # before the model: a missing --gpus/--gpu-mem is refused before transformers loads
         layout = _layout(hw, gm, _host(hw, notes, elsewhere), topology, selected, notes)
         per_node, gpu_name = layout.gpus_per_node, layout.gpu_model
+        if layout.cpu_cores is None:   # a described machine: its host assumed for its class, and said
+            layout = _assumed_cores(layout, notes)
     else:
         per_node, assumed, topology, selected = _per_node(hw, topology, selected, t.global_batch, notes)
         gpu_name = str(gm) if gm else _named_model(topology, selected)

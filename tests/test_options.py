@@ -312,7 +312,7 @@ SHARED = {
     "optimizer_impl": ([], ["--optimizer-impl", "fused"], phases("ddp")),
     # zero_grad(set_to_none=False): last step's gradients still there at the loss
     "zero_grad": ([], ["--zero-grad", "zeros"], phases("ddp")),
-    "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: p["rates"]["cpu_adam"]),
+    "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: (p["layout"]["cpu_cores"], p["layout"]["cpu_cores_range"])),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
                   lambda p: [n for n in p["notes"] if "NVMe free" in n or "nvme" in n]),
