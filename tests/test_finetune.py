@@ -229,11 +229,13 @@ def test_an_fsdp_pick_gets_accelerate_s_fsdp_config_beside_the_deepspeed_one(tmp
     r = run(*args)
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert data["plan"]["recommendation"]["strategy"] == "fsdp"
+    pick = data["plan"]["recommendation"]["strategy"]
+    assert pick in ("fsdp", "fsdp_offload_cpu")
     path = tmp_path / "accelerate_fsdp_config.yaml"
     cfg = loader.load_config_from_file(str(path))
     assert str(cfg.distributed_type) in ("FSDP", "DistributedType.FSDP") and cfg.num_processes == 2
-    assert cfg.fsdp_config["fsdp_use_orig_params"] is False and cfg.fsdp_config["fsdp_offload_params"] is False
+    assert cfg.fsdp_config["fsdp_use_orig_params"] is False
+    assert cfg.fsdp_config["fsdp_offload_params"] is (pick == "fsdp_offload_cpu")
     assert cfg.fsdp_config["fsdp_cpu_ram_efficient_loading"] is True and cfg.mixed_precision == "bf16"
     assert data["launch"]["run"][0]["command"].endswith(f"--config_file {path} train.py")
     (tmp_path / "ds.json").unlink()
