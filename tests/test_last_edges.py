@@ -331,3 +331,25 @@ def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path, xdg, under)
     monkeypatch.setenv("XDG_CACHE_HOME", xdg)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert validate._cache_path() == Path(under or tmp_path / ".cache") / "gputopo" / "validated.json"
+
+
+# --- the GPU NUMA ID column ------------------------------------------------------------------------------------
+
+def test_a_gpu_numa_id_column_is_shown_in_the_matrix(tmp_path):
+    """nvidia-smi 550+ prints GPU NUMA ID after NUMA Affinity; the text and markdown matrices dropped it."""
+    text = (FIXTURES / "topo" / "rtx5090x2_phb.txt").read_text()
+    lines = text.splitlines()
+    assert lines[0].endswith("\tGPU NUMA ID") and lines[1].endswith("\tN/A") and lines[2].endswith("\tN/A")
+    # As on Grace Hopper, where each GPU's memory is a NUMA node of its own.
+    lines[1], lines[2] = lines[1][:-3] + "2", lines[2][:-3] + "3"
+    paste = tmp_path / "gh.txt"
+    paste.write_text("\n".join(lines) + "\n")
+    r = run("inspect", "-f", paste)
+    assert r.exit_code == 0, r.output
+    head, = [x for x in r.stdout.splitlines() if "CPU Affinity" in x]
+    assert head.endswith("NUMA Affinity  GPU NUMA ID")
+    assert [x.split()[-1] for x in r.stdout.splitlines() if x.startswith(("GPU0 ", "GPU1 "))] == ["2", "3"]
+    md = run("inspect", "-f", paste, "--markdown").stdout
+    assert "| NUMA Affinity | GPU NUMA ID |" in md and "| 0 | 2 |" in md
+    # N/A in every row (PCIe, HGX) is none: no column of N/A.
+    assert "GPU NUMA ID" not in run("inspect", "-f", FIXTURES / "topo" / "rtx5090x2_phb.txt").stdout
