@@ -353,3 +353,23 @@ def test_a_gpu_numa_id_column_is_shown_in_the_matrix(tmp_path):
     assert "| NUMA Affinity | GPU NUMA ID |" in md and "| 0 | 2 |" in md
     # N/A in every row (PCIe, HGX) is none: no column of N/A.
     assert "GPU NUMA ID" not in run("inspect", "-f", FIXTURES / "topo" / "rtx5090x2_phb.txt").stdout
+
+
+# --- bench-nvlink's progress: each step its own line and seconds ------------------------------------------------
+
+def test_each_slow_step_gets_its_own_line_and_seconds_in_a_log(capsys):
+    """A pipe showed 'step 1/4', 'step 3/4', 'step 4/4': step 2 fell to the 10 s throttle, and 3 and 4 said the
+    same s/step, the median of the last 5 rather than each step's own."""
+    from gputopo import bench
+    from gputopo.commands.bench_nvlink import Progress
+    from gputopo.worker import PROGRESS, RESULT
+    said = [PROGRESS + json.dumps({"phase": "train", "step": k, "steps": 4, "seconds": s})
+            for k, s in enumerate([6.1, 5.9, 6.0, 6.2], 1)] + [RESULT + "{}"]
+    child = [sys.executable, "-c", f"print({chr(10).join(said)!r})"]
+    p = Progress(verbose=False)
+    p.tty = False
+    bench.run_child("p2p", child, dict(os.environ), 60, p)
+    p.done()
+    err = [x for x in capsys.readouterr().err.splitlines() if "step" in x]
+    assert err == ["[p2p] step 1/4: 6.100 s, ETA 18s", "[p2p] step 2/4: 5.900 s, ETA 12s",
+                   "[p2p] step 3/4: 6.000 s, ETA 6s", "[p2p] step 4/4: 6.200 s"]
