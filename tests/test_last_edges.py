@@ -373,3 +373,12 @@ def test_each_slow_step_gets_its_own_line_and_seconds_in_a_log(capsys):
     err = [x for x in capsys.readouterr().err.splitlines() if "step" in x]
     assert err == ["[p2p] step 1/4: 6.100 s, ETA 18s", "[p2p] step 2/4: 5.900 s, ETA 12s",
                    "[p2p] step 3/4: 6.000 s, ETA 6s", "[p2p] step 4/4: 6.200 s"]
+
+
+# --- benchmarks/seed_table.py's output formats ----------------------------------------------------------------
+
+def test_seed_table_refuses_json_with_markdown():
+    """It printed JSON and said nothing of --markdown; gputopo refuses such pairs."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seed_table.py"), "--json", "--markdown"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", "Error: --markdown and --json exclude each other\n")
