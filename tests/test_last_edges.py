@@ -382,3 +382,21 @@ def test_seed_table_refuses_json_with_markdown():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seed_table.py"), "--json", "--markdown"],
                        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert (r.returncode, r.stdout, r.stderr) == (2, "", "Error: --markdown and --json exclude each other\n")
+
+
+# --- inspect --fleet with no GPU anywhere: exit 1, and the docs say so ------------------------------------------
+
+def test_a_fleet_without_any_gpu_exits_1_as_the_docs_say(tmp_path):
+    """Every node alike and none with a GPU exits 1 (no multi-node GPU job can run there); docs/inspect.md's list
+    of exit-1 causes and docs/options.md's exit codes did not say so."""
+    report = json.loads((FIXTURES / "fleet" / "node01.json").read_text())
+    report.update(gpus=[], links=[], selected=[], islands=[], weakest_link=None,
+                  gpu_status={"visible": False, "reason": "no NVML library"})
+    for node in ("n1", "n2"):
+        (tmp_path / f"{node}.json").write_text(json.dumps(report))
+    r = run("inspect", "--fleet", "-f", tmp_path / "n1.json", "-f", tmp_path / "n2.json")
+    assert r.exit_code == 1 and "no node sees a GPU" in r.stdout, r.output
+    inspect_md = " ".join((ROOT / "docs" / "inspect.md").read_text().split())
+    assert "or when no node sees a GPU" in inspect_md
+    row, = [x for x in (ROOT / "docs" / "options.md").read_text().splitlines() if x.startswith("| 1 |")]
+    assert "`inspect --fleet`" in row and "no node that sees a GPU" in row
