@@ -400,3 +400,17 @@ def test_a_fleet_without_any_gpu_exits_1_as_the_docs_say(tmp_path):
     assert "or when no node sees a GPU" in inspect_md
     row, = [x for x in (ROOT / "docs" / "options.md").read_text().splitlines() if x.startswith("| 1 |")]
     assert "`inspect --fleet`" in row and "no node that sees a GPU" in row
+
+
+# --- the heartbeat: a line within every 15 s, under load too ---------------------------------------------------
+
+def test_the_heartbeat_beats_with_a_margin_under_15_s():
+    """It beat every 15.0 s, so a loaded machine's late wake-up left silences of 15.x s; .ci/setup's `beating`
+    beats as often as gputopo.children's Heartbeat."""
+    import re
+
+    from gputopo import children
+    assert children.HEARTBEAT_SECONDS <= 12
+    setup = (ROOT / ".ci" / "setup").read_text()
+    beat = re.findall(r'sleep "\$\{GPUTOPO_HEARTBEAT_SECONDS:-([\d.]+)\}"', setup)
+    assert beat == [f"{children.HEARTBEAT_SECONDS:g}"]

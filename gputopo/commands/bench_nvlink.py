@@ -20,8 +20,9 @@ SO_FAR = re.compile(r" \(\d+ s so far\)$")
 class Progress:
     """Each arm's progress on stderr, fed by rank 0 as it trains (step k/N, its seconds, ETA). On a terminal one
     live line per arm; elsewhere (a log, a pipe) a line every 10 s, each step of 1 s or more, and each arm's last
-    state; --verbose adds every line of the children, --quiet shows nothing. An arm silent for 15 s (torchrun starting,
-    the model building, a slow step) gets its last line again with its seconds so far (children.Heartbeat)."""
+    state; --verbose adds every line of the children, --quiet shows nothing. An arm silent for 12 s (torchrun
+    starting, the model building, a slow step) gets its last line again with its seconds so far
+    (children.Heartbeat)."""
     EVERY = 10.0
 
     def __init__(self, verbose: bool, quiet: bool = False):
