@@ -97,6 +97,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="the rows as JSON")
     ap.add_argument("--markdown", action="store_true", help="the rows as docs/sources.md#seed-table shows them")
     a = ap.parse_args()
+    if a.json and a.markdown:   # one output format a run, in gputopo's words for the same pair
+        print("Error: --markdown and --json exclude each other", file=sys.stderr)
+        return 2
     rows = []
     for run, what, time_s, mb, args in ROWS:
         p = predict(args)

@@ -402,8 +402,8 @@ def duration(seconds: float) -> str:
 
 
 class Tracker:
-    """Rank 0's progress lines (gputopo.worker.progress) as one line of text: the step, seconds per step over
-    the last few steps, and the time left at that pace."""
+    """Rank 0's progress lines (gputopo.worker.progress) as one line of text: the step, its own seconds, and the
+    time left at the median pace of the last few steps (a median shown as the step's time repeated a step's)."""
 
     def __init__(self):
         self.seconds: list[float] = []
@@ -421,7 +421,8 @@ class Tracker:
         self.seconds.append(f["seconds"])
         pace = statistics.median(self.seconds[-5:])
         left = f["steps"] - f["step"]
-        return f"step {f['step']}/{f['steps']}, {pace:.3f} s/step" + (f", ETA {duration(left * pace)}" if left else "")
+        eta = f", ETA {duration(left * pace)}" if left else ""
+        return f"step {f['step']}/{f['steps']}: {f['seconds']:.3f} s{eta}"
 
 
 def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, log_dir: Path | None = None) -> dict:
@@ -443,9 +444,10 @@ def run_child(label: str, cmd: list[str], env: dict, timeout: float, progress, l
             if text.startswith(RESULT):
                 found.append(json.loads(text[len(RESULT):]))
             elif text.startswith(PROGRESS):
-                shown = tracker.text(json.loads(text[len(PROGRESS):]))
-                if shown:
-                    progress(label, shown, True)
+                fields = json.loads(text[len(PROGRESS):])
+                shown = tracker.text(fields)
+                if shown:   # a step of a second or more keeps its line in a log: few such lines, each one read
+                    progress(label, shown, True, keep=fields.get("phase") == "train" and fields["seconds"] >= 1)
             else:
                 tail.append(line)
                 progress(label, line)

@@ -101,8 +101,8 @@ def run(req: dict, copies: int = 1, timeout: float | None = None, env: dict | No
     gpt2 sample took 6.4-8 GB a copy and the kernel's OOM killer ended them on a busier machine; estimated at
     9.3 GiB by gputopo.memory), and refused when not even two blocks do. With req["budget"] the copies work to
     its deadline (what does not fit is skipped and named) and are stopped GRACE seconds past it. `say` gets a line
-    at the start, one as each part starts, one every 15 s while a part runs (children.Heartbeat) and one at the
-    end."""
+    at the start, one as each part starts, one at least every 15 s while a part runs (children.Heartbeat) and one at
+    the end."""
     from .units import gib
     req, cut = sized(req, copies)
     budget = req.get("budget")

@@ -93,8 +93,9 @@ def end(proc, grace: float = 10) -> None:
             continue
 
 
-HEARTBEAT_SECONDS = 15.0   # the longest a long step stays silent on stderr (issue 43: `plan --measure` said nothing
-                           # for 3 min 21 s, set-up's async_io build for 529 s)
+# A long step is never silent on stderr for 15 s (issue 43: `plan --measure` said nothing for 3 min 21 s,
+# set-up's async_io build for 529 s); it beats every 12 s, as a loaded machine wakes a 15.0 s beat at 15.x s.
+HEARTBEAT_SECONDS = 12.0
 
 
 def heartbeat_seconds() -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from .report import ranked_types
+from .report import affinity_columns, ranked_types
 from .topology import rank
 from .units import size
 
@@ -149,12 +149,14 @@ def matrix(report: dict, nic_cells: dict | None = None, width: int | None = None
         """A device's cells in `cols` (X for itself)."""
         return ["X" if name == c else cell.get((name, c), "") for c in cols]
     labels = gpus + nics
-    rows = [[g["name"], *row(g["name"], labels), g["cpu_affinity"], g["numa_affinity"]] for g in report["gpus"]]
-    whole = table(rows + [[n, *row(n, labels)] for n in nics], ["", *labels, "CPU Affinity", "NUMA Affinity"])
+    cols = affinity_columns(report["gpus"])
+    titles = [t for t, _ in cols]
+    rows = [[g["name"], *row(g["name"], labels), *(g[k] for _, k in cols)] for g in report["gpus"]]
+    whole = table(rows + [[n, *row(n, labels)] for n in nics], ["", *labels, *titles])
     if width is None or max(map(len, whole.split("\n"))) <= width:
         return whole
-    out = table([[g["name"], *row(g["name"], gpus), g["cpu_affinity"], g["numa_affinity"]] for g in report["gpus"]],
-                ["", *gpus, "CPU Affinity", "NUMA Affinity"], width)
+    out = table([[g["name"], *row(g["name"], gpus), *(g[k] for _, k in cols)] for g in report["gpus"]],
+                ["", *gpus, *titles], width)
     if nics:
         out += "\n\n" + table([[n, *row(n, labels)] for n in nics], ["", *labels], width)
     return out

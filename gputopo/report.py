@@ -66,6 +66,14 @@ def _one_gpu(topo: Topology, name: str, rec: dict, planned: bool) -> str:
             " (P2P on vs off) need two or more GPUs on one machine.")
 
 
+def affinity_columns(gpus: list[dict]) -> list[tuple[str, str]]:
+    """The per-GPU columns after a matrix's cells, (title, report key): GPU NUMA ID (nvidia-smi 550+) only where
+    some GPU has one of its own (an HBM NUMA node, as on Grace Hopper), as nvidia-smi's N/A and no column read
+    alike."""
+    cols = [("CPU Affinity", "cpu_affinity"), ("NUMA Affinity", "numa_affinity")]
+    return cols + ([("GPU NUMA ID", "gpu_numa_id")] if any(g.get("gpu_numa_id") is not None for g in gpus) else [])
+
+
 def ranked_types(report: dict) -> list[tuple[str, list[str], dict]]:
     """GPU-GPU link types among the selected GPUs, slowest first: (type, pairs, one link dict)."""
     chosen = set(report["selected"])

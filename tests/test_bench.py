@@ -491,7 +491,7 @@ def test_ctrl_c_says_only_what_is_true(tmp_path, fake_nvml, fake_calibration, mo
 
     def child(label, cmd, env, timeout, progress, log_dir=None):
         calls.append(label)
-        progress(label, "step 1/3, 0.100 s/step", True)
+        progress(label, "step 1/3: 0.100 s", True)
         if len(calls) > arms_before:
             raise KeyboardInterrupt
         return arm_result()
@@ -564,12 +564,14 @@ def test_cpu_twin_says_gloo_has_no_nccl_log(tmp_path, fake_nvml, fake_calibratio
 
 
 def test_progress_text_and_pace():
-    """Rank 0's progress lines as a person reads them: the step, the median pace of the last 5, the time left."""
+    """Rank 0's progress lines as a person reads them: the step, its own seconds, the time left at the median
+    pace of the last 5."""
     t = bench.Tracker()
     assert t.text({"phase": "build", "model": "gpt2", "world": 2}) == "building gpt2 in 2 process(es)"
     lines = [t.text({"phase": "train", "step": k, "steps": 200, "seconds": s}) for k, s in enumerate([9, 1, 1, 2], 1)]
-    assert lines[-1] == "step 4/200, 1.500 s/step, ETA 4m54s"     # median of 9, 1, 1, 2; 196 steps left
-    assert t.text({"phase": "train", "step": 200, "steps": 200, "seconds": 1}) == "step 200/200, 1.000 s/step"
+    assert lines == ["step 1/200: 9.000 s, ETA 29m51s", "step 2/200: 1.000 s, ETA 16m30s",
+                     "step 3/200: 1.000 s, ETA 3m17s", "step 4/200: 2.000 s, ETA 4m54s"]   # ETA: median of the last 5
+    assert t.text({"phase": "train", "step": 200, "steps": 200, "seconds": 1}) == "step 200/200: 1.000 s"
     assert t.text({"phase": "allreduce", "size": 2 ** 25, "index": 6, "of": 6}) == "all-reduce 32 MiB (6/6)"
     assert (bench.duration(59), bench.duration(61), bench.duration(3725)) == ("59s", "1m01s", "1h02m")
 

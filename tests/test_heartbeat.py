@@ -67,11 +67,11 @@ def test_heartbeat_says_what_and_for_how_long_until_stopped():
 
 def test_heartbeat_interval_is_injectable(monkeypatch):
     monkeypatch.delenv("GPUTOPO_HEARTBEAT_SECONDS", raising=False)
-    assert children.heartbeat_seconds() == children.HEARTBEAT_SECONDS == 15
+    assert children.heartbeat_seconds() == children.HEARTBEAT_SECONDS == 12
     monkeypatch.setenv("GPUTOPO_HEARTBEAT_SECONDS", "0.5")
     assert children.Heartbeat("x").every == 0.5
     monkeypatch.setenv("GPUTOPO_HEARTBEAT_SECONDS", "soon")
-    assert children.heartbeat_seconds() == 15
+    assert children.heartbeat_seconds() == 12
 
 
 FAKE_CHILD = """#!{python}

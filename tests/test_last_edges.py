@@ -331,3 +331,104 @@ def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path, xdg, under)
     monkeypatch.setenv("XDG_CACHE_HOME", xdg)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert validate._cache_path() == Path(under or tmp_path / ".cache") / "gputopo" / "validated.json"
+
+
+# --- the GPU NUMA ID column ------------------------------------------------------------------------------------
+
+def test_a_gpu_numa_id_column_is_shown_in_the_matrix(tmp_path):
+    """nvidia-smi 550+ prints GPU NUMA ID after NUMA Affinity; the text and markdown matrices dropped it."""
+    text = (FIXTURES / "topo" / "rtx5090x2_phb.txt").read_text()
+    lines = text.splitlines()
+    assert lines[0].endswith("\tGPU NUMA ID") and lines[1].endswith("\tN/A") and lines[2].endswith("\tN/A")
+    # As on Grace Hopper, where each GPU's memory is a NUMA node of its own.
+    lines[1], lines[2] = lines[1][:-3] + "2", lines[2][:-3] + "3"
+    paste = tmp_path / "gh.txt"
+    paste.write_text("\n".join(lines) + "\n")
+    r = run("inspect", "-f", paste)
+    assert r.exit_code == 0, r.output
+    head, = [x for x in r.stdout.splitlines() if "CPU Affinity" in x]
+    assert head.endswith("NUMA Affinity  GPU NUMA ID")
+    assert [x.split()[-1] for x in r.stdout.splitlines() if x.startswith(("GPU0 ", "GPU1 "))] == ["2", "3"]
+    md = run("inspect", "-f", paste, "--markdown").stdout
+    assert "| NUMA Affinity | GPU NUMA ID |" in md and "| 0 | 2 |" in md
+    # N/A in every row (PCIe, HGX) is none: no column of N/A.
+    assert "GPU NUMA ID" not in run("inspect", "-f", FIXTURES / "topo" / "rtx5090x2_phb.txt").stdout
+
+
+# --- bench-nvlink's progress: each step its own line and seconds ------------------------------------------------
+
+def test_each_slow_step_gets_its_own_line_and_seconds_in_a_log(capsys):
+    """A pipe showed 'step 1/4', 'step 3/4', 'step 4/4': step 2 fell to the 10 s throttle, and 3 and 4 said the
+    same s/step, the median of the last 5 rather than each step's own."""
+    from gputopo import bench
+    from gputopo.commands.bench_nvlink import Progress
+    from gputopo.worker import PROGRESS, RESULT
+    said = [PROGRESS + json.dumps({"phase": "train", "step": k, "steps": 4, "seconds": s})
+            for k, s in enumerate([6.1, 5.9, 6.0, 6.2], 1)] + [RESULT + "{}"]
+    child = [sys.executable, "-c", f"print({chr(10).join(said)!r})"]
+    p = Progress(verbose=False)
+    p.tty = False
+    bench.run_child("p2p", child, dict(os.environ), 60, p)
+    p.done()
+    err = [x for x in capsys.readouterr().err.splitlines() if "step" in x]
+    assert err == ["[p2p] step 1/4: 6.100 s, ETA 18s", "[p2p] step 2/4: 5.900 s, ETA 12s",
+                   "[p2p] step 3/4: 6.000 s, ETA 6s", "[p2p] step 4/4: 6.200 s"]
+
+
+# --- benchmarks/seed_table.py's output formats ----------------------------------------------------------------
+
+def test_seed_table_refuses_json_with_markdown():
+    """It printed JSON and said nothing of --markdown; gputopo refuses such pairs."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seed_table.py"), "--json", "--markdown"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", "Error: --markdown and --json exclude each other\n")
+
+
+# --- inspect --fleet with no GPU anywhere: exit 1, and the docs say so ------------------------------------------
+
+def test_a_fleet_without_any_gpu_exits_1_as_the_docs_say(tmp_path):
+    """Every node alike and none with a GPU exits 1 (no multi-node GPU job can run there); docs/inspect.md's list
+    of exit-1 causes and docs/options.md's exit codes did not say so."""
+    report = json.loads((FIXTURES / "fleet" / "node01.json").read_text())
+    report.update(gpus=[], links=[], selected=[], islands=[], weakest_link=None,
+                  gpu_status={"visible": False, "reason": "no NVML library"})
+    for node in ("n1", "n2"):
+        (tmp_path / f"{node}.json").write_text(json.dumps(report))
+    r = run("inspect", "--fleet", "-f", tmp_path / "n1.json", "-f", tmp_path / "n2.json")
+    assert r.exit_code == 1 and "no node sees a GPU" in r.stdout, r.output
+    inspect_md = " ".join((ROOT / "docs" / "inspect.md").read_text().split())
+    assert "or when no node sees a GPU" in inspect_md
+    row, = [x for x in (ROOT / "docs" / "options.md").read_text().splitlines() if x.startswith("| 1 |")]
+    assert "`inspect --fleet`" in row and "no node that sees a GPU" in row
+
+
+# --- the heartbeat: a line within every 15 s, under load too ---------------------------------------------------
+
+def test_the_heartbeat_beats_with_a_margin_under_15_s():
+    """It beat every 15.0 s, so a loaded machine's late wake-up left silences of 15.x s; .ci/setup's `beating`
+    beats as often as gputopo.children's Heartbeat."""
+    import re
+
+    from gputopo import children
+    assert children.HEARTBEAT_SECONDS <= 12
+    setup = (ROOT / ".ci" / "setup").read_text()
+    beat = re.findall(r'sleep "\$\{GPUTOPO_HEARTBEAT_SECONDS:-([\d.]+)\}"', setup)
+    assert beat == [f"{children.HEARTBEAT_SECONDS:g}"]
+
+
+# --- .ci/setup's printed ranges hold under load -----------------------------------------------------------------
+
+def test_setup_prints_ranges_that_held_and_says_load_takes_longer():
+    """A fresh clone at load average 4-6.5 built cpu_adam in 279 s against a printed "47-134 s", fused_adam in
+    187 s against "48-144 s"; each printed time now covers what was measured and says a busier machine is slower."""
+    import ast
+    import re
+    setup = (ROOT / ".ci" / "setup").read_text()
+    measured = ast.literal_eval(re.search(r"MEASURED = (\{.*?\})", setup, re.S).group(1))
+    upper = {op: int(re.fullmatch(r"\d+-(\d+) s", took).group(1)) for op, took in measured.items()}
+    assert upper["cpu_adam"] >= 279 and upper["fused_adam"] >= 187
+    lines = setup.replace("\\\n", " ").splitlines()   # a `say` continued over lines is one line said
+    said = [x for x in lines if re.search(r"\d+-\d+ (s|min)", x) and not x.lstrip().startswith("#")
+            and "MEASURED =" not in x and '"pin_memory"' not in x]
+    assert len(said) == 2 and all("a busier machine takes longer" in x for x in said), said
+    assert '({took} on 2 cores, quiet to loaded; a busier machine takes longer)' in setup   # each op's line

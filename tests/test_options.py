@@ -678,7 +678,7 @@ def _fake_child(calls):
     def run_child(label, cmd, env, timeout, progress, log_dir=None):
         calls.append({"label": label, "cmd": cmd, "env": env, "timeout": timeout, "progress": progress})
         progress(label, "a line of the child")
-        progress(label, "step 1/3, 0.100 s/step", True)
+        progress(label, "step 1/3: 0.100 s", True)
         args = cmd[cmd.index("gputopo.worker") + 1:]
         steps = int(args[args.index("--steps") + 1])
         warm = int(args[args.index("--warmup-steps") + 1])

@@ -18,10 +18,11 @@ SO_FAR = re.compile(r" \(\d+ s so far\)$")
 
 
 class Progress:
-    """Each arm's progress on stderr, fed by rank 0 as it trains (step k/N, seconds per step, ETA). On a
-    terminal one live line per arm; elsewhere (a log, a pipe) a line every 10 s and at each arm's end;
-    --verbose adds every line of the children, --quiet shows nothing. An arm silent for 15 s (torchrun starting,
-    the model building, a slow step) gets its last line again with its seconds so far (children.Heartbeat)."""
+    """Each arm's progress on stderr, fed by rank 0 as it trains (step k/N, its seconds, ETA). On a terminal one
+    live line per arm; elsewhere (a log, a pipe) a line every 10 s, each step of 1 s or more, and each arm's last
+    state; --verbose adds every line of the children, --quiet shows nothing. An arm silent for 12 s (torchrun
+    starting, the model building, a slow step) gets its last line again with its seconds so far
+    (children.Heartbeat)."""
     EVERY = 10.0
 
     def __init__(self, verbose: bool, quiet: bool = False):
@@ -30,7 +31,8 @@ class Progress:
         self.label, self.last, self.pending, self.shown_at, self.live = None, "", None, 0.0, False
         self.beat, self.lock = None, threading.Lock()   # the heartbeat's thread writes too
 
-    def __call__(self, label, line, is_progress: bool = False):
+    def __call__(self, label, line, is_progress: bool = False, keep: bool = False):
+        """`keep`: in a log, this line is written even within 10 s of the last (a slow step's)."""
         if self.quiet or not (is_progress or self.verbose):
             return
         with self.lock:
@@ -47,7 +49,7 @@ class Progress:
             if self.tty:
                 self._show(f"\r[{label}] {line[:100]:<100}", nl=False)
                 self.live = True
-            elif now - self.shown_at >= self.EVERY:
+            elif keep or now - self.shown_at >= self.EVERY:
                 self._show(f"[{label}] {line}")
                 self.shown_at, self.pending = now, None
             else:
