@@ -280,18 +280,8 @@ def accelerate_fsdp_yaml(*, gpus: int, nodes: int, master: str | None, port: int
         "  fsdp_state_dict_type: SHARDED_STATE_DICT",
         "  fsdp_sync_module_states: true",
         "  fsdp_use_orig_params: false",
-        "machine_rank: 0",
-        *([f"main_process_ip: {yaml_text(master)}"] if master else []),
-        f"main_process_port: {port}",
-        "main_training_function: main",
-        f"mixed_precision: {mixed}",
-        f"num_machines: {nodes}",
-        f"num_processes: {gpus * nodes}",
-        "rdzv_backend: static",
-        "same_network: true",
-        "use_cpu: false",
-        ""]
-    return "\n".join(lines)
+        f"mixed_precision: {mixed}"]
+    return _accelerate_machines(lines, gpus=gpus, nodes=nodes, master=master, port=port)
 
 
 def accelerate_yaml(config: str, *, gpus: int, nodes: int, master: str | None, port: int, stage: int) -> str:
@@ -304,18 +294,23 @@ def accelerate_yaml(config: str, *, gpus: int, nodes: int, master: str | None, p
         # "standard": torchrun on each node (accelerate's DEEPSPEED_MULTINODE_LAUNCHERS[1]); the default is pdsh
         # from node 0, and accelerate takes any other word, "standalone" too, as pdsh without a warning.
         *(["  deepspeed_multinode_launcher: standard"] if nodes > 1 else []),
-        f"  zero3_init_flag: {'true' if stage == 3 else 'false'}",
-        "machine_rank: 0",
-        *([f"main_process_ip: {yaml_text(master)}"] if master else []),
-        f"main_process_port: {port}",
-        "main_training_function: main",
-        f"num_machines: {nodes}",
-        f"num_processes: {gpus * nodes}",
-        "rdzv_backend: static",
-        "same_network: true",
-        "use_cpu: false",
-        ""]
-    return "\n".join(lines)
+        f"  zero3_init_flag: {'true' if stage == 3 else 'false'}"]
+    return _accelerate_machines(lines, gpus=gpus, nodes=nodes, master=master, port=port)
+
+
+def _accelerate_machines(lines: list[str], *, gpus: int, nodes: int, master: str | None, port: int) -> str:
+    """An accelerate config's own lines, then where its processes run (keys in `accelerate config`'s order)."""
+    tail = ["machine_rank: 0",
+            *([f"main_process_ip: {yaml_text(master)}"] if master else []),
+            f"main_process_port: {port}",
+            "main_training_function: main",
+            f"num_machines: {nodes}",
+            f"num_processes: {gpus * nodes}",
+            "rdzv_backend: static",
+            "same_network: true",
+            "use_cpu: false",
+            ""]
+    return "\n".join(lines + tail)
 
 
 # YAML 1.1's words for true, false and null (PyYAML's resolver, which accelerate reads its config with): a host
