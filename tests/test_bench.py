@@ -86,7 +86,7 @@ def test_full_bench_on_cpu(tmp_path, tiny_model):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Progress from rank 0, on stderr (stdout holds the JSON alone): each arm starts with a line, steps follow.
     for arm in ("p2p", "no_p2p"):
-        assert f"[{arm}] starting torchrun" in r.stderr and f"[{arm}] step 5/5, " in r.stderr
+        assert f"[{arm}] starting torchrun" in r.stderr and f"[{arm}] step 5/5: " in r.stderr
     assert "[all-reduce p2p] all-reduce " in r.stderr
     text = gputopo("bench-nvlink", "--model", str(tiny_model), "--steps", "3", "--train-only", "--dataset",
                    str(tmp_path / "r.json"), cwd=tmp_path)
