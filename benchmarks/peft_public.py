@@ -23,7 +23,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from gputopo import files
 from gputopo.cli import cli
+from gputopo.errors import GputopoError
 
 HERE = Path(__file__).parent
 DATA = HERE / "peft_public.json"
@@ -127,9 +129,17 @@ def coverage(cases: list[dict]) -> None:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", help="cases whose id contains any of these words")
-    ap.add_argument("--save", metavar="JSON", help="write the results here")
+    ap.add_argument("--save", metavar="JSON", help="write the results here (a new file, or --force)")
+    ap.add_argument("--force", action="store_true", help="with --save: replace the file")
     ap.add_argument("--coverage", action="store_true", help="what the corpus spans, and stop")
     args = ap.parse_args()
+    if args.save:   # checked before the work, as gputopo checks its outputs (a FIFO, a folder, no --force: refused)
+        try:
+            files.check_output(args.save, args.force)
+        except GputopoError as e:
+            raise SystemExit(f"Error: {e}") from None
+    elif args.force:
+        raise SystemExit("Error: --force replaces --save's file: give --save")
     cases = json.loads(DATA.read_text())
     if args.only:
         cases = [c for c in cases if any(w in c["id"] for w in args.only)]
@@ -141,7 +151,10 @@ def main():
     print()
     s = summary(results)
     if args.save:
-        Path(args.save).write_text(json.dumps(results, indent=1) + "\n")
+        try:
+            files.write_atomic(args.save, json.dumps(results, indent=1) + "\n")
+        except GputopoError as e:
+            raise SystemExit(f"Error: {e}") from None
     ok = (s["memory"]["median_abs"] is not None and s["memory"]["median_abs"] <= TARGET_MEMORY
           and s["step"]["median_abs"] is not None and s["step"]["median_abs"] <= TARGET_STEP
           and s["said_to_fit"] == s["planned"] and not s["skipped"])

@@ -351,9 +351,9 @@ def from_plan(model, layout, training, strategies, global_batch: int | None = No
     amp = supports_bf16(layout.gpu_model)
     if training.precision == "fp16" and amp:
         reasons.append("bf16 is available on this GPU: same memory as fp16, no loss scaling, no overflow.")
-    if training.precision == "fp32" and amp:
-        reasons.append("fp32 on Ampere or newer: enable tf32 matmuls (torch.backends.cuda.matmul.allow_tf32)"
-                       " for speed.")
+    if training.precision == "fp32" and amp and not training.tf32:
+        reasons.append("fp32 on Ampere or newer: TF32 matmuls (torch.backends.cuda.matmul.allow_tf32, the HF"
+                       " Trainer's --tf32) run it several times faster: --precision tf32 plans that.")
     if global_batch:  # exact: gputopo.request refuses a global batch that does not divide
         reasons.append(f"Global batch {global_batch}: {training.batch_size} per GPU x {layout.gpus} GPUs x"
                        f" {training.grad_accum} accumulation steps.")

@@ -1,11 +1,10 @@
 """The `gputopo` command line: the click group that assembles gputopo/commands/ and turns errors into one line."""
 from __future__ import annotations
 
-import importlib
-
 import click
 
 from . import __version__, children, files
+from .commands import Commands
 from .errors import BadInput, GputopoError, InternalError, Interrupted, WriteFailed
 from .units import escaped
 
@@ -86,54 +85,7 @@ def cli(ctx, debug):
     ctx.obj = {"debug": debug}
 
 
-# Each command's module, imported when that command is asked for (as accelerate's CLI does): `inspect --from-file`
-# loads inspect's alone; --help, which lists them all, loads every one.
-LAZY = {"inspect": "inspect", "plan": "plan", "deepspeed-config": "deepspeed_config", "doctor": "doctor",
-        "bench-nvlink": "bench_nvlink"}
-
-
-class Commands(dict):
-    """The group's commands by name, each module imported on first use; asking for all (items, iteration: --help,
-    the tests) imports all."""
-
-    def __missing__(self, name: str):
-        if name not in LAZY:
-            raise KeyError(name)
-        module = LAZY[name]
-        self[name] = command = getattr(importlib.import_module(f".commands.{module}", __package__), module)
-        return command
-
-    def get(self, name, default=None):
-        return self[name] if name in self else default
-
-    def __contains__(self, name) -> bool:
-        return name in LAZY or dict.__contains__(self, name)
-
-    def _all(self) -> None:
-        for name in LAZY:
-            self[name]   # noqa: B018 (imports it)
-
-    def __iter__(self):
-        self._all()
-        return iter(list(LAZY) + [n for n in dict.keys(self) if n not in LAZY])
-
-    def __len__(self) -> int:
-        return len(set(LAZY) | set(dict.keys(self)))
-
-    def keys(self):
-        self._all()
-        return dict.keys(self)
-
-    def items(self):
-        self._all()
-        return dict.items(self)
-
-    def values(self):
-        self._all()
-        return dict.values(self)
-
-
-cli.commands = Commands()
+cli.commands = Commands()   # each command's module imported when that command is asked for
 
 
 # The status of an interrupted command, for main(): the children are stopped and the folders removed by then, so

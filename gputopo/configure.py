@@ -114,7 +114,11 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
     launch.check_options(a.launcher, nodes, a.master_addr, a.master_port if "master_port" in a.given else None,
                          script_given="script" in a.given, cpus_given="cpus_per_task" in a.given,
                          script=a.script)
-    if a.launcher and a.output and os.path.basename(a.output) in launch.file_names(a.launcher, nodes):
+    if a.launcher and a.output and a.output.startswith("-"):   # the launch line names it: read as an option there
+        raise BadInput(f"--output {a.output}: the launch line would pass it as an option; write ./{a.output}")
+    fsdp = [launch.FSDP_YAML] if a.launcher == "accelerate" and a.auto else []   # written where the plan picks FSDP
+    written = launch.file_names(a.launcher, nodes) + fsdp
+    if a.launcher and a.output and os.path.basename(a.output) in written:
         raise BadInput(f"--output {a.output}: --launcher {a.launcher} writes a file of that name beside the config;"
                        " name the config otherwise (ds_config.json)")
 
@@ -451,13 +455,18 @@ def generate(a: Ask, req) -> Result:
                   if c["id"].startswith(("ds_op", "nvme_path", "memlock"))]
     hf_trainer = a.hf and a.launcher != "accelerate"
     targs = dsconfig.training_arguments(req.training, precision) if hf_trainer else None
-    ran = stack(req, hf_trainer, c.strategy) if a.auto else {"flags": {}, "script": [], "unplanned": None}
+    # without --auto, what the options still ask of the script: LoRA/QLoRA's lines, TF32's flags
+    ran = stack(req, hf_trainer, c.strategy) if a.auto else {
+        "flags": {}, "unplanned": None,
+        "script": peft_lines(req.training, "zero3" if stage == 3 else None) + (
+            ["torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # --precision tf32"]
+            if req.training.tf32 and not hf_trainer else [])}
     if targs is not None and a.auto:   # what else the plan assumed, as the Trainer's own flags
         targs.update(ran["flags"], **({"max_steps": req.steps} if req.steps else {}))
     notes += _trainer_note(a, req, targs)
-    if ran["flags"] or ran["script"]:
+    stack_ = [x for x in req.training.stack() if x.startswith(("--kernels", "--loss"))]
+    if stack_ and (ran["flags"] or ran["script"]):   # LoRA's and TF32's own lines say what they are
         what = ", ".join(f"--{k}" for k in ran["flags"]) or "what the script lines say"
-        stack_ = [x for x in req.training.stack() if x.startswith(("--kernels", "--loss"))] or ["--kernels fused"]
         notes.append(f"the plan assumed {', '.join(stack_)}: the launch needs {what}"
                      + (f" ({ran['unplanned']})" if ran["unplanned"] else ""))
     if hf_trainer and precision in ("fp16", "bf16"):
@@ -483,7 +492,8 @@ def _threads(a: Ask, req, strategy: str | None) -> int | None:
     offload): the node's cores shared by its ranks."""
     if not a.auto or "offload" not in (strategy or "") or req.layout is None or not req.layout.cpu_cores:
         return None
-    return max(1, req.layout.cpu_cores // req.gpus_per_node)
+    cores = min(req.layout.cpu_cores, a.cpus_per_task or req.layout.cpu_cores)   # Slurm gives what the job asks
+    return max(1, cores // req.gpus_per_node)
 
 
 def _fsdp_launch(a: Ask, req, planned: dict, launch_info: dict) -> None:
@@ -496,7 +506,9 @@ def _fsdp_launch(a: Ask, req, planned: dict, launch_info: dict) -> None:
         files.check_output(path, "force" in a.given, what="launcher file")
     launch_info["files"][path] = launch.accelerate_fsdp_yaml(
         gpus=req.gpus_per_node, nodes=req.nodes, master=a.master_addr, port=a.master_port,
-        offload=r["strategy"] == "fsdp_offload_cpu", precision=planned["training"]["precision"],
+        offload=r["strategy"] == "fsdp_offload_cpu",
+        # --pure-16bit: the model is 16-bit itself; accelerate's mixed precision would upcast its flat parameters
+        precision="fp32" if planned["training"]["pure16"] else planned["training"]["precision"],
         checkpointing=r["grad_checkpointing"])
     cmd = f"accelerate launch --config_file {shlex.quote(path)} {shlex.quote(a.script)}"
     machine = "the training machine" if req.elsewhere else "this machine"

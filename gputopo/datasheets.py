@@ -410,13 +410,18 @@ DGX_HOSTS = {   # key: (cores of the 8-GPU system, what they are, source)
 WORKSTATION_CORES = (16, 64)
 
 
-def host_cores(name: str | None, mem_bytes: int | None, gpus_per_node: int) -> tuple[int, tuple[int, int], str]:
+def host_cores(name: str | None, mem_bytes: int | None, gpus_per_node: int,
+               link_type: str | None = None) -> tuple[int, tuple[int, int], str]:
     """(cores assumed per node, the range the assumption spans, what it is): a DGX's share per GPU for its SXM
-    boards (from half of it: OEM HGX servers carry 2 x 32-48 cores), else a workstation's 16 (up to 64)."""
+    boards joined by NVLink (from half of it: OEM HGX servers carry 2 x 32-48 cores; no more than a whole DGX's for
+    more GPUs), else a workstation's 16 (up to 64): PCIe cards, and SXM parts the link says are on PCIe."""
     fig = sheet(name, mem_bytes)
-    if fig is not None and fig["key"] in DGX_HOSTS and fig["variant"] == fig["key"]:   # the SXM board DGX carries
+    sxm = fig is not None and (fig["variant"] == fig["key"] or "SXM" in fig["variant"].upper())
+    nvlink = link_type is None or str(link_type).upper().startswith("NV")
+    if sxm and nvlink and fig["key"] in DGX_HOSTS:   # the board a DGX carries, as it carries it
         cores, what, source = DGX_HOSTS[fig["key"]]
-        share = max(1, cores * gpus_per_node // 8)
-        return share, (max(1, share // 2), share), f"{what}, {share} for {gpus_per_node} of its 8 GPUs ({source})"
+        share = max(WORKSTATION_CORES[0], cores * min(gpus_per_node, 8) // 8)   # one GPU's share: a workstation's
+        return share, (max(1, share // 2), share), \
+            f"{what}, {share} for {min(gpus_per_node, 8)} of its 8 GPUs ({source})"
     low, high = WORKSTATION_CORES
     return low, (low, high), f"a workstation's {low} (a 16-core desktop CPU; up to a {high}-core Threadripper PRO)"

@@ -110,6 +110,11 @@ def resolve(m, mode: str, rank: int | None, targets: tuple | None, dropout: floa
             raise BadInput(f"{', '.join(given)} shape{'s' if len(given) == 1 else ''} LoRA adapters: add --finetune"
                            " lora (or qlora)")
         return FULL
+    held = sum(lin.fan_in * lin.fan_out * lin.count for lin in m.linears)
+    if held > m.params:   # a --params model whose size leaves no room for its shape's projections
+        raise BadInput(f"--finetune {mode}: {m.name} has {m.params:,} parameters, fewer than the {held:,} its"
+                       f" {m.layers} layers of hidden size {m.hidden_size} hold in their Linear modules: give --params"
+                       " and --hidden-size of one model (or --model)")
     rank = rank or DEFAULT_RANK
     if not targets:
         table, where = peft_defaults()

@@ -23,6 +23,7 @@ from .errors import BadInput
 LAUNCHERS = ("torchrun", "deepspeed", "accelerate", "slurm")
 PORT = 29500
 CPUS_PER_PROCESS = 2   # Slurm's default --cpus-per-task: the training process and one DataLoader worker each
+MOST_CPUS_PER_TASK = 4096   # what --cpus-per-task itself takes
 FILES = {"accelerate": ("accelerate_config.yaml",), "deepspeed": ("hostfile", ".deepspeed_env"),
          "slurm": ("train.sbatch",)}
 FSDP_YAML = "accelerate_fsdp_config.yaml"   # --auto --launcher accelerate where the plan's pick is PyTorch FSDP
@@ -152,7 +153,8 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
         else:
             hosts = [master or "node1"] + [f"node{i + 1}" for i in range(1, nodes)]
             files[path["hostfile"]] = "".join(f"{h} slots={gpus}\n" for h in hosts)
-            files[path[".deepspeed_env"]], left_out = deepspeed_env(env or {} if here else {})
+            carried = (env or {}) if here else {k: v for k, v in (env or {}).items() if k == "OMP_NUM_THREADS"}
+            files[path[".deepspeed_env"]], left_out = deepspeed_env(carried)
             hf = q(path["hostfile"])
             common = f"--master_addr {q(hosts[0])} --master_port {port}"
             run.append({"where": f"node 0 ({hosts[0]}) only: it starts the others over passwordless ssh",
@@ -170,10 +172,10 @@ def command(launcher: str, config: str, *, gpus: int, nodes: int = 1, script: st
         _accelerate(files, run, notes, config, path["accelerate_config.yaml"], script=script, gpus=gpus, nodes=nodes,
                     master=master, port=port, stage=stage, machine=machine, here=here, omp=omp)
     elif launcher == "slurm":
-        files[path["train.sbatch"]] = sbatch(args, gpus=gpus, nodes=nodes, port=port,
-                                             cpus=cpus or max(CPUS_PER_PROCESS, threads or 0) * gpus, threads=threads)
+        asked = cpus or min(MOST_CPUS_PER_TASK, max(CPUS_PER_PROCESS, threads or 0) * gpus)
+        files[path["train.sbatch"]] = sbatch(args, gpus=gpus, nodes=nodes, port=port, cpus=asked, threads=threads)
         run.append({"where": "a Slurm login node", "command": f"sbatch {q(path['train.sbatch'])}"})
-        notes += _slurm_notes(gpus, cpus)
+        notes += _slurm_notes(gpus, cpus, asked)
     else:
         raise ValueError(launcher)
     if not saved:   # the config went to stdout: the commands name the file it must be saved as
@@ -230,13 +232,14 @@ def _printed(run: list[dict], notes: list[str], config: str, files: list[str]) -
     return run, [said, *notes]
 
 
-def _slurm_notes(gpus: int, cpus: int | None) -> list[str]:
+def _slurm_notes(gpus: int, cpus: int | None, asked: int) -> list[str]:
     """What the sbatch script does about the rendezvous, and the CPUs it asks when the user gave no number."""
     notes = ["srun starts one torchrun per node; the rendezvous is the job's first node (from scontrol), so no"
              " address is needed"]
     if not cpus:
-        notes.append(f"--cpus-per-task={CPUS_PER_PROCESS * gpus} asks {CPUS_PER_PROCESS} CPUs per process (the"
-                     " training process and one DataLoader worker): a node with fewer leaves the job pending"
+        why = (f"{CPUS_PER_PROCESS} CPUs per process (the training process and one DataLoader worker)"
+               if asked == CPUS_PER_PROCESS * gpus else "the node's cores the plan priced CPU Adam on")
+        notes.append(f"--cpus-per-task={asked} asks {why}: a node with fewer leaves the job pending"
                      " (Reason=PartitionConfig or Resources); give --cpus-per-task N for your nodes' share")
     return notes
 
@@ -249,7 +252,7 @@ def deepspeed_env(env: dict) -> tuple[str, list[str]]:
     """.deepspeed_env's text: KEY=VALUE for each ENV_CARRIED variable set in env; and the names left out,
     their values holding what the remote shell would expand."""
     lines, left_out = [], []
-    for name in ENV_CARRIED:
+    for name in ENV_CARRIED + ("OMP_NUM_THREADS",):   # the threads the plan priced, on every node
         if env.get(name):
             if UNSAFE_IN_ENV & set(env[name]):
                 left_out.append(name)

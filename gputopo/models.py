@@ -29,18 +29,23 @@ SHAPE_KEYS = {**dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_
                                "num_key_value_heads", "vocab_size", "intermediate_size", "n_inner", "d_ff",
                                "ffn_dim"), "widths"),
               # a context of -5 made speed.flash_share take log2 of it (math domain error, exit 70)
-              **dict.fromkeys(("max_position_embeddings", "n_positions"), "positions")}
+              **dict.fromkeys(("max_position_embeddings", "n_positions"), "positions"),
+              # read by gputopo whatever the family (a string head_dim in a GPT-2 config was exit 70)
+              **dict.fromkeys(("head_dim", "d_kv"), "widths"),
+              # transformers builds an id2label of that many entries: 10**12 grew without bound
+              "num_labels": "labels"}
 # What some transformers config class (5.x) holds in place of a number, and so may config.json: null (GPT-2's
 # n_inner, GPT-Neo's intermediate_size, ESM's vocab_size, Nemotron's K/V heads), a list (Swin's heads per stage,
 # Gemma 3n's intermediate size per layer), an object (LXMERT's layers per part). Elsewhere each is refused, naming it,
 # before transformers reads it (its own refusal came after 2 s and 266 MB, cut at a colon).
-NULLABLE = {"n_inner", "intermediate_size", "vocab_size", "num_key_value_heads"}
+NULLABLE = {"n_inner", "intermediate_size", "vocab_size", "num_key_value_heads", "head_dim"}
 LISTED = {"num_attention_heads", "num_heads", "intermediate_size"}
 PER_PART = {"num_hidden_layers"}
 # The bound of each and why, for config.json's counts and --layers, --hidden-size, --vocab-size alike
 BOUNDS = {"layers": (MOST_LAYERS, "twice DeepNet's 1,000, the deepest transformer trained"),
           "widths": (MOST_WIDTH, "one h x h pair of it is half of the 100T parameters any model has"),
-          "positions": (MOST_COUNT, "as --seq-len: beyond the largest 32-bit int is a typo")}
+          "positions": (MOST_COUNT, "as --seq-len: beyond the largest 32-bit int is a typo"),
+          "labels": (1_000_000, "a classifier's classes: ImageNet-21k has 21,841, a million is beyond any")}
 
 
 class Linear(NamedTuple):

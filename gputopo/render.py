@@ -488,7 +488,8 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
     impl = f" ({t['optimizer_impl']})" if t.get("optimizer_impl") else ""
     kept = ", zero_grad keeps the gradients (zeros)" if t.get("zero_grad") == "zeros" else ""
     old_cuda = ", CUDA modules loaded eagerly" if t.get("cuda_loading") == "eager" else ""
-    out += wrap(f"Training: {t['precision']}, {t['optimizer']}{impl}, micro-batch {t['batch_size']} x"
+    precision = "tf32" if t.get("tf32") else t["precision"]
+    out += wrap(f"Training: {precision}, {t['optimizer']}{impl}, micro-batch {t['batch_size']} x"
                 f" {t['seq_len']} tokens, accumulation {t['grad_accum']}"
                 + (", gradient checkpointing" if t["grad_checkpointing"] else "")
                 + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"

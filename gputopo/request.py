@@ -368,7 +368,7 @@ def _assumed_cores(layout: Layout, notes: dict) -> Layout:
     """A described machine's CPU cores per node, not given: assumed for its class (datasheets.host_cores: a DGX's
     share for SXM boards, else a workstation's), said with the range the step is then given over."""
     from .datasheets import host_cores
-    cores, span, what = host_cores(layout.gpu_model, layout.gpu_mem_bytes, layout.gpus_per_node)
+    cores, span, what = host_cores(layout.gpu_model, layout.gpu_mem_bytes, layout.gpus_per_node, layout.link_type)
     notes["cpu_cores"] = (f"CPU cores per node not given: assuming {cores}, {what}; the offload rows' step is"
                           f" given at {span[0]} and {span[1]} too (--cpu-cores N to change)")
     return replace(layout, cpu_cores=cores, cpu_cores_range=span)
@@ -518,8 +518,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
         raise BadInput("--selective-checkpointing recomputes part of what --grad-checkpointing recomputes whole:"
                        " give one")
     if t.pure_16bit and chosen == "fp32":
-        raise BadInput("--pure-16bit keeps the weights in 16 bits; --precision fp32 has none: give --precision bf16"
-                       " (or fp16)")
+        raise BadInput(f"--pure-16bit keeps the weights in 16 bits; --precision {'tf32' if tf32 else 'fp32'} has"
+                       " none: give --precision bf16 (or fp16)")
     if t.loss and spec is not None and not spec.vocab_size:
         raise BadInput(f"--loss {t.loss} is the loss over the logits; {spec.name} has no vocabulary to make them:"
                        " give --vocab-size")

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..launch import MOST_CPUS_PER_TASK
 from ..options import (
     PATH,
     PORT,
@@ -69,7 +70,7 @@ def _show(result, output: str | None, wide: bool, explain: bool) -> None:
                    " commands read $MASTER_ADDR].")
 @click.option("--master-port", type=PORT, metavar="PORT", default=29500, show_default=True,
               help="Rendezvous port on the head node for --launcher.")
-@click.option("--cpus-per-task", type=Count(most=4096, what="a Slurm task gets"), metavar="N",
+@click.option("--cpus-per-task", type=Count(most=MOST_CPUS_PER_TASK, what="a Slurm task gets"), metavar="N",
               help="CPUs per node for --launcher slurm's job (#SBATCH --cpus-per-task) [default: 2 per GPU].")
 @click.option("--check", is_flag=True,
               help="Run `gputopo doctor` on this config before writing it:"
