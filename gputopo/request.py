@@ -369,7 +369,7 @@ def _assumed_cores(layout: Layout, notes: dict) -> Layout:
     share for SXM boards, else a workstation's), said with the range the step is then given over."""
     from .datasheets import host_cores
     cores, span, what = host_cores(layout.gpu_model, layout.gpu_mem_bytes, layout.gpus_per_node, layout.link_type)
-    notes["cpu_cores"] = (f"CPU cores per node not given: assuming {cores}, {what}; the offload rows' step is"
+    notes["cpu_cores"] = (f"{cores} CPU cores: per node, assumed (not given): {what}; the offload rows' step is"
                           f" given at {span[0]} and {span[1]} too (--cpu-cores N to change)")
     return replace(layout, cpu_cores=cores, cpu_cores_range=span)
 

@@ -107,7 +107,7 @@ def test_a_paste_is_planned_without_this_machines_disk():
     assert plan["layout"]["nvme_free_bytes"] is None
     # nor its cores: a DGX A100's 128, assumed and said (issue 50), whatever this machine has
     assert plan["layout"]["cpu_mem_bytes"] == 64 * 2 ** 30 and plan["layout"]["cpu_cores"] == 128
-    assert any(n.startswith("CPU cores per node not given: assuming 128, DGX A100") for n in plan["notes"])
+    assert any(n.startswith("128 CPU cores: per node, assumed (not given): DGX A100") for n in plan["notes"])
 
 
 # --- values that cannot be true --------------------------------------------------------------------------------
