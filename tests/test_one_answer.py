@@ -117,8 +117,8 @@ def test_a_described_machine_inherits_nothing_of_this_host(odd_host, machine):
             assert s["condition"] and "of RAM per node (--cpu-mem SIZE to check)" in s["condition"]
             assert "cpu" not in s["short_bytes"] and s["time"]["step_s"]
     notes = " ".join(planned["notes"])
-    assert "CPU RAM per node not given" in notes and f"{layout['cpu_cores']} CPU cores: per node, assumed (not given):" \
-        in notes
+    assert "CPU RAM per node not given" in notes
+    assert f"{layout['cpu_cores']} CPU cores: per node, assumed (not given):" in notes
     nothing_of_the_odd_host(json.dumps(data))
     nothing_of_the_odd_host(run(*machine, *question, "--explain").output)
     # what the options say is used
