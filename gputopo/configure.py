@@ -22,7 +22,7 @@ PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_
              "cuda_module_loading")
 # Options that describe torch's own optimizer loop, which a DeepSpeed config replaces (its fused optimizer steps,
 # and its engine frees the gradients): refused, with or without --auto; plan prices them.
-TORCH_LOOP = ("optimizer_impl", "zero_grad")
+TORCH_LOOP = ("optimizer_impl", "zero_grad", "sync_each_batch", "fsdp_use_orig_params")
 ELSEWHERE = "/local_nvme"   # nvme_path in a config for another machine: the folder DeepSpeed's docs use
 TOLD = ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
 # transformers model types Liger Kernel patches with its fused linear cross-entropy (liger_kernel/transformers/
@@ -99,8 +99,9 @@ def check_options(a: Ask, nodes: int, has_model: bool) -> None:
     torch_loop = [f"--{k.replace('_', '-')}" for k in TORCH_LOOP if k in a.given]
     if torch_loop:
         raise BadInput(f"{' and '.join(torch_loop)} describe{'s' if len(torch_loop) == 1 else ''} torch's own"
-                       " optimizer loop; a DeepSpeed config runs DeepSpeed's (its fused optimizer steps, its engine"
-                       " frees the gradients): drop it (gputopo plan prices a torch loop)")
+                       " optimizer loop (DDP's and FSDP's gradients, torch's optimizer); a DeepSpeed config runs"
+                       " DeepSpeed's (its fused optimizer steps, its engine reduces and frees the gradients): drop it"
+                       " (gputopo plan prices a torch loop)")
     if not a.auto:
         unused = [f"--{k.replace('_', '-')}" for k in PLAN_ONLY if k in a.given
                   and not (k == "grad_checkpointing" and a.hf)]
@@ -407,7 +408,8 @@ def for_plan(req, options: dict, given: frozenset, rates=None, device: str = "cu
     null with why when there is none. options, given: plan's options by click name, and those typed."""
     from .errors import GputopoError
     # DeepSpeed runs its own optimizer loop: plan's torch-loop options (TORCH_LOOP) are not its
-    req = replace(req, training=replace(req.training, optimizer_impl=None, zero_grad="none"))
+    req = replace(req, training=replace(req.training, optimizer_impl=None, zero_grad="none", sync_each_batch=False,
+                                        fsdp_orig_params=False))
     ask = Ask(auto=True, nvme_path=options.get("nvme_path"), nvme_free=options.get("nvme_free"),
               offload_params=options.get("offload_params"), given=given)
     try:

@@ -351,6 +351,16 @@ training_options = group(
                  help="What optimizer.zero_grad() leaves between steps: none (set_to_none=True, torch 2.0's default:"
                       " the gradients are freed until backward writes them), zeros (set_to_none=False, torch 1.x's"
                       " default: they stay allocated through the next forward) [default: none]."),
+    click.option("--sync-each-batch", is_flag=True, default=None,
+                 help="Reduce the gradients on every micro-batch of an accumulation, as accelerate's sync_each_batch"
+                      " does (torchtune's recipes too): DDP all-reduces each one, FSDP keeps only its shards. Without"
+                      " it DDP and FSDP accumulate under no_sync, as the HF Trainer, accelerate and Lightning do: FSDP"
+                      " then keeps every unit's whole gradient until the last micro-batch."),
+    click.option("--fsdp-use-orig-params", is_flag=True, default=None,
+                 help="FSDP's use_orig_params=True (accelerate's fsdp_use_orig_params, Lightning's default) with"
+                      " --finetune lora|qlora: each block's unit holds the frozen base and its adapters in one flat"
+                      " parameter, whose gradient covers the whole unit, as if nothing were frozen [default: false,"
+                      " the adapters wrapped apart, as gputopo's accelerate config and PEFT's FSDP guide do]."),
     click.option("--finetune", type=click.Choice(["full", "lora", "qlora"]),
                  help="What is trained: full (every weight), lora (PEFT LoRA adapters beside the frozen base, loaded in"
                       " 16 bits), qlora (the same with the base in 4-bit NF4, bitsandbytes with double quantization)"

@@ -105,6 +105,8 @@ class Training:
     zero_grad: str = "none"               # zero_grad(set_to_none=True) frees the gradients; zeros keeps them
     finetune: Finetune = FULL             # what is trained: the whole model, or LoRA/QLoRA adapters (gputopo.finetune)
     tf32: bool = False                    # fp32 with its matmuls in TF32 (--precision tf32): Ampere's tensor cores
+    sync_each_batch: bool = False         # accumulation reduces every micro-batch; else DDP and FSDP use no_sync
+    fsdp_orig_params: bool = False        # FSDP use_orig_params=True: a LoRA unit's flat gradient covers its base
 
     def __post_init__(self):
         if isinstance(self.finetune, dict):   # read back from JSON (plan --measure's child)
@@ -191,10 +193,12 @@ def model_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[dic
         return fsdp_states(m, lay, t), load_cpu, 0
     if name == "fsdp_offload_cpu":
         # the shards, their gradients and the optimizer's states on the host (each rank's, so the node holds them
-        # all); on the GPU only the units gathered (fsdp_states') and the running block's gradients
+        # all); on the GPU only the units gathered (fsdp_states') and the running block's gradients (under no_sync
+        # every unit's: FSDP offloads gradients only at the sync)
         block, root = fsdp_units(m)
         cpu = (2 * weight_bytes(t) * P + torch_optimizer_bytes(m, t, flat=True)) / lay.nodes
-        return {"weights": p16 * (root + 2 * block), "gradients": p16 * (root + block), "optimizer": 0}, int(cpu), 0
+        grads = p16 * (P + block) if accumulates_unsharded(t) else p16 * (root + block)
+        return {"weights": p16 * (root + 2 * block), "gradients": grads, "optimizer": 0}, int(cpu), 0
     # ZeRO-3 gathers whole layers: 4 B x the largest layer (16-bit, fetched + prefetched), as DeepSpeed counts.
     gathered = 4 * L
     if name == "zero3":
@@ -246,10 +250,18 @@ def _adapter_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[
         block, root = fsdp_units(m)
         base_block, base_root = finetune.unit_bytes(m, ft, base, block, root, kept)
         unsharded = base_root + 2 * base_block + p16 * finetune.block_adapters(m, ft) * 2
-        grads = a * finetune.block_adapters(m, ft)       # the running block's, before their reduce-scatter
+        # A flat parameter's gradient is as large as it: the adapters' own units (use_orig_params=False, PEFT's
+        # wrap policy), or with --fsdp-use-orig-params the whole unit, base and adapters, as if nothing were frozen
+        # (torch's FSDP docstring: mixing frozen and trainable parameters raises the gradient memory)
+        flat, unit = a * A, a * finetune.block_adapters(m, ft)
+        if t.fsdp_orig_params:
+            flat, unit = base + a * A, base_block + unit
+        # the running unit's, before their reduce-scatter; under no_sync every unit's, unsharded
+        grads = flat + unit if accumulates_unsharded(t) else unit
         if name == "fsdp":
-            return ({"weights": base // N + a * A // N + unsharded, "gradients": a * A // N + grads,
-                     "optimizer": opt // N}, load_cpu, 0)
+            return ({"weights": base // N + a * A // N + unsharded,
+                     "gradients": grads + (0 if accumulates_unsharded(t) else flat // N), "optimizer": opt // N},
+                    load_cpu, 0)
         return {"weights": unsharded, "gradients": grads, "optimizer": 0}, int((base + 2 * a * A + opt) / lay.nodes), 0
     whole = base + p16 * A             # ZeRO-1/2: the frozen base and the 16-bit adapters on every GPU
     if name == "zero1":
@@ -307,8 +319,27 @@ def fsdp_states(m: ModelSpec, lay: Layout, t: Training) -> dict:
     and limit_all_gathers) with the running block's gradients before their reduce-scatter."""
     P, N, p16, w = m.params, lay.gpus, t.value_bytes, weight_bytes(t)
     block, root = fsdp_units(m)
-    return {"weights": w * P // N + p16 * (root + 2 * block), "gradients": w * P // N + p16 * (root + block),
+    # under no_sync every unit's unsharded gradient stays until the last micro-batch, the running unit's new one
+    # beside it before it is added in
+    grads = p16 * (P + block) if accumulates_unsharded(t) else w * P // N + p16 * (root + block)
+    return {"weights": w * P // N + p16 * (root + 2 * block), "gradients": grads,
             "optimizer": torch_optimizer_bytes(m, t, flat=True) // N}
+
+
+def accumulates_unsharded(t: Training) -> bool:
+    """FSDP accumulating under no_sync, as the HF Trainer, accelerate (unless sync_each_batch) and Lightning's
+    no_backward_sync do: each unit keeps its whole, unsharded gradient until the last micro-batch reduce-scatters
+    it ("FSDP will accumulate the full model gradients (instead of gradient shards) until the eventual sync":
+    torch's FullyShardedDataParallel.no_sync)."""
+    return t.grad_accum > 1 and not t.sync_each_batch
+
+
+def reductions(name: str, t: Training) -> int:
+    """How often an optimizer step reduces its gradients: every micro-batch for ZeRO-2 and ZeRO-3 (DeepSpeed's
+    engine), and for DDP and FSDP with --sync-each-batch; once, at the last, for ZeRO-1 and under no_sync."""
+    if name.startswith(("zero2", "zero3")) or (name.startswith(("ddp", "fsdp")) and t.sync_each_batch):
+        return t.grad_accum
+    return 1
 
 
 def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
@@ -361,7 +392,7 @@ def comm_split(name: str, m: ModelSpec, lay: Layout, t: Training) -> dict[str, i
         # One all-reduce (2 passes) of the gradients (fp32 unless --pure-16bit; the adapters' under LoRA: PEFT's
         # dtype); accumulation steps use no_sync.
         grad = finetune.adapter_dtype_bytes(t, deepspeed=False) if ft.peft else weight_bytes(t)
-        return {"all_reduce": int(2 * ring * grad * P)}
+        return {"all_reduce": int(2 * ring * grad * P) * reductions(name, t)}
     gather = int(ring * p16 * P)
     # A frozen base is gathered, never reduced: FSDP and ZeRO-3 gather it (16-bit, or NF4 packed in 16-bit
     # storage) beside the adapters; ZeRO-1/2 keep it whole on every GPU
@@ -376,8 +407,10 @@ def comm_split(name: str, m: ModelSpec, lay: Layout, t: Training) -> dict[str, i
     if name.startswith("fsdp"):
         # FSDP gathers each unit before its forward and before its backward; a checkpointed block recomputes
         # inside its backward, with the parameters already gathered. Gradients are reduce-scattered in the
-        # compute dtype (MixedPrecision's reduce_dtype is param_dtype unless set), on every micro-step.
-        return {"reduce_scatter": gather * t.grad_accum, "all_gather": 2 * (gather + frozen) * t.grad_accum}
+        # compute dtype (MixedPrecision's reduce_dtype is param_dtype unless set), at the last micro-batch under
+        # no_sync, on every one with --sync-each-batch; with use_orig_params a LoRA unit's whole flat gradient.
+        reduced = gather + (frozen if t.fsdp_orig_params else 0)
+        return {"reduce_scatter": reduced * reductions(name, t), "all_gather": 2 * (gather + frozen) * t.grad_accum}
     gathers = 3 if t.grad_checkpointing else 2
     return {"reduce_scatter": gather * t.grad_accum, "all_gather": gathers * (gather + frozen) * t.grad_accum}
 
@@ -395,7 +428,9 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         states, cpu, nvme = model_states(name, m, lay, t)
         # FSDP gathers 16-bit parameters itself (no autocast copies) and steps torch's optimizer on its shard
         # FSDP steps torch's optimizer on its shard (on the host with CPU offload, where the gradients go too)
-        pk = memory.peak(m, t, t.attention, 0 if name == "fsdp_offload_cpu" else states["gradients"],
+        # (FSDP's offload keeps the gradients on the host, but under no_sync only from the sync on)
+        offloaded = name == "fsdp_offload_cpu" and not accumulates_unsharded(t)
+        pk = memory.peak(m, t, t.attention, 0 if offloaded else states["gradients"],
                          plain_torch=name in ("single", "ddp"),
                          optimizer_share={"fsdp": 1 / lay.gpus, "fsdp_offload_cpu": 0.0}.get(name))
         per = {**states, "activations": pk["activations"], "temporaries": pk["temporaries"],

@@ -491,6 +491,9 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
     precision = "tf32" if t.get("tf32") else t["precision"]
     out += wrap(f"Training: {precision}, {t['optimizer']}{impl}, micro-batch {t['batch_size']} x"
                 f" {t['seq_len']} tokens, accumulation {t['grad_accum']}"
+                + ((" (reduced every micro-batch)" if t.get("sync_each_batch") else " (no_sync)")
+                   if t["grad_accum"] > 1 else "")
+                + (", FSDP use_orig_params" if t.get("fsdp_orig_params") else "")
                 + (", gradient checkpointing" if t["grad_checkpointing"] else "")
                 + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
                 + kept + old_cuda

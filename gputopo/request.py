@@ -74,6 +74,8 @@ class TrainingAsk:
     cuda_module_loading: str | None = None   # lazy or eager: the CUDA context's size
     optimizer_impl: str | None = None        # foreach, for-loop or fused: torch's optimizer implementation
     zero_grad: str | None = None             # none or zeros: what zero_grad() leaves between steps
+    sync_each_batch: bool | None = None      # accumulation reduces every micro-batch (no no_sync)
+    fsdp_use_orig_params: bool | None = None  # FSDP units mix the frozen base and the adapters (LoRA)
     finetune: str | None = None              # full, lora or qlora: what is trained (gputopo.finetune)
     lora_rank: int | None = None
     lora_targets: tuple | None = None
@@ -533,6 +535,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     micro = first_micro(t.batch_size, t.grad_accum, t.global_batch, world)
     accum = accumulation(micro, t.grad_accum, t.global_batch, world)
     bounded(micro, accum, per_node, hw.nodes)
+    _gradient_sharing(t, ft, world, accum)
     # What plan's search may change: what the user did not pin (gputopo.search); a config without --auto has none.
     open_ = {"batch_size": t.batch_size is None and not (t.global_batch and t.grad_accum),
              "offload_params": t.offload_params is None,
@@ -546,13 +549,29 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          selective=t.selective_checkpointing, pure16=t.pure_16bit,
                          loss=_loss(t.kernels, t.loss, plan_notes), cuda_loading=t.cuda_module_loading or "lazy",
                          optimizer_impl=_optimizer_impl(t.optimizer, t.optimizer_impl),
-                         zero_grad=t.zero_grad or "none", finetune=ft, tf32=tf32)
+                         zero_grad=t.zero_grad or "none", finetune=ft, tf32=tf32,
+                         sync_each_batch=bool(t.sync_each_batch), fsdp_orig_params=bool(t.fsdp_use_orig_params))
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
                                                                      "seq_len_rotary")])
     return Request(spec, layout, training_, per_node, hw.nodes, t.global_batch, notes, remarks, gpus_assumed=assumed,
                    searchable=searchable, elsewhere=elsewhere, steps=t.steps, other_link=other_link)
+
+
+def _gradient_sharing(t: TrainingAsk, ft, world: int, accum: int) -> None:
+    """--sync-each-batch and --fsdp-use-orig-params change how GPUs reduce and hold gradients: refused where there
+    is nothing of the kind to change."""
+    given = [f"--{k.replace('_', '-')}" for k in ("sync_each_batch", "fsdp_use_orig_params") if getattr(t, k)]
+    if given and world == 1:
+        raise BadInput(f"{' and '.join(given)} describe{'s' if len(given) == 1 else ''} how GPUs share gradients;"
+                       " one GPU shares none: give --gpus N (2 or more), or drop it")
+    if t.fsdp_use_orig_params and not ft.peft:
+        raise BadInput("--fsdp-use-orig-params changes what FSDP keeps for a frozen base; full fine-tuning freezes"
+                       " nothing: give --finetune lora|qlora, or drop it")
+    if t.sync_each_batch and accum == 1 and not t.global_batch:
+        raise BadInput("--sync-each-batch changes how an accumulation reduces its gradients; nothing accumulates"
+                       " here: give --grad-accum N (2 or more) or --global-batch N, or drop it")
 
 
 def runs_here(training: Training, option: str) -> None:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from . import finetune, memory, ops
 from .models import block_tensors, embedding_tensors, param_tensors
-from .plan import TORCH_STRATEGIES, comm_split, value_bytes, weight_bytes, zero3_buckets
+from .plan import TORCH_STRATEGIES, comm_split, reductions, value_bytes, weight_bytes, zero3_buckets
 
 DDP_BUCKET = 25 * 2 ** 20          # torch DDP's bucket_cap_mb default (the first bucket is 1 MB)
 DS_BUCKET = 5 * 10 ** 8            # DeepSpeed's reduce/allgather bucket default (elements)
@@ -373,9 +373,9 @@ def collectives(name: str, m, lay, t) -> int:
         return 0
     P = trained(m, t)
     if name == "ddp":
-        return math.ceil(grad_bytes(t) * P / DDP_BUCKET)
-    if name.startswith("fsdp"):   # per micro-step: each block's two gathers and reduce-scatter, the root's gather
-        return t.grad_accum * (3 * m.layers + 2)   # and reduce
+        return math.ceil(grad_bytes(t) * P / DDP_BUCKET) * reductions(name, t)
+    if name.startswith("fsdp"):   # per micro-step: each block's two gathers, the root's gather; each unit's
+        return t.grad_accum * (2 * m.layers + 1) + reductions(name, t) * (m.layers + 1)   # reduce-scatter
     if name.startswith(("zero1", "zero2")):
         bucket = m.hidden_size ** 2 or DS_BUCKET    # what gputopo's configs write (dsconfig)
         reduces = math.ceil(P / bucket) if t.finetune.peft else bucket_reduces(gradient_order(m), bucket)
@@ -460,7 +460,7 @@ def exposed_comm(name: str, m, lay, t, rates: Rates, total: float, compute: floa
         edges = 2 * ring * max(first, block) * value_bytes(t.precision) / bw
         return t.grad_accum * max(total / t.grad_accum - micro, edges)
     backward = micro * (0.75 if t.grad_checkpointing or t.selective else 2 / 3)
-    reduces = t.grad_accum if name.startswith("zero2") else 1
+    reduces = reductions(name, t)
     per = part.get("all_reduce", 0.0) / reduces
     reduced = grad_bytes(t) if name == "ddp" else value_bytes(t.precision)
     bucket = DDP_BUCKET / 4 if name == "ddp" else (m.hidden_size ** 2 or DS_BUCKET)
@@ -517,7 +517,7 @@ def offload_seconds(name: str, m, lay, t, rates: Rates, compute: float = 0.0) ->
     if name.startswith("zero3") and t.offload_params:
         moved = fetched * 2 * t.grad_accum + p16 * share * t.grad_accum
     if name == "fsdp_offload_cpu":   # each rank uploads its shard before every gather, downloads its gradients
-        moved = fetched / n * (3 if t.grad_checkpointing else 2) * t.grad_accum + p16 * share * t.grad_accum
+        moved = fetched / n * (3 if t.grad_checkpointing else 2) * t.grad_accum + p16 * share * reductions(name, t)
     if not rates.host_link or not rates.cpu_adam:
         return None
     gpus_per_node = lay.gpus_per_node

@@ -132,10 +132,48 @@ BASE = ["plan", "--model", "llama-2-7b", "--gpus", "2", "--gpu-model", "A100-80G
     (["--finetune", "lora", "--lora-targets", "all-linear,q_proj"], "give it alone"),
     (["--finetune", "lora", "--lora-targets", ""], "is empty"),
     (["--finetune", "4bit"], "--finetune"),
+    (["--fsdp-use-orig-params"], "full fine-tuning freezes nothing"),
+    (["--sync-each-batch"], "nothing accumulates here"),
 ])
 def test_bad_lora_options_are_one_line_exit_2(args, msg):
     r = run(*BASE, *args)
     assert r.exit_code == 2 and msg in r.output and r.output.count("\n") == 1, r.output
+
+
+def fsdp_row(*extra, gpus=4):
+    args = ["--model", "llama-2-7b", "--gpus", gpus, "--gpu-model", "A100-80GB", "--batch-size", "1",
+            "--seq-len", "512", "--no-grad-checkpointing", *extra, "--json"]
+    data = json.loads(run("plan", *args).stdout)
+    return next(s for s in data["strategies"] if s["name"] == "fsdp"), data
+
+
+def test_fsdp_accumulates_whole_gradients_under_no_sync_and_shards_with_sync_each_batch():
+    """torch's FSDP.no_sync (the HF Trainer's, accelerate's and Lightning's accumulation): every unit's unsharded
+    16-bit gradient until the last micro-batch, one reduce-scatter a step; --sync-each-batch: shards only, one
+    reduce-scatter per micro-batch."""
+    P = LLAMA.params
+    one, _ = fsdp_row("--grad-accum", "1")
+    whole, data = fsdp_row("--grad-accum", "4")
+    each, _ = fsdp_row("--grad-accum", "4", "--sync-each-batch")
+    assert whole["per_gpu_bytes"]["gradients"] >= 2 * P > each["per_gpu_bytes"]["gradients"]
+    assert each["per_gpu_bytes"]["gradients"] == one["per_gpu_bytes"]["gradients"] < 4 * P / 4 * 1.2
+    assert each["comm_bytes_per_step"] > whole["comm_bytes_per_step"]    # 4 reduce-scatters against 1
+    assert data["training"]["sync_each_batch"] is False and data["training"]["grad_accum"] == 4
+    r = run("plan", "--model", "llama-2-7b", "--gpus", "1", "--gpu-model", "A100-80GB", "--grad-accum", "2",
+            "--sync-each-batch")
+    assert r.exit_code == 2 and "one GPU shares none" in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_fsdp_use_orig_params_gives_a_lora_unit_the_whole_block_s_gradient():
+    """use_orig_params=True with the adapters in their block's unit: the flat gradient covers the frozen base (the
+    litgpt FSDP rows of benchmarks/peft_public.json ran so), sharded each step or whole under no_sync."""
+    base = finetune.base_bytes(LLAMA, lora(), 2, kept=2)
+    apart, _ = fsdp_row("--finetune", "lora")
+    mixed, _ = fsdp_row("--finetune", "lora", "--fsdp-use-orig-params")
+    mixed_accum, _ = fsdp_row("--finetune", "lora", "--fsdp-use-orig-params", "--grad-accum", "4")
+    assert apart["per_gpu_bytes"]["gradients"] < base / 100
+    assert base / 4 < mixed["per_gpu_bytes"]["gradients"] < base / 4 + base / LLAMA.layers * 1.1
+    assert mixed_accum["per_gpu_bytes"]["gradients"] > base
 
 
 def test_plan_inspect_and_auto_give_one_answer_for_lora():

@@ -312,6 +312,12 @@ SHARED = {
     "optimizer_impl": ([], ["--optimizer-impl", "fused"], phases("ddp")),
     # zero_grad(set_to_none=False): last step's gradients still there at the loss
     "zero_grad": ([], ["--zero-grad", "zeros"], phases("ddp")),
+    # no_sync (the HF Trainer's accumulation) all-reduces once a step; --sync-each-batch on every micro-batch
+    "sync_each_batch": (["--grad-accum", "4"], ["--grad-accum", "4", "--sync-each-batch"],
+                        lambda p: by("ddp")(p)["comm_bytes_per_step"]),
+    # a LoRA unit's flat gradient covers its frozen base too
+    "fsdp_use_orig_params": (["--finetune", "lora"], ["--finetune", "lora", "--fsdp-use-orig-params"],
+                             strategy("fsdp", "gradients")),
     "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: (p["layout"]["cpu_cores"], p["layout"]["cpu_cores_range"])),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
@@ -535,9 +541,11 @@ def _walk(tmp):
         if name not in ("gpus", "gpu_mem", "gpu_model", "link"):
             w[("inspect", name)] = inspect_check
     # torch's own optimizer loop, which a DeepSpeed config replaces: refused there, --auto or not
-    for name, value in (("optimizer_impl", "fused"), ("zero_grad", "zeros")):
+    for name, value in (("optimizer_impl", ["fused"]), ("zero_grad", ["zeros"]),
+                        ("sync_each_batch", ["--grad-accum", "4"]), ("fsdp_use_orig_params", ["--finetune", "lora"])):
         flag = "--" + name.replace("_", "-")
-        w[("deepspeed-config", name)] = refused("deepspeed-config", AUTO[:-1] + [flag, value],
+        args = [flag, *value] if name in ("optimizer_impl", "zero_grad") else [*value, flag]
+        w[("deepspeed-config", name)] = refused("deepspeed-config", AUTO[:-1] + args,
                                                 f"{flag} describes torch's own optimizer loop")
     w[("plan", "as_json")] = _json_flag("plan", PLAN[:-1])
     w.update({(cmd, flag): _text_shape(cmd, args, flag) for cmd, args in (
