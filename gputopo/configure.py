@@ -491,11 +491,15 @@ def generate(a: Ask, req) -> Result:
 
 def _threads(a: Ask, req, strategy: str | None) -> int | None:
     """Each rank's OMP_NUM_THREADS where the plan priced DeepSpeed's CPU Adam on the node's cores (--auto with
-    offload): the node's cores shared by its ranks."""
-    if not a.auto or "offload" not in (strategy or "") or req.layout is None or not req.layout.cpu_cores:
+    offload): the threads its step time was priced on (speed.threads_per_rank, the plan's time.threads_per_rank),
+    within the --cpus-per-task the job asks."""
+    from . import speed
+    if not a.auto or not strategy or req.layout is None:
         return None
-    cores = min(req.layout.cpu_cores, a.cpus_per_task or req.layout.cpu_cores)   # Slurm gives what the job asks
-    return max(1, cores // req.gpus_per_node)
+    priced = speed.threads_per_rank(strategy, req.layout)
+    if priced and a.cpus_per_task:   # Slurm gives what the job asks
+        return max(1, min(priced, a.cpus_per_task // req.gpus_per_node))
+    return priced
 
 
 def _fsdp_launch(a: Ask, req, planned: dict, launch_info: dict) -> None:

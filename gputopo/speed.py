@@ -96,12 +96,23 @@ class Time:
     basis: str
     run_s: float | None = None
     sampled_extra_s: float = 0.0   # DeepSpeed's time beyond the parts, measured on the model's sample (in step_s)
+    threads_per_rank: int | None = None   # the host's threads each rank's CPU Adam is priced on (offload only)
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if d["run_s"] is None:
-            d.pop("run_s")
+        for key in ("run_s", "threads_per_rank"):
+            if d[key] is None:
+                d.pop(key)
         return d
+
+
+def threads_per_rank(name: str, lay) -> int | None:
+    """The threads each rank steps its share of an offloaded optimizer on, as offload_seconds prices it: CPU Adam's
+    node rate is the node's cores' (rates.cpu_adam), shared by the node's ranks, so each gets cores / ranks (the
+    launch's OMP_NUM_THREADS, gputopo.launch). None: no host step (no offload), or the cores are unknown."""
+    if "offload" not in name or not lay.cpu_cores:
+        return None
+    return max(1, lay.cpu_cores // lay.gpus_per_node)
 
 
 TILE = 128   # cuBLAS's common 16-bit tile edge (NVIDIA's matrix multiplication guide: 256x128, 128x128, 64x128...)
@@ -538,7 +549,7 @@ def step(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, steps: int | N
          device: str = "cuda") -> Time:
     """One optimizer step of one strategy (all micro-steps of gradient accumulation): the parts, and what
     DeepSpeed took beyond them on the model's sample when calibration ran this strategy there."""
-    parts = _parts(name, m, lay, t, rates, p2p, device)
+    parts = replace(_parts(name, m, lay, t, rates, p2p, device), threads_per_rank=threads_per_rank(name, lay))
     extra = sampled_extra(name, m, lay, t, rates, device) if parts.step_s else 0.0
     # a surplus measured low (noise, carried over many blocks) never takes the step below its own compute
     extra = max(extra, parts.compute_s - parts.step_s) if extra else 0.0

@@ -9,7 +9,9 @@ accelerator.backward, nothing DeepSpeed-specific; LAUNCH_TEST_DUMMY=1 makes it u
 LAUNCH_TEST_OPT=sgd torch's SGD.
 The model is a tiny GPT-2 (LAUNCH_TEST_MODEL, a folder with config.json); LAUNCH_TEST_STEPS steps.
 Each node's first process prints `GPUTOPO_RESULT {json}` with the losses averaged over all ranks, and under
---deepspeed first `GPUTOPO_ENV {json}` (its PATH and TORCH_EXTENSIONS_DIR, to see what crossed ssh).
+--deepspeed first `GPUTOPO_ENV {json}` (its PATH and TORCH_EXTENSIONS_DIR, to see what crossed ssh); there every
+rank also prints `GPUTOPO_THREADS {json}`: its rank, node, torch.get_num_threads(), OMP_NUM_THREADS and the CPUs
+it may run on (sched_getaffinity), the threads its CPU Adam steps on.
 """
 import json
 import os
@@ -25,6 +27,11 @@ def deepspeed_initialize():
     if os.environ.get("LOCAL_RANK", "0") == "0":  # what this node's processes got (over ssh: .deepspeed_env)
         seen = {k: os.environ.get(k) for k in ("PATH", "TORCH_EXTENSIONS_DIR")}
         print("GPUTOPO_ENV " + json.dumps(seen), flush=True)
+    import torch  # the threads this rank was launched with (DeepSpeed's CPU Adam runs OpenMP's, torch's)
+    threads = {"rank": int(os.environ.get("RANK", "0")), "node": os.environ.get("SLURMD_NODENAME") or os.uname()[1],
+               "torch_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+               "affinity": len(os.sched_getaffinity(0))}
+    print("GPUTOPO_THREADS " + json.dumps(threads), flush=True)
     sys.argv += ["--model", MODEL, "--steps", str(STEPS), "--batch-size", str(BATCH), "--seq-len", str(SEQ)]
     runpy.run_module("gputopo.worker", run_name="__main__")  # ends the process itself (os._exit)
 

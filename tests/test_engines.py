@@ -90,6 +90,37 @@ def test_generated_sbatch_trains_on_the_nodes(tmp_path, env, engines, nodes):
     assert r["info"]["zero_stage"] == 1 and r["backend"] == "gloo"
 
 
+def rank_threads(out: str) -> list[dict]:
+    """Every rank's `GPUTOPO_THREADS {json}` (tests/launch_train.py), wherever it stands in the job's output."""
+    decode = json.JSONDecoder().raw_decode
+    return [decode(part.lstrip())[0] for part in out.split("GPUTOPO_THREADS ")[1:]]
+
+
+def test_generated_sbatch_gives_each_rank_the_threads_priced(tmp_path, env, engines):
+    """Issue 50: the sbatch of a plan whose CPU Adam runs on the nodes' cores (CPU offload) gives every rank the
+    threads its step time was priced on (the plan's time.threads_per_rank: the node's cores over its ranks), as
+    each rank of the job reads them; torchrun alone would give it 1 (Slurm's own CPUs here: 4 per node, 2 GPUs)."""
+    gpus, cpus, nodes = int(engines["ENGINES_GPUS_PER_NODE"]), int(engines["ENGINES_CPUS_PER_NODE"]), 2
+    d = generate(tmp_path / "cfg", "--auto", "--model", "gpt2", "--gpu-model", "T4", "--gpu-mem", "1GB",
+                 "--cpu-cores", str(cpus), "--cpu-mem", "64GB", "--no-hf", "--precision", "fp32", *SMALL,
+                 "--gpus", str(gpus), "--nodes", str(nodes), "--launcher", "slurm", "--master-port", str(free_port()),
+                 env=env, whole=True)
+    chosen = d["plan"]["recommendation"]["strategy"]
+    assert chosen == "zero3_offload_cpu", chosen   # 1 GB a GPU: gpt2's states on the host, CPU Adam there
+    priced = next(s for s in d["plan"]["strategies"] if s["name"] == chosen)["time"]["threads_per_rank"]
+    assert priced == cpus // gpus > 1
+    job, out = submit(d["launch"]["command"], tmp_path, env)   # the submitting shell has OMP_NUM_THREADS=1
+    assert job["NodeList"] == "node[1-2]" and f"cpu={cpus * nodes}" in job["TRES"], job
+    ranks = rank_threads(out)
+    assert sorted(r["rank"] for r in ranks) == list(range(gpus * nodes)), out[-3000:]
+    assert sorted(r["node"] for r in ranks) == ["node1"] * gpus + ["node2"] * gpus
+    assert all(r["torch_threads"] == priced and r["omp_num_threads"] == str(priced) for r in ranks), ranks
+    # not pinned below them by the step (its CPUs: Slurm's, at most this machine's, which the fake nodes outnumber)
+    assert all(r["affinity"] >= min(priced, len(os.sched_getaffinity(0))) for r in ranks), ranks
+    r = one([(out, "")], world=gpus * nodes)
+    assert r["info"]["zero_stage"] == 3 and r["backend"] == "gloo"
+
+
 def header(script: str) -> list[str]:
     """A launchers/ script's first comment, the command that runs it: `# sbatch ...`."""
     line = (ROOT / "launchers" / script).read_text().splitlines()[1]

@@ -33,14 +33,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def generate(folder: Path, *args, env=None) -> dict:
-    """gputopo deepspeed-config ... -o folder/ds.json --json, run in folder (env: the shell it runs in)."""
+def generate(folder: Path, *args, env=None, whole=False) -> dict:
+    """gputopo deepspeed-config ... -o folder/ds.json --json, run in folder (env: the shell it runs in): its launch
+    (whole: all its JSON, the plan's too)."""
     folder.mkdir(parents=True, exist_ok=True)
     script = ["--script", SCRIPT] if "--launcher" in args else []  # refused without a launch to name it in
     cmd = [bin_path("gputopo"), "deepspeed-config", *args, *script, "-o", str(folder / "ds.json"), "--force", "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=folder, env=env)
     assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)["launch"]
+    return json.loads(r.stdout) if whole else json.loads(r.stdout)["launch"]
 
 
 def env_for(tmp_path, **extra) -> dict:

@@ -97,9 +97,11 @@ def test_speed_decides_zero3_over_offload_on_8_pcie_gpus_across_sockets():
 def test_plan_json_time_fields_and_interconnect_ab():
     data = plan_json("--model", "gpt2", "--gpus", "2", "--gpu-model", "TITAN RTX", "--link", "NV2", "--steps", "200",
                      "--cpu-mem", "64GiB", "--cpu-cores", "16")   # the host given: offload's rows timed too
-    for s in data["strategies"]:
+    for s in data["strategies"]:   # offload's rows say the threads a rank's CPU Adam was priced on: 16 cores / 2
         assert set(s["time"]) == {"step_s", "compute_s", "comm_s", "exposed_comm_s", "offload_s", "optimizer_s",
-                                  "tokens_per_s", "basis", "run_s", "sampled_extra_s"}
+                                  "tokens_per_s", "basis", "run_s", "sampled_extra_s"} | (
+            {"threads_per_rank"} if "offload" in s["name"] else set())
+        assert s["time"].get("threads_per_rank", 8) == 8
         assert s["time"]["run_s"] == pytest.approx(200 * s["time"]["step_s"])
     ab = data["interconnect_ab"]
     assert set(ab) == {"strategy", "link", "step_s", "step_s_without_p2p", "ratio", "p2p_used"}
