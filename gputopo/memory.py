@@ -146,16 +146,35 @@ def attention_bytes(m, x: Shape, attention: str) -> int:
     return core + out_proj + drop
 
 
+# Model types whose eager attention hands softmax's output to dropout as it is, with no cast back to the value's
+# dtype: transformers v4.16.0's BertSelfAttention.forward (scores / sqrt(d) + the extended mask, softmax, dropout,
+# matmul with V), and eager_attention_forward of bert, roberta, xlm-roberta, electra, camembert, distilbert, albert
+# and t5 in transformers 5.25. Under autocast their scores reach softmax in fp32: the additive mask is built in the
+# parameters' (4.16: get_extended_attention_mask's `.to(dtype=self.dtype)`) or the fp32 embeddings' dtype (5.x:
+# masking_utils' eager_mask), and a 16-bit tensor plus an fp32 one is fp32 (type promotion); CUDA's autocast runs
+# softmax in fp32 besides (its fp32 list). So dropout runs on fp32 probabilities, and autocast casts them to 16
+# bits only for the probabilities @ V matmul. GPT-2 (`.type(value.dtype)`) and Llama (`softmax(..., dtype=float32)
+# .to(query.dtype)`) cast before dropout.
+FP32_PROBS = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "distilbert", "albert", "t5")
+
+
+def fp32_probabilities(m, x: Shape) -> bool:
+    """Eager attention's probabilities stay fp32 through dropout: autocast over an fp32 residual stream (plain
+    torch's mixed precision) and a model type whose attention casts nothing back (FP32_PROBS)."""
+    return x.mixed and x.res == 4 and not x.fused and m.family in FP32_PROBS
+
+
 def eager_dropout_mask(m, x: Shape) -> int:
     """Bytes per element of eager attention's dropout mask. CUDA: 1 (bool). CPU: the probabilities' dtype,
     which is the query's (transformers' eager_attention_forward: softmax(..., dtype=float32).to(query.dtype)).
     Under autocast a rotary model's query is fp32: the bf16 projection is multiplied by cos/sin that the
     rotary module casts to its input's dtype, the fp32 residual stream (LlamaRotaryEmbedding.forward returns
     cos.to(dtype=x.dtype), https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama/
-    modeling_llama.py), so the mask is fp32 there; GPT-2 casts to the value's dtype (16-bit)."""
+    modeling_llama.py), so the mask is fp32 there, as it is where the probabilities stay fp32 (fp32_probabilities:
+    BERT); GPT-2 casts to the value's dtype (16-bit)."""
     if x.cuda:
         return x.mask
-    return 4 if m.rotary else x.v
+    return 4 if m.rotary or fp32_probabilities(m, x) else x.v
 
 
 def math_sdpa_bytes(m, x: Shape) -> int:

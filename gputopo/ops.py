@@ -134,6 +134,25 @@ def norm_op(m, x) -> Op:
     return Op("rmsnorm", x.T * x.h, 4, 7, 19, "stream", (6, 11))
 
 
+def weight_casts(m, x) -> tuple[int, int]:
+    """(tensors per block, tensors outside the blocks) that torch.autocast casts to 16 bits in each forward: every
+    Linear's weight and bias (linear/addmm are on autocast's 16-bit list, which casts all their floating inputs;
+    embeddings and LayerNorm's weights are not cast). autocast caches a cast weight until the forward's autocast
+    region exits, so each is cast once per forward, again in checkpointing's recomputation (torch.utils.checkpoint
+    re-enters autocast around it, with a fresh cache), and each cast's backward casts its gradient back to fp32.
+    Their bytes are speed.cast_bytes; these are their kernels. Under LoRA the base is 16-bit already (the adapters'
+    casts are adapter_ops')."""
+    if not autocast(x) or x.ft.peft:
+        return 0, 0
+    mats, biased, _, _ = block_matrices(m)
+    outside = [lin for lin in m.linears if "*" not in lin.name]
+    # a head's bias where the blocks' projections have theirs (BERT's pooler and classifier; no LM head has one)
+    heads = sum(lin.count * (1 + (lin.stage != "head" and len(biased) == len(mats))) for lin in outside)
+    if not m.linears and x.L:
+        heads = 1   # a model described without its modules: its output head's weight
+    return len(mats) + len(biased), heads
+
+
 def norm_ops(m, x, consumers: int) -> list[Op]:
     """A norm before `consumers` projections, the residual add after the sublayer (backward: the two gradients
     reaching the residual stream summed), the dropout before it."""
@@ -159,7 +178,10 @@ def qk_norm_ops(m, x, fused: bool = False) -> list[Op]:
 def attention_ops(m, x, attention: str) -> list[Op]:
     """Around the attention kernel. Eager (and PyTorch's math SDPA) materializes the scores: matmul copies the
     strided Q, K^T and V (or repeat_kv does), then scale, mask add, fp32 softmax, cast back, dropout
-    (transformers' eager_attention_forward); a fused SDPA kernel does all of that inside. Rotary models
+    (transformers' eager_attention_forward; BERT and its kin drop out first, on the fp32 probabilities, and autocast
+    casts them for the second matmul: memory.FP32_PROBS); a fused SDPA kernel does all of that inside. Under
+    autocast the mask add's output is fp32: the mask is built fp32 (the parameters' or embeddings' dtype) and a
+    16-bit tensor plus an fp32 one is fp32; its backward casts the gradient back to the scores' 16 bits. Rotary models
     rotate Q and K first: q * cos + rotate_half(q) * sin (neg, cat, 2 multiplies, add, each for q and k)."""
     T, v, f, hq, hkv = x.T, x.v, 4, x.a * x.d, x.kv * x.d
     ops = [Op("attention output transpose", T * hq, v, 2, 2, "stream")]
@@ -173,12 +195,28 @@ def attention_ops(m, x, attention: str) -> list[Op]:
                 Op("scores: scale", x.S, sv, 2, 2, "stream"),
                 Op("scores: mask add", x.S, (sv + f) / 2, 2, 2 if sv != f else 0, "stream", (1, int(sv != f))),
                 Op("softmax", x.S, f, 2, 3, "math")]
-        if sv != f:
+        if sv != f:   # transformers' own cast back, or autocast's for the probabilities @ V matmul
             ops.append(Op("probabilities cast", x.S, (f + sv) / 2, 2, 2, "stream"))
         if m.attn_dropout:
             mask = 4 if attention == "math" else memory.eager_dropout_mask(m, x)
-            ops.append(Op("attention dropout", x.S, sv, 2 + mask / sv, 2 + mask / sv, "stream"))
+            # on fp32 probabilities before their cast where the model casts nothing back (memory.FP32_PROBS: BERT)
+            dv = f if attention == "eager" and memory.fp32_probabilities(m, x) else sv
+            ops.append(Op("attention dropout", x.S, dv, 2 + mask / dv, 2 + mask / dv, "stream"))
     return ops
+
+
+def score_dtypes(m, x, attention: str = "eager") -> dict:
+    """Bytes an element of each tensor eager attention writes over the scores, as attention_ops prices them (what
+    benchmarks/autocast_dtypes.py holds against the CPU twin's ops): the scaled scores, the mask add's output, the
+    softmax's, the dropout's and what the probabilities @ V matmul reads."""
+    by = {op.what: op for op in attention_ops(m, x, attention)}
+    scaled = by["scores: scale"].bpe
+    out = {"scaled scores": scaled, "mask add": 2 * by["scores: mask add"].bpe - scaled,
+           "softmax": by["softmax"].bpe}
+    if "attention dropout" in by:
+        out["dropout"] = by["attention dropout"].bpe
+    out["probabilities @ V"] = scaled
+    return out
 
 
 def mlp_ops(m, x) -> list[Op]:
@@ -280,6 +318,11 @@ def elementwise_ops(m, t, attention: str, device: str, half: bool = False) -> tu
             # each layer's K and V copied in
             block.append(Op("KV cache copy", x.T * 2 * x.kv * x.d, x.v, 2, 0, "stream", (2, 0)))
         head = head_ops(m, x)
+        casts = weight_casts(m, x)
+        if casts[0]:   # kernels only (each forward, its backward): their bytes are speed.cast_bytes
+            block.append(Op("autocast weight casts", 0, 0, 0, 0, "stream", (casts[0], casts[0])))
+        if casts[1]:
+            head.append(Op("autocast weight casts", 0, 0, 0, 0, "stream", (casts[1], casts[1])))
     mats, biased, _, _ = block_matrices(m)
     if biased and not x.frozen:   # a bias's gradient sums its output's gradient over the tokens: one read of it
         block.append(Op("bias gradients", x.T * sum(mats[i][1] for i in biased), x.v, 0, 1, "stream",

@@ -272,12 +272,14 @@ def grad_bytes(t) -> int:
 
 def cast_bytes(name: str, m, t) -> float:
     """Plain torch under autocast casts every fp32 weight to 16 bits in each forward (read 4, write 2), into a
-    fresh tensor, and the cast's backward the 16-bit gradient back to fp32 (read 2, write 4); DeepSpeed's 16-bit
-    weights need no cast."""
+    fresh tensor, and the cast's backward the 16-bit gradient back to fp32 (read 2, write 4); the blocks' weights
+    again in checkpointing's recomputed forward, which re-enters autocast with a fresh cache (ops.weight_casts);
+    DeepSpeed's 16-bit weights need no cast."""
     if name not in ("single", "ddp") or t.precision == "fp32" or t.pure16:
         return 0.0
     if not t.finetune.peft:
-        return m.params * 12
+        again = sum(n for n, mat in block_tensors(m) if mat) * m.layers if t.grad_checkpointing else 0
+        return m.params * 12 + again * 6
     # LoRA's base is 16-bit already; QLoRA's fp32 output head (prepare_model_for_kbit_training) is cast forward,
     # with no gradient to cast back
     head = (m.vocab_size or 0) * m.hidden_size if t.finetune.quantized and m.logits else 0
@@ -665,10 +667,12 @@ KERNEL_S = 2.5e-6
 # The host's time per kernel of an eager HF forward and backward (Python, transformers' modules, torch's
 # dispatcher, autograd), measured by benchmarks/host_dispatch.py on this project's 2-vCPU VM (torch 2.13,
 # transformers 5.24, CPU tensors 64 wide, two runs): GPT-2 10.2-11.0 us and Llama 7.7-8.7 in fp32, 16.9-18.8 and
-# 13.2-13.6 under ops.autocast (bf16); the means taken. A machine described, not at hand, is taken to dispatch as
-# fast; a GPU's launch adds to it (Meta's Holistic Trace Analysis docs put a launch's CPU side at "between 5-20
-# microseconds").
-HOST_OP_S = {"fp32": 9.4e-6, "mixed": 15.6e-6}
+# 13.2-13.6 under autocast (bf16) over the kernels ops.kernels counted then; the means taken. Those autocast steps
+# also ran autocast's weight casts, which ops.kernels now counts (ops.weight_casts: 1204 kernels where it counted
+# 1010 for that GPT-2, 2005 where 1779 for that Llama), so the same steps over them: 14.2-15.8 and 11.7-12.1 us,
+# their mean 13.4. A machine described, not at hand, is taken to dispatch as fast; a GPU's launch adds to it (Meta's
+# Holistic Trace Analysis docs put a launch's CPU side at "between 5-20 microseconds").
+HOST_OP_S = {"fp32": 9.4e-6, "mixed": 13.4e-6}
 # Compute running beside collectives is slowed by them (NCCL's kernels take SMs and memory bandwidth): "average
 # computational slowdown of 18.9%, with a maximum of 40.0%" over A100, H100, MI250 and MI210 (Characterizing
 # Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning, arXiv 2507.03114).

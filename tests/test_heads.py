@@ -46,7 +46,7 @@ def test_a_classifier_has_no_vocabulary_logits_at_the_loss(tmp_path):
 def test_the_guides_table_is_held_against_plan():
     """benchmarks/seed_table.py prices each of the guide's nine runs (issue 44): every row gets a memory and a step;
     the memory within 11 % of the guide's (the masked-LM head was -38 %; 10 % is the target, run 3 +10.9 %), the
-    fp32 rows' step within 16 % (the fp16 rows are 30-50 % fast: benchmarks/seed_table.py says what is unknown)."""
+    fp32 rows' step within 16 % (the fp16 rows are 27-44 % fast: benchmarks/seed_table.py measures each one's gap)."""
     import subprocess
     import sys
     root = Path(__file__).resolve().parent.parent
@@ -56,4 +56,5 @@ def test_the_guides_table_is_held_against_plan():
     assert [r["run"] for r in rows] == list(range(1, 10))
     assert all(r["predicted_step_s"] > 0 and abs(r["memory_error"]) < 0.11 for r in rows)
     assert all(abs(r["step_error"]) < 0.16 for r in rows if "fp16" not in r["trainer"]), rows
-    assert all(r["unknown"] for r in rows if "fp16" in r["trainer"])
+    gap = "fp16: the guide's step less plan's optimizer step"   # each fp16 row's own measured gap
+    assert all(r["unknown"][0].startswith(gap) for r in rows if "fp16" in r["trainer"])
