@@ -65,7 +65,8 @@ def request(model, training, threads: int | None = None, device: str = "cpu", cp
                                              device)["bytes"] + RUNTIME_BYTES)
     most = min(model.layers, sample_blocks(model))
     block, head = elementwise_ops(model, training, training.attention, device)
-    sizes = sorted({min(int(op[1]), LARGEST) for op in block + head} | {min(model.params, LARGEST)})
+    # (an op of kernels only, no bytes — autocast's weight casts, whose bytes are speed.cast_bytes — has no size)
+    sizes = sorted({min(int(op[1]), LARGEST) for op in block + head if op[1]} | {min(model.params, LARGEST)})
     return {"shapes": shapes, "sizes": sizes, "precision": training.precision, "tf32": training.tf32,
             "optimizer": training.optimizer,
             "optimizer_kwargs": training.optimizer_kwargs(),
