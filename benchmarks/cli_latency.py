@@ -7,9 +7,9 @@ Run: .venv/bin/python benchmarks/cli_latency.py [--repeat 5]
 Every command runs once before it is timed, with Python's bytecode cache on (as a user's shell has it).
 Targets: gputopo at least 20x faster than `accelerate env` (plan's rows aside); plan's search of a 70B model
 on 8 nodes x 8 GPUs (every micro-batch, checkpointing, parameter offload and strategy) under 2 s (issue 34);
-`inspect --from-file` within 2x of the floor, a bare
-`python -c "import click"` process in the same venv (issue 18), timed in alternating pairs so a busy machine
-slows both sides alike: the ratio printed is the median of the per-pair ratios.
+`inspect --from-file` within 1.5x of the floor, a bare
+`python -c "import click"` process in the same venv (issue 18; 1.5x: issue 50), timed in alternating pairs so a busy
+machine slows both sides alike: the ratio printed is the median of the per-pair ratios.
 """
 import argparse
 import os
@@ -23,6 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+FLOOR_TARGET = 1.5   # inspect --from-file / `python -c "import click"`, at most (issue 50)
 
 
 # As a user's shell runs them: Python writes and reuses its bytecode cache (some sandboxes set
@@ -97,8 +98,8 @@ def main():
         print(f"{name:58} {t:9.3f} {(f'{ref / t:.1f}x' if ref else 'n/a'):>30}")
     ratio, cmd_s, floor_s = floor_ratio(rows[1][1], max(10, 2 * args.repeat))
     print(f"inspect --from-file / floor (python -c 'import click'): {ratio:.2f}"
-          f" ({cmd_s * 1000:.0f} ms vs {floor_s * 1000:.0f} ms, medians of paired runs); target <= 2.0:"
-          f" {'met' if ratio <= 2.0 else 'NOT met'}")
+          f" ({cmd_s * 1000:.0f} ms vs {floor_s * 1000:.0f} ms, medians of paired runs); target <= {FLOOR_TARGET}:"
+          f" {'met' if ratio <= FLOOR_TARGET else 'NOT met'}")
     big = results[searched[1][0]]
     print(f"plan's search, 70B on 8 x 8 GPUs: {big:.2f} s; target < 2 s: {'met' if big < 2 else 'NOT met'}")
     if ref:

@@ -10,6 +10,7 @@ from .units import gib, size
 
 @dataclass(frozen=True)
 class Advice:
+    """A strategy and the reasons for it, with what ZeRO's traffic costs on the interconnect."""
     strategy: str | None        # "single", "ddp", or a plan strategy name once memory is known
     interconnect: str           # "nvlink", "pcie", "mixed", "unknown", "none"
     zero_traffic_cost: str      # "low", "high", "unknown"

@@ -1,6 +1,8 @@
 """The `gputopo` command line: the click group that assembles gputopo/commands/ and turns errors into one line."""
 from __future__ import annotations
 
+import gc
+
 import click
 
 from . import __version__, children, files
@@ -110,3 +112,7 @@ def main():
             sys.stderr.flush()
             os._exit(STOPPED[0])
         raise
+    finally:
+        # The finished command's objects are left to the process's end: the interpreter's exit would otherwise search
+        # them all for reference cycles to free, ~6 ms of the ~65 an `inspect -f` takes (issue 50).
+        gc.freeze()

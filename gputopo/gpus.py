@@ -67,6 +67,7 @@ NVLINKS = {"P100": 4, "V100": 6, "A100": 12, "A800": 8, "H100": 18, "H200": 18, 
 
 @dataclass(frozen=True)
 class GpuModel:
+    """A GPU name matched to its catalog entry: the architecture and, where the name says, the memory."""
     name: str                    # as the user or nvidia-smi wrote it
     key: str                     # the catalog entry: "A100", "RTX 4090"
     arch: str

@@ -66,6 +66,7 @@ def link_level(link_type: str | None) -> int:
 
 @dataclass(frozen=True)
 class Finding:
+    """One health finding: its level, a stable code, what it is about and the message."""
     level: str      # "info", "warn" or "error"
     code: str       # stable identifier, e.g. "temperature_high"
     subject: str    # "GPU0", "GPU0-GPU1", "env", "host"

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import replace
-from pathlib import Path
 
 from . import parse
 from .errors import NvmlUnavailable
@@ -19,7 +17,7 @@ THROTTLE_BITS = {
     0x100: "display_clock_setting",
 }
 P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "NS", 5: "NS", 6: "U"}
-SYSFS_PCI = Path("/sys/bus/pci/devices")
+SYSFS_PCI = "/sys/bus/pci/devices"   # a path string: pathlib is imported by the live probe alone (fast start)
 
 
 def _nvml():
@@ -60,7 +58,8 @@ def _bus(bus_id) -> str:
 
 def _sysfs(bus: str, name: str) -> str | None:
     try:
-        return (SYSFS_PCI / bus / name).read_text().strip()
+        with open(os.path.join(SYSFS_PCI, bus, name)) as f:
+            return f.read().strip()
     except OSError:
         return None
 
@@ -232,7 +231,8 @@ def cuda_visible(value: str | None, uuids: list[str | None]) -> list[int | str]:
 
 def smi_text(*args: str) -> str | None:
     """Output of `nvidia-smi ARGS`, or None when the binary is absent or fails."""
-    import subprocess  # here, not at the top: inspect of a paste never runs nvidia-smi (fast start)
+    import shutil  # shutil and subprocess here, not at the top: inspect of a paste never runs nvidia-smi (fast start)
+    import subprocess
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
@@ -275,7 +275,9 @@ def _fill_affinity(g: Gpu, smi: Topology) -> Gpu:
 
 def host() -> dict:
     """CPUs, NUMA nodes, RAM and temp-dir free space of this machine."""
+    import shutil
     import tempfile
+    from pathlib import Path
 
     import psutil
     numa = sorted(Path("/sys/devices/system/node").glob("node[0-9]*"))

@@ -109,6 +109,7 @@ class NvLink:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU as NVML or a paste describes it; None where it does not say."""
     name: str                          # header label: "GPU0"
     index: int
     model: str | None = None           # "NVIDIA A100-SXM4-80GB"
@@ -147,6 +148,7 @@ class Gpu:
 
 @dataclass(frozen=True)
 class Nic:
+    """One NIC of `nvidia-smi topo -m`'s header."""
     name: str                          # header label: "NIC0" or, from older drivers, "mlx5_0"
     device: str | None = None          # from the NIC Legend, or the label itself when it is a device name
 
@@ -156,6 +158,7 @@ class Nic:
 
 @dataclass(frozen=True)
 class Link:
+    """The path between two devices of the matrix (at least one a GPU), as nvidia-smi names it."""
     a: str
     b: str
     type: str | None                   # exactly as nvidia-smi prints it: "NV12", "PIX", "SYS", ...; None: unknown
@@ -172,6 +175,7 @@ class Link:
 
 @dataclass(frozen=True)
 class Topology:
+    """A machine's GPUs, NICs and the links between them, as read once."""
     gpus: tuple[Gpu, ...]
     nics: tuple[Nic, ...] = ()
     links: tuple[Link, ...] = ()       # one per unordered pair of header labels, header order

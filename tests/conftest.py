@@ -1,4 +1,5 @@
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def fake_nvml(monkeypatch, tmp_path):
         monkeypatch.setitem(sys.modules, "pynvml", fake)
         return fake
     monkeypatch.setattr(probe, "SYSFS_PCI", tmp_path / "sysfs")
-    monkeypatch.setattr(probe.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)   # as gputopo.probe finds nvidia-smi
     return install
 
 

@@ -53,7 +53,7 @@ def test_inspect_of_a_paste_loads_only_what_it_uses():
     probe: those modules are not imported at all (benchmarks/cli_latency.py prints the time against the floor)."""
     statement = cli("inspect", "-f", str(FIXTURES / "topo" / "rtx5090x2_phb.txt")).replace(
         "cli()", "cli(standalone_mode=False)")
-    unused = {"psutil", "subprocess", "gputopo.plan", "gputopo.memory", "gputopo.models", "gputopo.doctor",
+    unused = {"psutil", "subprocess", "shutil", "gputopo.plan", "gputopo.memory", "gputopo.models", "gputopo.doctor",
               "gputopo.request", "gputopo.system", "gputopo.nvme", "gputopo.dsconfig", "importlib.resources"}
     code = f"import sys\n{statement}\nprint('LOADED', sorted({unused!r} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1,4 +1,5 @@
 """The NVML path against a fake pynvml filled with real hardware values."""
+import shutil
 import stat
 
 import pytest
@@ -107,7 +108,7 @@ def test_nvidia_smi_binary_when_nvml_missing(fake_nvml, monkeypatch, tmp_path):
     exe = tmp_path / "nvidia-smi"
     exe.write_text(f"#!/bin/sh\n[ \"$1\" = topo ] && cat {tmp_path / 'topo.txt'} && exit 0\nexit 1\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(probe.shutil, "which", lambda name: str(exe) if name == "nvidia-smi" else None)
+    monkeypatch.setattr(shutil, "which", lambda name: str(exe) if name == "nvidia-smi" else None)
     topo = probe.topology()
     assert topo.source == "nvidia-smi" and topo.link("GPU0", "GPU1").type == "NV4" and len(topo.nics) == 2
     assert any("NVML unavailable" in n for n in topo.notes)
@@ -155,7 +156,7 @@ def _fake_smi(monkeypatch, tmp_path, topo_text):
     exe = tmp_path / "nvidia-smi"
     exe.write_text(f"#!/bin/sh\n[ \"$1\" = topo ] && cat {tmp_path / 'topo.txt'} && exit 0\nexit 1\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(probe.shutil, "which", lambda name: str(exe) if name == "nvidia-smi" else None)
+    monkeypatch.setattr(shutil, "which", lambda name: str(exe) if name == "nvidia-smi" else None)
 
 
 def test_one_gpu_numa_from_nvml_memory_affinity(fake_nvml, tmp_path):
