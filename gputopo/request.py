@@ -536,6 +536,11 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     accum = accumulation(micro, t.grad_accum, t.global_batch, world)
     bounded(micro, accum, per_node, hw.nodes)
     _gradient_sharing(t, ft, world, accum)
+    if accum > 1 and world > 1 and not t.sync_each_batch:
+        plan_notes["no_sync"] = (f"accumulation under no_sync: as the HF Trainer, accelerate and Lightning run"
+                                 f" its {accum} micro-batches, DDP reduces once a step and FSDP keeps every unit's"
+                                 " whole gradient until the last; reduced on each, it keeps shards only"
+                                 " (--sync-each-batch to change)")
     # What plan's search may change: what the user did not pin (gputopo.search); a config without --auto has none.
     open_ = {"batch_size": t.batch_size is None and not (t.global_batch and t.grad_accum),
              "offload_params": t.offload_params is None,
