@@ -323,6 +323,10 @@ training_options = group(
                  help="The weights themselves in 16 bits (loaded with torch_dtype=torch.bfloat16): gradients and"
                       " optimizer states too, no fp32 master copy; plain PyTorch and FSDP (DeepSpeed keeps its own"
                       " fp32 master)."),
+    click.option("--variable-length", is_flag=True,
+                 help="Micro-batches padded to their longest sample, so lengths vary from step to step (no"
+                      " packing): the reserved figure adds the caching allocator's segments of an earlier, shorter"
+                      " step, which the longest step's tensors do not fit."),
     click.option("--grad-accum", type=COUNT, help="Gradient accumulation steps [default: 1, or from --global-batch]."),
     click.option("--global-batch", type=COUNT,
                  help="Samples per optimizer step: must equal --batch-size x --grad-accum x GPUs x nodes"

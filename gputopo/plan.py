@@ -8,7 +8,7 @@ the step itself (activations, temporaries and the phase the peak falls in).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from . import finetune, memory
 from .errors import BadInput
@@ -107,6 +107,7 @@ class Training:
     tf32: bool = False                    # fp32 with its matmuls in TF32 (--precision tf32): Ampere's tensor cores
     sync_each_batch: bool = False         # accumulation reduces every micro-batch; else DDP and FSDP use no_sync
     fsdp_orig_params: bool = False        # FSDP use_orig_params=True: a LoRA unit's flat gradient covers its base
+    varlen: bool = False                  # batches padded to their longest sample: lengths vary from step to step
 
     def __post_init__(self):
         if isinstance(self.finetune, dict):   # read back from JSON (plan --measure's child)
@@ -352,6 +353,22 @@ def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
     return (t.value_bytes + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * m.params // nodes
 
 
+def length_segments(m, t: Training, pk: dict, name: str, gpus: int) -> int:
+    """The caching allocator's segments left from an earlier, shorter step when batches are padded to their longest
+    sample (--variable-length). PyTorch's CUDA caching allocator gives a large request (over 10 MB) a segment of its
+    own size, rounded to 2 MiB, reuses a cached block only for a request no larger than it, and gives segments back
+    only when a cudaMalloc fails or on empty_cache() (docs, "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF",
+    expandable_segments: "if it runs at size N + 1, then it will have to make new allocations that are slightly
+    larger"). So the step that meets the longest batch makes new segments for its length-sized tensors while those
+    of the previous longest step, nearly as long, stay reserved: counted once, as the peak phase's bytes that scale
+    with the tokens (the same phase at one token taken off). A floor: runs with more such records hold more."""
+    one = replace(t, seq_len=1, batch_size=1)
+    opt = {"fsdp": 1 / gpus, "fsdp_offload_cpu": 0.0}.get(name)
+    small = memory.peak(m, one, one.attention, 0, plain_torch=name in ("single", "ddp"), optimizer_share=opt)
+    at_one = {p["phase"]: p["bytes"] for p in small["phases"]}
+    return max(0, pk["activations"] + pk["temporaries"] - (at_one[pk["phase"]] if pk["phase"] in at_one else 0))
+
+
 def _overhead(name: str, m: ModelSpec, t: Training) -> int:
     """CUDA context plus communication buffers."""
     h2, context = m.hidden_size ** 2, t.context_bytes
@@ -439,10 +456,11 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         per["total"] = states["weights"] + states["optimizer"] + per["overhead"] + pk["bytes"]
         comm = comm_bytes(name, m, lay, t)
         # comm_seconds_per_step is gputopo.speed's (report.plan_for fills it): one owner for time.
+        reserve = ALLOCATOR_RESERVE_BYTES + (length_segments(m, t, pk, name, lay.gpus) if t.varlen else 0)
         st = Strategy(name, per, int(cpu), int(nvme), comm, None, peak=pk,
-                      nvidia_smi_bytes=per["total"] + ALLOCATOR_RESERVE_BYTES,
+                      nvidia_smi_bytes=per["total"] + reserve,
                       allocated_bytes=per["total"] - t.context_bytes,
-                      reserved_bytes=per["total"] - t.context_bytes + ALLOCATOR_RESERVE_BYTES)
+                      reserved_bytes=per["total"] - t.context_bytes + reserve)
         # Within 90 % it fits; up to 100 % it is tight: runs at 96 % have trained (TinyLlama on an RTX 4090,
         # benchmarks/gpu_public.json), but fragmentation may tip them over.
         if per["total"] > lay.gpu_mem_bytes:

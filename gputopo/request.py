@@ -70,6 +70,7 @@ class TrainingAsk:
     loss: str | None = None
     selective_checkpointing: bool = False
     pure_16bit: bool = False
+    variable_length: bool = False  # batches padded to their longest sample, lengths varying step to step
     steps: int | None = None       # optimizer steps of the whole run (its time; the launch's --max_steps)
     cuda_module_loading: str | None = None   # lazy or eager: the CUDA context's size
     optimizer_impl: str | None = None        # foreach, for-loop or fused: torch's optimizer implementation
@@ -551,7 +552,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          grad_accum=accum,
                          attention=_attention(spec, t.attention, t.flash_attention, plan_notes),
                          offload_params=t.offload_params is not False, kernels=t.kernels or "hf",
-                         selective=t.selective_checkpointing, pure16=t.pure_16bit,
+                         selective=t.selective_checkpointing, pure16=t.pure_16bit, varlen=t.variable_length,
                          loss=_loss(t.kernels, t.loss, plan_notes), cuda_loading=t.cuda_module_loading or "lazy",
                          optimizer_impl=_optimizer_impl(t.optimizer, t.optimizer_impl),
                          zero_grad=t.zero_grad or "none", finetune=ft, tf32=tf32,

@@ -318,6 +318,8 @@ SHARED = {
     # a LoRA unit's flat gradient covers its frozen base too
     "fsdp_use_orig_params": (["--finetune", "lora"], ["--finetune", "lora", "--fsdp-use-orig-params"],
                              strategy("fsdp", "gradients")),
+    # batches padded to their longest: the allocator keeps an earlier, shorter step's segments (reserved only)
+    "variable_length": ([], ["--variable-length"], lambda p: by("ddp")(p)["reserved_bytes"]),
     "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: (p["layout"]["cpu_cores"], p["layout"]["cpu_cores_range"])),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],

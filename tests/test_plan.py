@@ -143,6 +143,26 @@ def test_every_strategy_total_is_states_overhead_and_the_step_peak():
         assert st["nvidia_smi_bytes"] - b["total"] == plan.ALLOCATOR_RESERVE_BYTES
 
 
+def test_variable_length_adds_an_earlier_steps_segments_to_the_reserved_figures_only():
+    """--variable-length: the caching allocator keeps the previous longest step's segments (docs/plan.md), counted
+    once as the peak phase's length-sized bytes; the allocated peak and the fit do not move."""
+    args = ("--model", "qwen2.5-0.5b", "--gpus", "2", "--gpu-mem", "80GiB", "--finetune", "lora",
+            "--batch-size", "2", "--seq-len", "2048", "--grad-checkpointing")
+    fixed, varied = by_name(plan_json(*args)), by_name(plan_json(*args, "--variable-length"))
+    for name, st in varied.items():
+        same = fixed[name]
+        assert (st["allocated_bytes"], st["per_gpu_bytes"], st["fits"]) == \
+            (same["allocated_bytes"], same["per_gpu_bytes"], same["fits"])
+        extra = st["reserved_bytes"] - same["reserved_bytes"]
+        assert extra == st["nvidia_smi_bytes"] - same["nvidia_smi_bytes"]
+        # the logits and their gradients (V = 151936) at the loss are most of it, and never more than the step's
+        # own activations and temporaries
+        assert 0 < extra <= st["per_gpu_bytes"]["activations"] + st["per_gpu_bytes"]["temporaries"]
+    ddp = varied["ddp"]   # its peak: the fp32 log-softmax kept and its two fp32 gradients, 12 bytes a logit
+    assert ddp["peak"]["phase"] == "backward, at the loss"
+    assert ddp["reserved_bytes"] - fixed["ddp"]["reserved_bytes"] >= 12 * 2 * 2048 * 151936 * 0.99
+
+
 def test_gpt2_on_two_24gb_nvlink_is_the_fastest_predicted():
     """Everything fits, so speed decides: the fastest predicted step, or a simpler one within the tie margin (the
     host given: offload's CPU Adam is timed on its cores)."""
