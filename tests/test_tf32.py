@@ -2,6 +2,7 @@
 NGC containers by default): fp32 memory, TF32 matmul time."""
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from gputopo.cli import cli
@@ -31,9 +32,11 @@ def test_tf32_keeps_fp32_memory_and_prices_the_matmuls_on_tensor_cores():
     assert any("--precision tf32 plans that" in n for n in fp32["notes"])
 
 
-def test_tf32_before_ampere_is_refused_in_one_line():
-    r = run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-model", "V100-32GB", "--precision", "tf32")
+@pytest.mark.parametrize("gpu", ["V100-32GB", "TITAN RTX", "T4"])   # Volta, Turing's consumer and datacenter cards
+def test_tf32_before_ampere_is_refused_in_one_line(gpu):
+    r = run("plan", "--model", "gpt2", "--gpus", "1", "--gpu-model", gpu, "--precision", "tf32")
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "needs an Ampere or newer GPU" in r.output
+    assert f"{gpu} is older" in r.output
 
 
 def test_the_launch_runs_tf32():
