@@ -69,6 +69,7 @@ class Shape:
     ft: Finetune = FULL   # what is trained: under LoRA/QLoRA the base's weights need no gradient (frozen)
     amp: bool = False     # torch.autocast runs the step (plain torch in mixed precision without --pure-16bit)
     adapter: int = 4      # bytes of a LoRA adapter's weight (finetune.adapter_dtype_bytes)
+    bnb_keeps_input: bool = False   # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input (bnb_input_bytes)
 
     @property
     def frozen(self) -> bool:
@@ -103,7 +104,8 @@ def shape(m, t, device: str = "cuda", half_model: bool = False, plain_torch: boo
                  v=v, mixed=mixed, mask=1 if device == "cuda" else v, cuda=device == "cuda",
                  fused=fused, loss=getattr(t, "loss", "hf"), res=v if mixed and half_model else 4, ft=ft,
                  amp=mixed and plain_torch and not t.pure16,
-                 adapter=finetune.adapter_dtype_bytes(t, deepspeed=not plain_torch))
+                 adapter=finetune.adapter_dtype_bytes(t, deepspeed=not plain_torch),
+                 bnb_keeps_input=getattr(t, "bnb_keeps_input", False))
 
 
 def norm_bytes(m, x: Shape, consumers: int) -> int:
@@ -223,7 +225,7 @@ def block_bytes(m, x: Shape, attention: str) -> int:
     output (Gemma 2's) feeds the residual add, which keeps nothing."""
     return (norm_bytes(m, x, 1 if m.fused_qkv else 3) + qk_norm_bytes(m, x) + attention_bytes(m, x, attention)
             + norm_bytes(m, x, m.mlp_inputs) + mlp_bytes(m, x) + (m.norms - 2) * norm_bytes(m, x, 0)
-            + adapter_bytes(m, x))
+            + adapter_bytes(m, x) + bnb_input_bytes(m, x))
 
 
 def qk_norm_bytes(m, x: Shape) -> int:
@@ -233,6 +235,41 @@ def qk_norm_bytes(m, x: Shape) -> int:
         return 0
     n, heads = x.T * (x.a + x.kv) * x.d, x.T * (x.a + x.kv)
     return n * x.v + heads * 4 if x.fused else n * (4 + x.v) + heads * 4
+
+
+def bnb_input_bytes(m, x: Shape) -> int:
+    """QLoRA on bitsandbytes before 0.43.2 (--bnb-keeps-input): MatMul4Bit.forward stores each 4-bit matmul's input
+    on its ctx whenever a gradient is wanted (`ctx.tensors = (A, B)`), and its backward never reads it; bitsandbytes
+    #1270, first in 0.43.2, stores None (https://github.com/bitsandbytes-foundation/bitsandbytes/commit/9e75374,
+    bitsandbytes/autograd/_functions.py). A is what Linear4bit.forward hands it, its input cast to the compute
+    dtype (`x = x.to(self.compute_dtype)`): the very tensor where the input is in that dtype already (one per
+    stage, shared by the projections reading it), a copy per projection where it is not (an fp32 stream under
+    autocast). Counted where a frozen base keeps nothing else of it: the norms' outputs (attention and MLP inputs),
+    the attention's output re-laid for the out-projection, the MLP's product for the down-projection (relu's
+    output its own backward keeps already); nothing where a LoRA adapter on the stage keeps that same tensor (no
+    dropout, no cast: finetune.saved_bytes). The output head is not quantized (finetune.quantized). A block's:
+    every block keeps it without checkpointing, the recomputed one under reentrant checkpointing (its forward runs
+    without grad, so nothing is stored; non-reentrant checkpointing's saved-tensor hooks never see ctx's
+    attributes, which stay for every block: not priced here)."""
+    if not (x.ft.quantized and x.bnb_keeps_input):
+        return 0
+    norm_out = x.v if x.fused else x.res
+    dtype = {"qkv": norm_out, "up": norm_out, "other": norm_out, "o": x.v,
+             "down": x.linear_out if m.gated_mlp and not x.fused else x.v}
+    lora_stream = {"qkv": x.res, "up": x.res, "other": x.res, "o": x.v, "down": x.v}
+    lora_kept = {(lin.stage, lin.fan_in) for lin, _ in finetune.per_block(m, x.ft)
+                 if not x.amp and not x.ft.dropout and lora_stream[lin.stage] == x.adapter == x.v}
+    relu = (m.activation or "gelu").lower() == "relu" and not m.gated_mlp
+    total, shared = 0.0, set()
+    for lin in finetune.quantized(m):
+        if "*" not in lin.name or lin.stage not in dtype:
+            continue
+        n = lin.count / max(m.layers, 1)
+        if dtype[lin.stage] != x.v:
+            total += n * x.T * lin.fan_in * x.v      # Linear4bit's own cast, one per projection
+        elif (lin.stage, lin.fan_in) not in lora_kept and not (relu and lin.stage == "down"):
+            shared.add((lin.stage, lin.fan_in))
+    return int(total + sum(x.T * fan_in * x.v for _, fan_in in shared))
 
 
 def adapter_bytes(m, x: Shape, linears=None) -> int:

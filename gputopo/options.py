@@ -361,6 +361,11 @@ training_options = group(
                       " --finetune lora|qlora: each block's unit holds the frozen base and its adapters in one flat"
                       " parameter, whose gradient covers the whole unit, as if nothing were frozen [default: false,"
                       " the adapters wrapped apart, as gputopo's accelerate config and PEFT's FSDP guide do]."),
+    click.option("--bnb-keeps-input", is_flag=True, default=None,
+                 help="bitsandbytes before 0.43.2, with --finetune qlora: each 4-bit matmul keeps its input for"
+                      " backward (MatMul4Bit's ctx.tensors = (A, B), dropped by bitsandbytes#1270): the quantized"
+                      " projections' inputs of every block, of one block under (reentrant) checkpointing"
+                      " [default: false, bitsandbytes 0.43.2 and later keep none]."),
     click.option("--finetune", type=click.Choice(["full", "lora", "qlora"]),
                  help="What is trained: full (every weight), lora (PEFT LoRA adapters beside the frozen base, loaded in"
                       " 16 bits), qlora (the same with the base in 4-bit NF4, bitsandbytes with double quantization)"

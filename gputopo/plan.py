@@ -107,6 +107,7 @@ class Training:
     tf32: bool = False                    # fp32 with its matmuls in TF32 (--precision tf32): Ampere's tensor cores
     sync_each_batch: bool = False         # accumulation reduces every micro-batch; else DDP and FSDP use no_sync
     fsdp_orig_params: bool = False        # FSDP use_orig_params=True: a LoRA unit's flat gradient covers its base
+    bnb_keeps_input: bool = False         # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input for backward
 
     def __post_init__(self):
         if isinstance(self.finetune, dict):   # read back from JSON (plan --measure's child)
@@ -139,7 +140,8 @@ class Training:
         """The options that describe a training stack other than transformers' code as the HF Trainer runs it."""
         return ([f"--kernels {self.kernels}"] if self.kernels != "hf" else []) + \
                ([f"--loss {self.loss}"] if self.loss != ("fused" if self.kernels == "fused" else "hf") else []) + \
-               (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else [])
+               (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else []) + \
+               (["--bnb-keeps-input"] if self.bnb_keeps_input else [])
 
     def to_dict(self) -> dict:
         # flash_attention: kept from schema 1's first fields (true when the attention is a fused SDPA kernel)

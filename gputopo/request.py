@@ -76,6 +76,7 @@ class TrainingAsk:
     zero_grad: str | None = None             # none or zeros: what zero_grad() leaves between steps
     sync_each_batch: bool | None = None      # accumulation reduces every micro-batch (no no_sync)
     fsdp_use_orig_params: bool | None = None  # FSDP units mix the frozen base and the adapters (LoRA)
+    bnb_keeps_input: bool | None = None      # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input (QLoRA)
     finetune: str | None = None              # full, lora or qlora: what is trained (gputopo.finetune)
     lora_rank: int | None = None
     lora_targets: tuple | None = None
@@ -536,6 +537,9 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     accum = accumulation(micro, t.grad_accum, t.global_batch, world)
     bounded(micro, accum, per_node, hw.nodes)
     _gradient_sharing(t, ft, world, accum)
+    if t.bnb_keeps_input and not ft.quantized:
+        raise BadInput(f"--bnb-keeps-input describes bitsandbytes' 4-bit matmul; --finetune {ft.mode} quantizes"
+                       " nothing: give --finetune qlora, or drop it")
     # What plan's search may change: what the user did not pin (gputopo.search); a config without --auto has none.
     open_ = {"batch_size": t.batch_size is None and not (t.global_batch and t.grad_accum),
              "offload_params": t.offload_params is None,
@@ -550,7 +554,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          loss=_loss(t.kernels, t.loss, plan_notes), cuda_loading=t.cuda_module_loading or "lazy",
                          optimizer_impl=_optimizer_impl(t.optimizer, t.optimizer_impl),
                          zero_grad=t.zero_grad or "none", finetune=ft, tf32=tf32,
-                         sync_each_batch=bool(t.sync_each_batch), fsdp_orig_params=bool(t.fsdp_use_orig_params))
+                         sync_each_batch=bool(t.sync_each_batch), fsdp_orig_params=bool(t.fsdp_use_orig_params),
+                         bnb_keeps_input=bool(t.bnb_keeps_input))
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",

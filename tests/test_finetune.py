@@ -116,6 +116,42 @@ def test_qlora_linear_outputs_are_fp32_over_an_fp32_stream():
     assert memory.shape(LLAMA, q).linear_out == 4 and x16.linear_out == 2
 
 
+def test_old_bitsandbytes_keeps_each_4bit_matmul_s_input():
+    """bitsandbytes before 0.43.2 stores MatMul4Bit's input A on its ctx (bitsandbytes#1270 dropped it): with a
+    16-bit stream (--pure-16bit) one block keeps the norms' outputs once each (q/k/v share one, gate/up another),
+    the attention's output for o_proj and the MLP's product for down_proj, T x (3h + I) x 2 bytes; over an fp32
+    stream under autocast, Linear4bit casts the input once per projection (q, k, v; gate, up). Where the LoRA
+    adapters on q and v keep the norm's output themselves (no dropout, no cast), A is that same tensor."""
+    T, h, I = 512, LLAMA.hidden_size, LLAMA.intermediate_size
+    for pure16, dropout, expect in ((True, 0.05, T * (3 * h + I) * 2), (True, 0.0, T * (2 * h + I) * 2),
+                                    (False, 0.05, T * (h * 3 + h + h * 2 + I) * 2)):
+        old, new = (Training(precision="bf16", batch_size=1, seq_len=T, pure16=pure16,
+                             finetune=lora(mode="qlora", dropout=dropout), bnb_keeps_input=keeps)
+                    for keeps in (True, False))
+        x_old, x_new = (memory.shape(LLAMA, t, half_model=pure16) for t in (old, new))
+        assert memory.bnb_input_bytes(LLAMA, x_new) == 0
+        assert memory.bnb_input_bytes(LLAMA, x_old) == expect, (pure16, dropout)
+        assert memory.block_bytes(LLAMA, x_old, "sdpa") - memory.block_bytes(LLAMA, x_new, "sdpa") == expect
+
+
+def test_old_bitsandbytes_keeps_every_block_s_inputs_without_checkpointing_and_one_with():
+    """Without checkpointing each of the 32 blocks keeps them; under (reentrant) checkpointing only the block
+    being recomputed does."""
+    def peak(*extra, phase="backward, last block"):
+        d = json.loads(run("plan", "--model", "llama-2-7b", "--gpus", "1", "--gpu-model", "A100-80GB",
+                           "--finetune", "qlora", "--batch-size", "1", "--seq-len", "512", "--pure-16bit",
+                           *extra, "--json").stdout)
+        row = next(s for s in d["strategies"] if s["name"] == "single")
+        return next(p["bytes"] for p in row["peak"]["phases"] if p["phase"] == phase)
+    one = 512 * (2 * LLAMA.hidden_size + LLAMA.intermediate_size) * 2   # q and v's adapters keep the norm's output
+    grown = peak("--no-grad-checkpointing", "--bnb-keeps-input") - peak("--no-grad-checkpointing")
+    assert LLAMA.layers * one * 0.95 < grown <= LLAMA.layers * one
+    assert peak("--grad-checkpointing", "--bnb-keeps-input") - peak("--grad-checkpointing") == one
+    at_loss = "forward, at the loss"   # what the checkpoints keep is the blocks' inputs: no 4-bit matmul's
+    assert peak("--grad-checkpointing", "--bnb-keeps-input", phase=at_loss) == peak("--grad-checkpointing",
+                                                                                     phase=at_loss)
+
+
 # --- the command line ------------------------------------------------------------------------------------------
 
 BASE = ["plan", "--model", "llama-2-7b", "--gpus", "2", "--gpu-model", "A100-80GB"]
@@ -134,6 +170,10 @@ BASE = ["plan", "--model", "llama-2-7b", "--gpus", "2", "--gpu-model", "A100-80G
     (["--finetune", "4bit"], "--finetune"),
     (["--fsdp-use-orig-params"], "full fine-tuning freezes nothing"),
     (["--sync-each-batch"], "nothing accumulates here"),
+    (["--bnb-keeps-input"], "--finetune full quantizes nothing"),
+    (["--finetune", "lora", "--bnb-keeps-input"], "--finetune lora quantizes nothing"),
+    # --measure runs the pinned bitsandbytes, which keeps no input: the old stack is not what it would measure
+    (["--finetune", "qlora", "--bnb-keeps-input", "--measure"], "--bnb-keeps-input describes another stack"),
 ])
 def test_bad_lora_options_are_one_line_exit_2(args, msg):
     r = run(*BASE, *args)

@@ -318,6 +318,9 @@ SHARED = {
     # a LoRA unit's flat gradient covers its frozen base too
     "fsdp_use_orig_params": (["--finetune", "lora"], ["--finetune", "lora", "--fsdp-use-orig-params"],
                              strategy("fsdp", "gradients")),
+    # bitsandbytes before 0.43.2: every block keeps its 4-bit matmuls' inputs (no checkpointing here)
+    "bnb_keeps_input": (["--finetune", "qlora", "--no-grad-checkpointing"],
+                        ["--finetune", "qlora", "--no-grad-checkpointing", "--bnb-keeps-input"], phases("ddp")),
     "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: (p["layout"]["cpu_cores"], p["layout"]["cpu_cores_range"])),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
