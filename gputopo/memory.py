@@ -70,6 +70,8 @@ class Shape:
     amp: bool = False     # torch.autocast runs the step (plain torch in mixed precision without --pure-16bit)
     adapter: int = 4      # bytes of a LoRA adapter's weight (finetune.adapter_dtype_bytes)
     bnb_keeps_input: bool = False   # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input (bnb_input_bytes)
+    head_nf4: bool = False          # the output head quantized too (--quantizer lightning: finetune.quantizes_head)
+    head_dequant: int = 0           # bytes its dequantization holds at each of its matmuls (head_dequant_bytes)
 
     @property
     def frozen(self) -> bool:
@@ -105,7 +107,21 @@ def shape(m, t, device: str = "cuda", half_model: bool = False, plain_torch: boo
                  fused=fused, loss=getattr(t, "loss", "hf"), res=v if mixed and half_model else 4, ft=ft,
                  amp=mixed and plain_torch and not t.pure16,
                  adapter=finetune.adapter_dtype_bytes(t, deepspeed=not plain_torch),
-                 bnb_keeps_input=getattr(t, "bnb_keeps_input", False))
+                 bnb_keeps_input=getattr(t, "bnb_keeps_input", False), head_nf4=finetune.quantizes_head(t),
+                 head_dequant=head_dequant_bytes(m, t))
+
+
+def head_dequant_bytes(m, t) -> int:
+    """The output head quantized as Lightning Fabric's BitsandbytesPrecision quantizes it (--quantizer lightning):
+    its `quantize` casts the weight to fp16 before bitsandbytes' quantize_4bit (`weight.contiguous().to(device=
+    device, dtype=torch.half)`), whose quant state records that dtype, so each of the head's matmuls, forward and
+    backward, dequantizes the whole vocabulary x hidden weight to fp16 and casts it to the compute dtype
+    (MatMul4Bit: `F.dequantize_4bit(B, quant_state).to(A.dtype)`, bitsandbytes 0.41 to 0.50): both copies at once
+    where the compute dtype is not fp16 (bf16-true: 4 bytes an element), one where it is. litgpt runs its head
+    chunk by chunk, each chunk's matmul dequantizing anew: the largest temporary at the loss."""
+    if not finetune.quantizes_head(t):
+        return 0
+    return finetune.head_elements(m) * (2 + (0 if t.precision == "fp16" else t.value_bytes))
 
 
 def norm_bytes(m, x: Shape, consumers: int) -> int:
@@ -323,6 +339,8 @@ def head_bytes(m, x: Shape) -> int:
     else:
         final = x.T * x.h * 4 + (x.T * x.h * 4 if m.norm == "rmsnorm" and not x.frozen else 0)
     lm_in = x.T * x.h * x.v if x.L and not x.frozen else 0   # the head's input, for its weight's gradient
+    if x.L and x.frozen and x.head_nf4 and x.bnb_keeps_input:
+        lm_in = x.T * x.h * x.v                              # its 4-bit matmul keeps it (bnb_input_bytes)
     emb = x.T * x.h * x.mask if m.embd_dropout else 0
     outside = adapter_bytes(m, x, finetune.outside_blocks(m, x.ft))   # an adapter on the head itself
     return final + lm_in + loss_bytes(m, x)[0] + emb + outside
@@ -460,8 +478,8 @@ def peft_phases(m, t, attention: str, x: Shape, plain_torch: bool, optimizer_sha
     saved, temp = block_backward_peak(m, x, attention)
     saved += cast * in_block if ckpt else 0
     return [
-        Phase("forward, at the loss", g(0), kept + head + copies, logits),
-        Phase("backward, at the loss", g(0), kept + head + copies, loss_grads),
+        Phase("forward, at the loss", g(0), kept + head + copies, logits + x.head_dequant),
+        Phase("backward, at the loss", g(0), kept + head + copies, loss_grads + x.head_dequant),
         Phase("backward, last block", g(P - L * in_block), kept - (own if ckpt else block) + copies + saved, temp),
         Phase("backward, first block", g(P - in_block), (shared if ckpt else 0) + saved, temp),
         Phase("optimizer step", P, 0, int(optimizer_temporaries(m, t, device) * share)),

@@ -77,6 +77,7 @@ class TrainingAsk:
     sync_each_batch: bool | None = None      # accumulation reduces every micro-batch (no no_sync)
     fsdp_use_orig_params: bool | None = None  # FSDP units mix the frozen base and the adapters (LoRA)
     bnb_keeps_input: bool | None = None      # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input (QLoRA)
+    quantizer: str | None = None             # transformers or lightning: what quantized QLoRA's base
     finetune: str | None = None              # full, lora or qlora: what is trained (gputopo.finetune)
     lora_rank: int | None = None
     lora_targets: tuple | None = None
@@ -537,9 +538,10 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     accum = accumulation(micro, t.grad_accum, t.global_batch, world)
     bounded(micro, accum, per_node, hw.nodes)
     _gradient_sharing(t, ft, world, accum)
-    if t.bnb_keeps_input and not ft.quantized:
-        raise BadInput(f"--bnb-keeps-input describes bitsandbytes' 4-bit matmul; --finetune {ft.mode} quantizes"
-                       " nothing: give --finetune qlora, or drop it")
+    for flag, given in (("--bnb-keeps-input", t.bnb_keeps_input), (f"--quantizer {t.quantizer}", t.quantizer)):
+        if given and not ft.quantized:
+            raise BadInput(f"{flag} describes how QLoRA's base is quantized; --finetune {ft.mode} quantizes"
+                           " nothing: give --finetune qlora, or drop it")
     # What plan's search may change: what the user did not pin (gputopo.search); a config without --auto has none.
     open_ = {"batch_size": t.batch_size is None and not (t.global_batch and t.grad_accum),
              "offload_params": t.offload_params is None,
@@ -555,7 +557,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          optimizer_impl=_optimizer_impl(t.optimizer, t.optimizer_impl),
                          zero_grad=t.zero_grad or "none", finetune=ft, tf32=tf32,
                          sync_each_batch=bool(t.sync_each_batch), fsdp_orig_params=bool(t.fsdp_use_orig_params),
-                         bnb_keeps_input=bool(t.bnb_keeps_input))
+                         bnb_keeps_input=bool(t.bnb_keeps_input), quantizer=t.quantizer or "transformers")
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",

@@ -152,6 +152,28 @@ def test_old_bitsandbytes_keeps_every_block_s_inputs_without_checkpointing_and_o
                                                                                      phase=at_loss)
 
 
+def test_lightning_quantizes_the_head_too_and_dequantizes_it_at_each_of_its_matmuls():
+    """Lightning Fabric's BitsandbytesPrecision replaces every torch.nn.Linear: the head in NF4 (a tied embedding
+    stays whole beside it), quantized from fp16, so each of its matmuls holds its fp16 dequantization and the cast
+    to the compute dtype (bf16: 4 bytes an element; fp16: 2), at the loss, forward and backward."""
+    q = lora(mode="qlora")
+    V, h = LLAMA.vocab_size, LLAMA.hidden_size
+    hf, fabric = (finetune.base_bytes(LLAMA, q, 2, kept=2, head=head) for head in (False, True))
+    assert hf - fabric == 2 * V * h - finetune.nf4_bytes(V * h)             # Llama 2's head is its own
+    tied = models.named("llama-3.2-3b")
+    V3, h3 = tied.vocab_size, tied.hidden_size
+    grown = finetune.base_bytes(tied, q, 2, kept=2, head=True) - finetune.base_bytes(tied, q, 2, kept=2)
+    assert grown == finetune.nf4_bytes(V3 * h3)                             # the embedding stays beside it
+    for precision, per in (("bf16", 4), ("fp16", 2)):
+        t = Training(precision=precision, batch_size=1, seq_len=512, pure16=True, finetune=q, quantizer="lightning")
+        assert memory.head_dequant_bytes(LLAMA, t) == per * V * h
+        plain = memory.phases(LLAMA, Training(precision=precision, batch_size=1, seq_len=512, pure16=True,
+                                              finetune=q), "sdpa")
+        for a, b in zip(memory.phases(LLAMA, t, "sdpa"), plain):
+            assert a.temporaries - b.temporaries == (per * V * h if "loss" in a.name else 0), a.name
+    assert memory.head_dequant_bytes(LLAMA, Training(precision="bf16", finetune=q)) == 0   # transformers'
+
+
 # --- the command line ------------------------------------------------------------------------------------------
 
 BASE = ["plan", "--model", "llama-2-7b", "--gpus", "2", "--gpu-model", "A100-80GB"]
@@ -172,6 +194,8 @@ BASE = ["plan", "--model", "llama-2-7b", "--gpus", "2", "--gpu-model", "A100-80G
     (["--sync-each-batch"], "nothing accumulates here"),
     (["--bnb-keeps-input"], "--finetune full quantizes nothing"),
     (["--finetune", "lora", "--bnb-keeps-input"], "--finetune lora quantizes nothing"),
+    (["--quantizer", "lightning"], "--quantizer lightning describes how QLoRA's base is quantized"),
+    (["--finetune", "qlora", "--quantizer", "lightning", "--measure"], "--quantizer lightning describes another"),
     # --measure runs the pinned bitsandbytes, which keeps no input: the old stack is not what it would measure
     (["--finetune", "qlora", "--bnb-keeps-input", "--measure"], "--bnb-keeps-input describes another stack"),
 ])

@@ -321,6 +321,9 @@ SHARED = {
     # bitsandbytes before 0.43.2: every block keeps its 4-bit matmuls' inputs (no checkpointing here)
     "bnb_keeps_input": (["--finetune", "qlora", "--no-grad-checkpointing"],
                         ["--finetune", "qlora", "--no-grad-checkpointing", "--bnb-keeps-input"], phases("ddp")),
+    # Lightning's BitsandbytesPrecision quantizes the head too: gpt2's tied embedding stays beside its NF4 copy
+    "quantizer": (["--finetune", "qlora"], ["--finetune", "qlora", "--quantizer", "lightning"],
+                  strategy("ddp", "weights")),
     "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: (p["layout"]["cpu_cores"], p["layout"]["cpu_cores_range"])),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],
