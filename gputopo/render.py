@@ -488,6 +488,8 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
     impl = f" ({t['optimizer_impl']})" if t.get("optimizer_impl") else ""
     kept = ", zero_grad keeps the gradients (zeros)" if t.get("zero_grad") == "zeros" else ""
     old_cuda = ", CUDA modules loaded eagerly" if t.get("cuda_loading") == "eager" else ""
+    old_bnb = ", bitsandbytes keeps each 4-bit matmul's input (before 0.43.2)" if t.get("bnb_keeps_input") else ""
+    old_bnb += ", quantized by Lightning (the head too)" if t.get("quantizer") == "lightning" else ""
     precision = "tf32" if t.get("tf32") else t["precision"]
     out += wrap(f"Training: {precision}, {t['optimizer']}{impl}, micro-batch {t['batch_size']} x"
                 f" {t['seq_len']} tokens, accumulation {t['grad_accum']}"
@@ -496,7 +498,7 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
                 + (", FSDP use_orig_params" if t.get("fsdp_orig_params") else "")
                 + (", gradient checkpointing" if t["grad_checkpointing"] else "")
                 + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
-                + kept + old_cuda
+                + kept + old_cuda + old_bnb
                 + (f" ({', '.join(k.replace('_', '-') for k in data['search']['searched'])} searched: below)"
                    if data.get("search") else ""), "  ", width=width)
     out += ["", _memory(data, width, explain)]

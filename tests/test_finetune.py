@@ -147,6 +147,9 @@ def test_old_bitsandbytes_keeps_every_block_s_inputs_without_checkpointing_and_o
     grown = peak("--no-grad-checkpointing", "--bnb-keeps-input") - peak("--no-grad-checkpointing")
     assert LLAMA.layers * one * 0.95 < grown <= LLAMA.layers * one
     assert peak("--grad-checkpointing", "--bnb-keeps-input") - peak("--grad-checkpointing") == one
+    text = run("plan", "--model", "llama-2-7b", "--gpus", "1", "--gpu-model", "A100-80GB", "--finetune", "qlora",
+               "--bnb-keeps-input", "--quantizer", "lightning").output
+    assert "keeps each 4-bit matmul's input (before 0.43.2)" in text and "quantized by Lightning" in text
     at_loss = "forward, at the loss"   # what the checkpoints keep is the blocks' inputs: no 4-bit matmul's
     assert peak("--grad-checkpointing", "--bnb-keeps-input", phase=at_loss) == peak("--grad-checkpointing",
                                                                                      phase=at_loss)
