@@ -177,10 +177,27 @@ def trainable_tensors(m, ft: Finetune) -> int | None:
     return sum(2 * lin.count for lin in targeted(m, ft)) if ft.peft else None
 
 
-def quantized(m) -> list:
+QUANTIZERS = ("transformers", "lightning")   # --quantizer: what quantizes QLoRA's base
+
+
+def quantized(m, head: bool = False) -> list:
     """The Linear modules bitsandbytes quantizes: every one but the output head (transformers'
-    get_keys_to_not_convert keeps the output embeddings, tied weights and the last module)."""
-    return [lin for lin in m.linears if lin.stage != "head"]
+    get_keys_to_not_convert keeps the output embeddings, tied weights and the last module); with `head` (Lightning
+    Fabric's BitsandbytesPrecision, which replaces every torch.nn.Linear: quantizes_head) the head too."""
+    return [lin for lin in m.linears if head or lin.stage != "head"]
+
+
+def quantizes_head(t) -> bool:
+    """QLoRA quantized as Lightning Fabric's BitsandbytesPrecision does (--quantizer lightning, litgpt's --quantize
+    bnb.*): its init context replaces every torch.nn.Linear, the output head included, with a bitsandbytes
+    Linear4bit (_ClassReplacementContextManager({"torch.nn.Linear": ...}) in
+    src/lightning/fabric/plugins/precision/bitsandbytes.py of Lightning 2.1 to 2.4)."""
+    return getattr(t, "quantizer", "transformers") == "lightning" and getattr(t, "finetune", FULL).quantized
+
+
+def head_elements(m) -> int:
+    """Elements of the output head's weight (the LM head: vocabulary x hidden)."""
+    return sum(lin.fan_in * lin.fan_out * lin.count for lin in m.linears if lin.stage == "head")
 
 
 def nf4_bytes(elements: int, double_quant: bool = True) -> int:
@@ -192,25 +209,33 @@ def nf4_bytes(elements: int, double_quant: bool = True) -> int:
     return math.ceil(elements / 2) + absmax + 4 * 16
 
 
-def base_bytes(m, ft: Finetune, weight: int, kept: int | None = None) -> int:
+def base_bytes(m, ft: Finetune, weight: int, kept: int | None = None, head: bool = False) -> int:
     """Bytes of the frozen base, whole: `weight` bytes a parameter (16-bit, or fp32 without mixed precision); for
     QLoRA its Linear modules in NF4 and the rest at `kept` bytes (fp32 where prepare_model_for_kbit_training upcasts
-    them, as TRL and the QLoRA recipe call it; the weight's bytes otherwise)."""
+    them, as TRL and the QLoRA recipe call it; the weight's bytes otherwise). `head`: the output head quantized too
+    (quantizes_head); a tied embedding then stays beside it, whole (the head's Linear4bit holds its own NF4 copy)."""
     if not ft.quantized:
         return weight * m.params
-    q = quantized(m)
+    q = quantized(m, head)
     n = sum(lin.fan_in * lin.fan_out * lin.count for lin in q)
     nf4 = sum(nf4_bytes(lin.fan_in * lin.fan_out) * lin.count for lin in q)
-    return nf4 + (weight if kept is None else kept) * (m.params - n)
+    rest = m.params - n + (head_elements(m) if head and m.tied else 0)
+    return nf4 + (weight if kept is None else kept) * rest
 
 
-def unit_bytes(m, ft: Finetune, base: int, block: int, root: int, kept: int) -> tuple[int, int]:
+def unit_bytes(m, ft: Finetune, base: int, block: int, root: int, kept: int,
+               head: bool = False) -> tuple[int, int]:
     """(bytes of one block's base, of the root's) out of the base's `base` bytes, for FSDP's units of `block` and
-    `root` parameters: the root (embeddings, head) is never quantized (`kept` bytes a parameter), so QLoRA's blocks
-    hold the NF4 rest."""
+    `root` parameters: the root (embeddings, head) is not quantized (`kept` bytes a parameter; with `head`, the
+    head in NF4 beside the embedding), so QLoRA's blocks hold the NF4 rest."""
     if not ft.quantized:
         return int(base * block / max(m.params, 1)), int(base * root / max(m.params, 1))
-    return int(max(0, base - kept * root) / max(m.layers, 1)), kept * root
+    if head:
+        lm = head_elements(m)
+        root_bytes = kept * (root - (0 if m.tied else lm)) + nf4_bytes(lm)
+    else:
+        root_bytes = kept * root
+    return int(max(0, base - root_bytes) / max(m.layers, 1)), root_bytes
 
 
 def per_block(m, ft: Finetune) -> list:

@@ -69,6 +69,9 @@ class Shape:
     ft: Finetune = FULL   # what is trained: under LoRA/QLoRA the base's weights need no gradient (frozen)
     amp: bool = False     # torch.autocast runs the step (plain torch in mixed precision without --pure-16bit)
     adapter: int = 4      # bytes of a LoRA adapter's weight (finetune.adapter_dtype_bytes)
+    bnb_keeps_input: bool = False   # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input (bnb_input_bytes)
+    head_nf4: bool = False          # the output head quantized too (--quantizer lightning: finetune.quantizes_head)
+    head_dequant: int = 0           # bytes its dequantization holds at each of its matmuls (head_dequant_bytes)
 
     @property
     def frozen(self) -> bool:
@@ -103,7 +106,22 @@ def shape(m, t, device: str = "cuda", half_model: bool = False, plain_torch: boo
                  v=v, mixed=mixed, mask=1 if device == "cuda" else v, cuda=device == "cuda",
                  fused=fused, loss=getattr(t, "loss", "hf"), res=v if mixed and half_model else 4, ft=ft,
                  amp=mixed and plain_torch and not t.pure16,
-                 adapter=finetune.adapter_dtype_bytes(t, deepspeed=not plain_torch))
+                 adapter=finetune.adapter_dtype_bytes(t, deepspeed=not plain_torch),
+                 bnb_keeps_input=getattr(t, "bnb_keeps_input", False), head_nf4=finetune.quantizes_head(t),
+                 head_dequant=head_dequant_bytes(m, t))
+
+
+def head_dequant_bytes(m, t) -> int:
+    """The output head quantized as Lightning Fabric's BitsandbytesPrecision quantizes it (--quantizer lightning):
+    its `quantize` casts the weight to fp16 before bitsandbytes' quantize_4bit (`weight.contiguous().to(device=
+    device, dtype=torch.half)`), whose quant state records that dtype, so each of the head's matmuls, forward and
+    backward, dequantizes the whole vocabulary x hidden weight to fp16 and casts it to the compute dtype
+    (MatMul4Bit: `F.dequantize_4bit(B, quant_state).to(A.dtype)`, bitsandbytes 0.41 to 0.50): both copies at once
+    where the compute dtype is not fp16 (bf16-true: 4 bytes an element), one where it is. litgpt runs its head
+    chunk by chunk, each chunk's matmul dequantizing anew: the largest temporary at the loss."""
+    if not finetune.quantizes_head(t):
+        return 0
+    return finetune.head_elements(m) * (2 + (0 if t.precision == "fp16" else t.value_bytes))
 
 
 def norm_bytes(m, x: Shape, consumers: int) -> int:
@@ -223,7 +241,7 @@ def block_bytes(m, x: Shape, attention: str) -> int:
     output (Gemma 2's) feeds the residual add, which keeps nothing."""
     return (norm_bytes(m, x, 1 if m.fused_qkv else 3) + qk_norm_bytes(m, x) + attention_bytes(m, x, attention)
             + norm_bytes(m, x, m.mlp_inputs) + mlp_bytes(m, x) + (m.norms - 2) * norm_bytes(m, x, 0)
-            + adapter_bytes(m, x))
+            + adapter_bytes(m, x) + bnb_input_bytes(m, x))
 
 
 def qk_norm_bytes(m, x: Shape) -> int:
@@ -233,6 +251,41 @@ def qk_norm_bytes(m, x: Shape) -> int:
         return 0
     n, heads = x.T * (x.a + x.kv) * x.d, x.T * (x.a + x.kv)
     return n * x.v + heads * 4 if x.fused else n * (4 + x.v) + heads * 4
+
+
+def bnb_input_bytes(m, x: Shape) -> int:
+    """QLoRA on bitsandbytes before 0.43.2 (--bnb-keeps-input): MatMul4Bit.forward stores each 4-bit matmul's input
+    on its ctx whenever a gradient is wanted (`ctx.tensors = (A, B)`), and its backward never reads it; bitsandbytes
+    #1270, first in 0.43.2, stores None (https://github.com/bitsandbytes-foundation/bitsandbytes/commit/9e75374,
+    bitsandbytes/autograd/_functions.py). A is what Linear4bit.forward hands it, its input cast to the compute
+    dtype (`x = x.to(self.compute_dtype)`): the very tensor where the input is in that dtype already (one per
+    stage, shared by the projections reading it), a copy per projection where it is not (an fp32 stream under
+    autocast). Counted where a frozen base keeps nothing else of it: the norms' outputs (attention and MLP inputs),
+    the attention's output re-laid for the out-projection, the MLP's product for the down-projection (relu's
+    output its own backward keeps already); nothing where a LoRA adapter on the stage keeps that same tensor (no
+    dropout, no cast: finetune.saved_bytes). The output head is not quantized (finetune.quantized). A block's:
+    every block keeps it without checkpointing, the recomputed one under reentrant checkpointing (its forward runs
+    without grad, so nothing is stored; non-reentrant checkpointing's saved-tensor hooks never see ctx's
+    attributes, which stay for every block: not priced here)."""
+    if not (x.ft.quantized and x.bnb_keeps_input):
+        return 0
+    norm_out = x.v if x.fused else x.res
+    dtype = {"qkv": norm_out, "up": norm_out, "other": norm_out, "o": x.v,
+             "down": x.linear_out if m.gated_mlp and not x.fused else x.v}
+    lora_stream = {"qkv": x.res, "up": x.res, "other": x.res, "o": x.v, "down": x.v}
+    lora_kept = {(lin.stage, lin.fan_in) for lin, _ in finetune.per_block(m, x.ft)
+                 if not x.amp and not x.ft.dropout and lora_stream[lin.stage] == x.adapter == x.v}
+    relu = (m.activation or "gelu").lower() == "relu" and not m.gated_mlp
+    total, shared = 0.0, set()
+    for lin in finetune.quantized(m):
+        if "*" not in lin.name or lin.stage not in dtype:
+            continue
+        n = lin.count / max(m.layers, 1)
+        if dtype[lin.stage] != x.v:
+            total += n * x.T * lin.fan_in * x.v      # Linear4bit's own cast, one per projection
+        elif (lin.stage, lin.fan_in) not in lora_kept and not (relu and lin.stage == "down"):
+            shared.add((lin.stage, lin.fan_in))
+    return int(total + sum(x.T * fan_in * x.v for _, fan_in in shared))
 
 
 def adapter_bytes(m, x: Shape, linears=None) -> int:
@@ -286,6 +339,8 @@ def head_bytes(m, x: Shape) -> int:
     else:
         final = x.T * x.h * 4 + (x.T * x.h * 4 if m.norm == "rmsnorm" and not x.frozen else 0)
     lm_in = x.T * x.h * x.v if x.L and not x.frozen else 0   # the head's input, for its weight's gradient
+    if x.L and x.frozen and x.head_nf4 and x.bnb_keeps_input:
+        lm_in = x.T * x.h * x.v                              # its 4-bit matmul keeps it (bnb_input_bytes)
     emb = x.T * x.h * x.mask if m.embd_dropout else 0
     outside = adapter_bytes(m, x, finetune.outside_blocks(m, x.ft))   # an adapter on the head itself
     return final + lm_in + loss_bytes(m, x)[0] + emb + outside
@@ -423,8 +478,8 @@ def peft_phases(m, t, attention: str, x: Shape, plain_torch: bool, optimizer_sha
     saved, temp = block_backward_peak(m, x, attention)
     saved += cast * in_block if ckpt else 0
     return [
-        Phase("forward, at the loss", g(0), kept + head + copies, logits),
-        Phase("backward, at the loss", g(0), kept + head + copies, loss_grads),
+        Phase("forward, at the loss", g(0), kept + head + copies, logits + x.head_dequant),
+        Phase("backward, at the loss", g(0), kept + head + copies, loss_grads + x.head_dequant),
         Phase("backward, last block", g(P - L * in_block), kept - (own if ckpt else block) + copies + saved, temp),
         Phase("backward, first block", g(P - in_block), (shared if ckpt else 0) + saved, temp),
         Phase("optimizer step", P, 0, int(optimizer_temporaries(m, t, device) * share)),

@@ -365,6 +365,16 @@ training_options = group(
                       " --finetune lora|qlora: each block's unit holds the frozen base and its adapters in one flat"
                       " parameter, whose gradient covers the whole unit, as if nothing were frozen [default: false,"
                       " the adapters wrapped apart, as gputopo's accelerate config and PEFT's FSDP guide do]."),
+    click.option("--bnb-keeps-input", is_flag=True, default=None,
+                 help="bitsandbytes before 0.43.2, with --finetune qlora: each 4-bit matmul keeps its input for"
+                      " backward (MatMul4Bit's ctx.tensors = (A, B), dropped by bitsandbytes#1270): the quantized"
+                      " projections' inputs of every block, of one block under (reentrant) checkpointing"
+                      " [default: false, bitsandbytes 0.43.2 and later keep none]."),
+    click.option("--quantizer", type=click.Choice(["transformers", "lightning"]),
+                 help="What quantized QLoRA's base: transformers (BitsAndBytesConfig: every Linear but the output"
+                      " head, from the compute dtype), lightning (Lightning Fabric's BitsandbytesPrecision, litgpt's"
+                      " --quantize bnb.*: every Linear, the head too, from fp16; each of the head's matmuls"
+                      " dequantizes it to fp16, then casts it) [default: transformers]."),
     click.option("--finetune", type=click.Choice(["full", "lora", "qlora"]),
                  help="What is trained: full (every weight), lora (PEFT LoRA adapters beside the frozen base, loaded in"
                       " 16 bits), qlora (the same with the base in 4-bit NF4, bitsandbytes with double quantization)"

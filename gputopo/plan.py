@@ -108,6 +108,8 @@ class Training:
     sync_each_batch: bool = False         # accumulation reduces every micro-batch; else DDP and FSDP use no_sync
     fsdp_orig_params: bool = False        # FSDP use_orig_params=True: a LoRA unit's flat gradient covers its base
     varlen: bool = False                  # batches padded to their longest sample: lengths vary from step to step
+    quantizer: str = "transformers"       # what quantized QLoRA's base: transformers, or lightning (the head too)
+    bnb_keeps_input: bool = False         # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input for backward
 
     def __post_init__(self):
         if isinstance(self.finetune, dict):   # read back from JSON (plan --measure's child)
@@ -140,7 +142,9 @@ class Training:
         """The options that describe a training stack other than transformers' code as the HF Trainer runs it."""
         return ([f"--kernels {self.kernels}"] if self.kernels != "hf" else []) + \
                ([f"--loss {self.loss}"] if self.loss != ("fused" if self.kernels == "fused" else "hf") else []) + \
-               (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else [])
+               (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else []) + \
+               (["--bnb-keeps-input"] if self.bnb_keeps_input else []) + \
+               ([f"--quantizer {self.quantizer}"] if self.quantizer != "transformers" else [])
 
     def to_dict(self) -> dict:
         # flash_attention: kept from schema 1's first fields (true when the attention is a fused SDPA kernel)
@@ -241,15 +245,16 @@ def _adapter_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[
     # (one GPU, DDP); in the 16-bit storage sharding needs (FSDP, ZeRO-3: TRL skips the upcast for a sharded QLoRA)
     # and in DeepSpeed's engine, which casts the model to its 16-bit dtype
     kept = 4 if name in ("single", "ddp") and not t.pure16 else p16
-    base = finetune.base_bytes(m, ft, p16, kept=kept)
+    head = finetune.quantizes_head(t)
+    base = finetune.base_bytes(m, ft, p16, kept=kept, head=head)
     a = finetune.adapter_dtype_bytes(t, deepspeed=name not in TORCH_STRATEGIES)
-    load_cpu = int(finetune.base_bytes(m, ft, t.value_bytes) * lay.gpus_per_node * BUFFER_FACTOR)
+    load_cpu = int(finetune.base_bytes(m, ft, t.value_bytes, head=head) * lay.gpus_per_node * BUFFER_FACTOR)
     opt = int(OPTIMIZER_BYTES[t.optimizer] * A * (1.0 if t.optimizer == "adamw-8bit" else a / 4))
     if name in ("single", "ddp"):
         return {"weights": base + a * A, "gradients": a * A, "optimizer": opt}, load_cpu, 0
     if name in ("fsdp", "fsdp_offload_cpu"):
         block, root = fsdp_units(m)
-        base_block, base_root = finetune.unit_bytes(m, ft, base, block, root, kept)
+        base_block, base_root = finetune.unit_bytes(m, ft, base, block, root, kept, head=head)
         unsharded = base_root + 2 * base_block + p16 * finetune.block_adapters(m, ft) * 2
         # A flat parameter's gradient is as large as it: the adapters' own units (use_orig_params=False, PEFT's
         # wrap policy), or with --fsdp-use-orig-params the whole unit, base and adapters, as if nothing were frozen
@@ -348,7 +353,7 @@ def nvme_bytes(m: ModelSpec, t: Training, nodes: int = 1) -> int:
     trainable parameters; a frozen base swaps its 16-bit or NF4 weights only)."""
     ft = t.finetune
     if ft.peft:
-        base = finetune.base_bytes(m, ft, t.value_bytes, kept=t.value_bytes)
+        base = finetune.base_bytes(m, ft, t.value_bytes, kept=t.value_bytes, head=finetune.quantizes_head(t))
         return (base + (t.value_bytes + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * finetune.trainable(m, ft)) // nodes
     return (t.value_bytes + 4 + OPTIMIZER_BYTES[t.optimizer] + 4) * m.params // nodes
 
@@ -413,7 +418,7 @@ def comm_split(name: str, m: ModelSpec, lay: Layout, t: Training) -> dict[str, i
     gather = int(ring * p16 * P)
     # A frozen base is gathered, never reduced: FSDP and ZeRO-3 gather it (16-bit, or NF4 packed in 16-bit
     # storage) beside the adapters; ZeRO-1/2 keep it whole on every GPU
-    frozen = int(ring * finetune.base_bytes(m, ft, p16, kept=p16)) if ft.peft else 0
+    frozen = int(ring * finetune.base_bytes(m, ft, p16, kept=p16, head=finetune.quantizes_head(t))) if ft.peft else 0
     if name.startswith("zero1"):
         # Stage 1 keeps whole gradients and reduces them only at the accumulation boundary (DeepSpeed's
         # reduce_ready_partitions_and_remove_grads), then all-gathers the updated parameters: once per step.

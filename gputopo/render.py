@@ -468,6 +468,11 @@ def _memory(data: dict, width: int | None, explain: bool = False) -> str:
     return out
 
 
+# QLoRA stacks other than the pinned bitsandbytes under transformers, as plan's Training line names them
+QLORA_STACK = (("bnb_keeps_input", True, ", bitsandbytes keeps each 4-bit matmul's input (before 0.43.2)"),
+               ("quantizer", "lightning", ", quantized by Lightning (the head too)"))
+
+
 def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool = True) -> str:
     """Human text for `gputopo plan`: the answer (unless `answer` is False: inspect --model gives its own), what was
     planned, the memory and step tables, the search, and what was assumed."""
@@ -488,6 +493,7 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
     impl = f" ({t['optimizer_impl']})" if t.get("optimizer_impl") else ""
     kept = ", zero_grad keeps the gradients (zeros)" if t.get("zero_grad") == "zeros" else ""
     old_cuda = ", CUDA modules loaded eagerly" if t.get("cuda_loading") == "eager" else ""
+    old_bnb = "".join(said for key, value, said in QLORA_STACK if t.get(key) == value)
     precision = "tf32" if t.get("tf32") else t["precision"]
     out += wrap(f"Training: {precision}, {t['optimizer']}{impl}, micro-batch {t['batch_size']} x"
                 f" {t['seq_len']} tokens, accumulation {t['grad_accum']}"
@@ -496,7 +502,7 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
                 + (", FSDP use_orig_params" if t.get("fsdp_orig_params") else "")
                 + (", gradient checkpointing" if t["grad_checkpointing"] else "")
                 + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
-                + kept + old_cuda
+                + kept + old_cuda + old_bnb
                 + (f" ({', '.join(k.replace('_', '-') for k in data['search']['searched'])} searched: below)"
                    if data.get("search") else ""), "  ", width=width)
     out += ["", _memory(data, width, explain)]

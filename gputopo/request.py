@@ -77,6 +77,8 @@ class TrainingAsk:
     zero_grad: str | None = None             # none or zeros: what zero_grad() leaves between steps
     sync_each_batch: bool | None = None      # accumulation reduces every micro-batch (no no_sync)
     fsdp_use_orig_params: bool | None = None  # FSDP units mix the frozen base and the adapters (LoRA)
+    bnb_keeps_input: bool | None = None      # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input (QLoRA)
+    quantizer: str | None = None             # transformers or lightning: what quantized QLoRA's base
     finetune: str | None = None              # full, lora or qlora: what is trained (gputopo.finetune)
     lora_rank: int | None = None
     lora_targets: tuple | None = None
@@ -536,12 +538,7 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
     micro = first_micro(t.batch_size, t.grad_accum, t.global_batch, world)
     accum = accumulation(micro, t.grad_accum, t.global_batch, world)
     bounded(micro, accum, per_node, hw.nodes)
-    _gradient_sharing(t, ft, world, accum)
-    if accum > 1 and world > 1 and not t.sync_each_batch:
-        plan_notes["no_sync"] = (f"accumulation under no_sync: as the HF Trainer, accelerate and Lightning run"
-                                 f" its {accum} micro-batches, DDP reduces once a step and FSDP keeps every unit's"
-                                 " whole gradient until the last; reduced on each, it keeps shards only"
-                                 " (--sync-each-batch to change)")
+    _stack(t, ft, world, accum, plan_notes)
     # What plan's search may change: what the user did not pin (gputopo.search); a config without --auto has none.
     open_ = {"batch_size": t.batch_size is None and not (t.global_batch and t.grad_accum),
              "offload_params": t.offload_params is None,
@@ -556,7 +553,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          loss=_loss(t.kernels, t.loss, plan_notes), cuda_loading=t.cuda_module_loading or "lazy",
                          optimizer_impl=_optimizer_impl(t.optimizer, t.optimizer_impl),
                          zero_grad=t.zero_grad or "none", finetune=ft, tf32=tf32,
-                         sync_each_batch=bool(t.sync_each_batch), fsdp_orig_params=bool(t.fsdp_use_orig_params))
+                         sync_each_batch=bool(t.sync_each_batch), fsdp_orig_params=bool(t.fsdp_use_orig_params),
+                         bnb_keeps_input=bool(t.bnb_keeps_input), quantizer=t.quantizer or "transformers")
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
@@ -565,9 +563,10 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                    searchable=searchable, elsewhere=elsewhere, steps=t.steps, other_link=other_link)
 
 
-def _gradient_sharing(t: TrainingAsk, ft, world: int, accum: int) -> None:
-    """--sync-each-batch and --fsdp-use-orig-params change how GPUs reduce and hold gradients: refused where there
-    is nothing of the kind to change."""
+def _stack(t: TrainingAsk, ft, world: int, accum: int, notes: dict) -> None:
+    """The options that describe the training stack's own ways, refused where there is nothing of the kind to
+    change: how GPUs reduce and hold gradients (--sync-each-batch, --fsdp-use-orig-params; the no_sync assumed
+    said), how QLoRA's base was quantized (--bnb-keeps-input, --quantizer)."""
     given = [f"--{k.replace('_', '-')}" for k in ("sync_each_batch", "fsdp_use_orig_params") if getattr(t, k)]
     if given and world == 1:
         raise BadInput(f"{' and '.join(given)} describe{'s' if len(given) == 1 else ''} how GPUs share gradients;"
@@ -578,6 +577,14 @@ def _gradient_sharing(t: TrainingAsk, ft, world: int, accum: int) -> None:
     if t.sync_each_batch and accum == 1 and not t.global_batch:
         raise BadInput("--sync-each-batch changes how an accumulation reduces its gradients; nothing accumulates"
                        " here: give --grad-accum N (2 or more) or --global-batch N, or drop it")
+    if accum > 1 and world > 1 and not t.sync_each_batch:
+        notes["no_sync"] = (f"accumulation under no_sync: as the HF Trainer, accelerate and Lightning run its {accum}"
+                            " micro-batches, DDP reduces once a step and FSDP keeps every unit's whole gradient until"
+                            " the last; reduced on each, it keeps shards only (--sync-each-batch to change)")
+    for flag, given in (("--bnb-keeps-input", t.bnb_keeps_input), (f"--quantizer {t.quantizer}", t.quantizer)):
+        if given and not ft.quantized:
+            raise BadInput(f"{flag} describes how QLoRA's base is quantized; --finetune {ft.mode} quantizes"
+                           " nothing: give --finetune qlora, or drop it")
 
 
 def runs_here(training: Training, option: str) -> None:

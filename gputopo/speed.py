@@ -525,7 +525,8 @@ def offload_seconds(name: str, m, lay, t, rates: Rates, compute: float = 0.0) ->
     P, p16, n = trained(m, t), value_bytes(t.precision), lay.gpus
     share = P / n
     # the whole model's bytes as it is fetched: the frozen base (NF4 under QLoRA) beside the trained parameters
-    fetched = (finetune.base_bytes(m, t.finetune, p16, kept=p16) if t.finetune.peft else 0) + p16 * P
+    fetched = (finetune.base_bytes(m, t.finetune, p16, kept=p16, head=finetune.quantizes_head(t))
+               if t.finetune.peft else 0) + p16 * P
     moved = p16 * share * t.grad_accum + p16 * share         # gradients each micro-step, parameters once
     if name.startswith("zero3") and t.offload_params:
         moved = fetched * 2 * t.grad_accum + p16 * share * t.grad_accum

@@ -116,6 +116,67 @@ def test_qlora_linear_outputs_are_fp32_over_an_fp32_stream():
     assert memory.shape(LLAMA, q).linear_out == 4 and x16.linear_out == 2
 
 
+def test_old_bitsandbytes_keeps_each_4bit_matmul_s_input():
+    """bitsandbytes before 0.43.2 stores MatMul4Bit's input A on its ctx (bitsandbytes#1270 dropped it): with a
+    16-bit stream (--pure-16bit) one block keeps the norms' outputs once each (q/k/v share one, gate/up another),
+    the attention's output for o_proj and the MLP's product for down_proj, T x (3h + I) x 2 bytes; over an fp32
+    stream under autocast, Linear4bit casts the input once per projection (q, k, v; gate, up). Where the LoRA
+    adapters on q and v keep the norm's output themselves (no dropout, no cast), A is that same tensor."""
+    T, h, I = 512, LLAMA.hidden_size, LLAMA.intermediate_size
+    for pure16, dropout, expect in ((True, 0.05, T * (3 * h + I) * 2), (True, 0.0, T * (2 * h + I) * 2),
+                                    (False, 0.05, T * (h * 3 + h + h * 2 + I) * 2)):
+        old, new = (Training(precision="bf16", batch_size=1, seq_len=T, pure16=pure16,
+                             finetune=lora(mode="qlora", dropout=dropout), bnb_keeps_input=keeps)
+                    for keeps in (True, False))
+        x_old, x_new = (memory.shape(LLAMA, t, half_model=pure16) for t in (old, new))
+        assert memory.bnb_input_bytes(LLAMA, x_new) == 0
+        assert memory.bnb_input_bytes(LLAMA, x_old) == expect, (pure16, dropout)
+        assert memory.block_bytes(LLAMA, x_old, "sdpa") - memory.block_bytes(LLAMA, x_new, "sdpa") == expect
+
+
+def test_old_bitsandbytes_keeps_every_block_s_inputs_without_checkpointing_and_one_with():
+    """Without checkpointing each of the 32 blocks keeps them; under (reentrant) checkpointing only the block
+    being recomputed does."""
+    def peak(*extra, phase="backward, last block"):
+        d = json.loads(run("plan", "--model", "llama-2-7b", "--gpus", "1", "--gpu-model", "A100-80GB",
+                           "--finetune", "qlora", "--batch-size", "1", "--seq-len", "512", "--pure-16bit",
+                           *extra, "--json").stdout)
+        row = next(s for s in d["strategies"] if s["name"] == "single")
+        return next(p["bytes"] for p in row["peak"]["phases"] if p["phase"] == phase)
+    one = 512 * (2 * LLAMA.hidden_size + LLAMA.intermediate_size) * 2   # q and v's adapters keep the norm's output
+    grown = peak("--no-grad-checkpointing", "--bnb-keeps-input") - peak("--no-grad-checkpointing")
+    assert LLAMA.layers * one * 0.95 < grown <= LLAMA.layers * one
+    assert peak("--grad-checkpointing", "--bnb-keeps-input") - peak("--grad-checkpointing") == one
+    text = run("plan", "--model", "llama-2-7b", "--gpus", "1", "--gpu-model", "A100-80GB", "--finetune", "qlora",
+               "--bnb-keeps-input", "--quantizer", "lightning").output
+    assert "keeps each 4-bit matmul's input (before 0.43.2)" in text and "quantized by Lightning" in text
+    at_loss = "forward, at the loss"   # what the checkpoints keep is the blocks' inputs: no 4-bit matmul's
+    assert peak("--grad-checkpointing", "--bnb-keeps-input", phase=at_loss) == peak("--grad-checkpointing",
+                                                                                     phase=at_loss)
+
+
+def test_lightning_quantizes_the_head_too_and_dequantizes_it_at_each_of_its_matmuls():
+    """Lightning Fabric's BitsandbytesPrecision replaces every torch.nn.Linear: the head in NF4 (a tied embedding
+    stays whole beside it), quantized from fp16, so each of its matmuls holds its fp16 dequantization and the cast
+    to the compute dtype (bf16: 4 bytes an element; fp16: 2), at the loss, forward and backward."""
+    q = lora(mode="qlora")
+    V, h = LLAMA.vocab_size, LLAMA.hidden_size
+    hf, fabric = (finetune.base_bytes(LLAMA, q, 2, kept=2, head=head) for head in (False, True))
+    assert hf - fabric == 2 * V * h - finetune.nf4_bytes(V * h)             # Llama 2's head is its own
+    tied = models.named("llama-3.2-3b")
+    V3, h3 = tied.vocab_size, tied.hidden_size
+    grown = finetune.base_bytes(tied, q, 2, kept=2, head=True) - finetune.base_bytes(tied, q, 2, kept=2)
+    assert grown == finetune.nf4_bytes(V3 * h3)                             # the embedding stays beside it
+    for precision, per in (("bf16", 4), ("fp16", 2)):
+        t = Training(precision=precision, batch_size=1, seq_len=512, pure16=True, finetune=q, quantizer="lightning")
+        assert memory.head_dequant_bytes(LLAMA, t) == per * V * h
+        plain = memory.phases(LLAMA, Training(precision=precision, batch_size=1, seq_len=512, pure16=True,
+                                              finetune=q), "sdpa")
+        for a, b in zip(memory.phases(LLAMA, t, "sdpa"), plain):
+            assert a.temporaries - b.temporaries == (per * V * h if "loss" in a.name else 0), a.name
+    assert memory.head_dequant_bytes(LLAMA, Training(precision="bf16", finetune=q)) == 0   # transformers'
+
+
 # --- the command line ------------------------------------------------------------------------------------------
 
 BASE = ["plan", "--model", "llama-2-7b", "--gpus", "2", "--gpu-model", "A100-80GB"]
@@ -134,6 +195,12 @@ BASE = ["plan", "--model", "llama-2-7b", "--gpus", "2", "--gpu-model", "A100-80G
     (["--finetune", "4bit"], "--finetune"),
     (["--fsdp-use-orig-params"], "full fine-tuning freezes nothing"),
     (["--sync-each-batch"], "nothing accumulates here"),
+    (["--bnb-keeps-input"], "--finetune full quantizes nothing"),
+    (["--finetune", "lora", "--bnb-keeps-input"], "--finetune lora quantizes nothing"),
+    (["--quantizer", "lightning"], "--quantizer lightning describes how QLoRA's base is quantized"),
+    (["--finetune", "qlora", "--quantizer", "lightning", "--measure"], "--quantizer lightning describes another"),
+    # --measure runs the pinned bitsandbytes, which keeps no input: the old stack is not what it would measure
+    (["--finetune", "qlora", "--bnb-keeps-input", "--measure"], "--bnb-keeps-input describes another stack"),
 ])
 def test_bad_lora_options_are_one_line_exit_2(args, msg):
     r = run(*BASE, *args)

@@ -320,6 +320,12 @@ SHARED = {
                              strategy("fsdp", "gradients")),
     # batches padded to their longest: the allocator keeps an earlier, shorter step's segments (reserved only)
     "variable_length": ([], ["--variable-length"], lambda p: by("ddp")(p)["reserved_bytes"]),
+    # bitsandbytes before 0.43.2: every block keeps its 4-bit matmuls' inputs (no checkpointing here)
+    "bnb_keeps_input": (["--finetune", "qlora", "--no-grad-checkpointing"],
+                        ["--finetune", "qlora", "--no-grad-checkpointing", "--bnb-keeps-input"], phases("ddp")),
+    # Lightning's BitsandbytesPrecision quantizes the head too: gpt2's tied embedding stays beside its NF4 copy
+    "quantizer": (["--finetune", "qlora"], ["--finetune", "qlora", "--quantizer", "lightning"],
+                  strategy("ddp", "weights")),
     "cpu_cores": ([], ["--cpu-cores", "64"], lambda p: (p["layout"]["cpu_cores"], p["layout"]["cpu_cores_range"])),
     "cpu_mem": ([], ["--cpu-mem", "512GB"], lambda p: p["layout"]["cpu_mem_bytes"]),
     "nvme_path": (["--nvme-path", "/"], ["--nvme-path", os.path.dirname(os.path.abspath(__file__))],

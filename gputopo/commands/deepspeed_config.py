@@ -46,7 +46,8 @@ def _show(result, output: str | None, wide: bool, explain: bool) -> None:
 @click.command("deepspeed-config", cls=Command, short_help="A DeepSpeed config DeepSpeed accepts, and its launch.",
                epilog="Only with --auto (they feed the memory plan): --gpu-mem, --link, --seq-len, --attention,"
                       " --flash-attention, --cpu-mem, --inter-node-gbps, --cpu-cores, --kernels, --loss, --steps,"
-                      " --cuda-module-loading, --selective-checkpointing, --pure-16bit, --variable-length,"
+                      " --cuda-module-loading, --bnb-keeps-input, --quantizer, --selective-checkpointing,"
+                      " --pure-16bit, --variable-length,"
                       " --[no-]grad-checkpointing (with --no-hf), and"
                       " --nvme-path/--nvme-free unless --offload nvme. With --auto, what is not given is searched"
                       " as `gputopo plan` searches it (docs/plan.md).")
