@@ -260,8 +260,9 @@ def _adapter_states(name: str, m: ModelSpec, lay: Layout, t: Training) -> tuple[
         # wrap policy), or with --fsdp-use-orig-params the whole unit, base and adapters, as if nothing were frozen
         # (torch's FSDP docstring: mixing frozen and trainable parameters raises the gradient memory)
         flat, unit = a * A, a * finetune.block_adapters(m, ft)
-        if t.fsdp_orig_params:
-            flat, unit = base + a * A, base_block + unit
+        if t.fsdp_orig_params:   # the root's flat parameter too where an adapter is in it (a targeted head)
+            flat = m.layers * base_block + (base_root if finetune.outside_blocks(m, ft) else 0) + a * A
+            unit += base_block
         # the running unit's, before their reduce-scatter; under no_sync every unit's, unsharded
         grads = flat + unit if accumulates_unsharded(t) else unit
         if name == "fsdp":
@@ -461,7 +462,10 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         per["total"] = states["weights"] + states["optimizer"] + per["overhead"] + pk["bytes"]
         comm = comm_bytes(name, m, lay, t)
         # comm_seconds_per_step is gputopo.speed's (report.plan_for fills it): one owner for time.
-        reserve = ALLOCATOR_RESERVE_BYTES + (length_segments(m, t, pk, name, lay.gpus) if t.varlen else 0)
+        reserve = ALLOCATOR_RESERVE_BYTES
+        if t.varlen:   # at most what the GPU has left: a cudaMalloc that fails frees the cache and retries
+            reserve += min(length_segments(m, t, pk, name, lay.gpus),
+                           max(0, lay.gpu_mem_bytes - per["total"] - ALLOCATOR_RESERVE_BYTES))
         st = Strategy(name, per, int(cpu), int(nvme), comm, None, peak=pk,
                       nvidia_smi_bytes=per["total"] + reserve,
                       allocated_bytes=per["total"] - t.context_bytes,

@@ -473,6 +473,13 @@ QLORA_STACK = (("bnb_keeps_input", True, ", bitsandbytes keeps each 4-bit matmul
                ("quantizer", "lightning", ", quantized by Lightning (the head too)"))
 
 
+def _loop_words(t: dict) -> str:
+    """The Training line's words for how the loop accumulates and FSDP holds gradients, and varying lengths."""
+    return (((" (reduced every micro-batch)" if t.get("sync_each_batch") else " (no_sync)") if t["grad_accum"] > 1
+             else "") + (", FSDP use_orig_params" if t.get("fsdp_orig_params") else "")
+            + (", lengths varying step to step" if t.get("varlen") else ""))
+
+
 def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool = True) -> str:
     """Human text for `gputopo plan`: the answer (unless `answer` is False: inspect --model gives its own), what was
     planned, the memory and step tables, the search, and what was assumed."""
@@ -497,9 +504,7 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
     precision = "tf32" if t.get("tf32") else t["precision"]
     out += wrap(f"Training: {precision}, {t['optimizer']}{impl}, micro-batch {t['batch_size']} x"
                 f" {t['seq_len']} tokens, accumulation {t['grad_accum']}"
-                + ((" (reduced every micro-batch)" if t.get("sync_each_batch") else " (no_sync)")
-                   if t["grad_accum"] > 1 else "")
-                + (", FSDP use_orig_params" if t.get("fsdp_orig_params") else "")
+                + _loop_words(t)
                 + (", gradient checkpointing" if t["grad_checkpointing"] else "")
                 + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
                 + kept + old_cuda + old_bnb

@@ -570,21 +570,43 @@ def _stack(t: TrainingAsk, ft, world: int, accum: int, notes: dict) -> None:
     given = [f"--{k.replace('_', '-')}" for k in ("sync_each_batch", "fsdp_use_orig_params") if getattr(t, k)]
     if given and world == 1:
         raise BadInput(f"{' and '.join(given)} describe{'s' if len(given) == 1 else ''} how GPUs share gradients;"
-                       " one GPU shares none: give --gpus N (2 or more), or drop it")
+                       " one GPU shares none: plan for two or more, or drop it")
     if t.fsdp_use_orig_params and not ft.peft:
         raise BadInput("--fsdp-use-orig-params changes what FSDP keeps for a frozen base; full fine-tuning freezes"
                        " nothing: give --finetune lora|qlora, or drop it")
-    if t.sync_each_batch and accum == 1 and not t.global_batch:
+    searched = t.global_batch and t.batch_size is None and not t.grad_accum   # plan's search sets the accumulation
+    if t.sync_each_batch and accum == 1 and not searched:
         raise BadInput("--sync-each-batch changes how an accumulation reduces its gradients; nothing accumulates"
-                       " here: give --grad-accum N (2 or more) or --global-batch N, or drop it")
-    if accum > 1 and world > 1 and not t.sync_each_batch:
-        notes["no_sync"] = (f"accumulation under no_sync: as the HF Trainer, accelerate and Lightning run its {accum}"
-                            " micro-batches, DDP reduces once a step and FSDP keeps every unit's whole gradient until"
-                            " the last; reduced on each, it keeps shards only (--sync-each-batch to change)")
+                       " here (accumulation 1): give --grad-accum N (2 or more), or a --global-batch above micro-batch"
+                       " x GPUs, or drop it")
+    _stack_notes(t, world, accum, notes)
     for flag, given in (("--bnb-keeps-input", t.bnb_keeps_input), (f"--quantizer {t.quantizer}", t.quantizer)):
         if given and not ft.quantized:
             raise BadInput(f"{flag} describes how QLoRA's base is quantized; --finetune {ft.mode} quantizes"
                            " nothing: give --finetune qlora, or drop it")
+
+
+def _stack_notes(t: TrainingAsk, world: int, accum: int, notes: dict) -> None:
+    """What the stack options (and the no_sync they leave) make the plan assume, said in its notes."""
+    if accum > 1 and world > 1 and not t.sync_each_batch:
+        notes["no_sync"] = (f"accumulation under no_sync: as the HF Trainer, accelerate and Lightning run its {accum}"
+                            " micro-batches, DDP reduces once a step and FSDP keeps every unit's whole gradient until"
+                            " the last; reduced on each, it keeps shards only (--sync-each-batch to change)")
+    if t.sync_each_batch:
+        notes["sync_each_batch"] = ("accumulation reduced on every micro-batch (--sync-each-batch): DDP all-reduces"
+                                    " and FSDP reduce-scatters each one, and FSDP keeps only its gradients' shards")
+    if t.fsdp_use_orig_params:
+        notes["fsdp_orig_params"] = ("FSDP use_orig_params=True (--fsdp-use-orig-params): each block's unit holds"
+                                     " its frozen base and its adapters in one flat parameter, whose gradient covers"
+                                     " the whole block, as though nothing were frozen")
+    if t.variable_length:
+        notes["variable_length"] = ("lengths varying step to step (--variable-length): reserved and nvidia-smi add the"
+                                    " caching allocator's segments of an earlier longest step, a floor, at most what"
+                                    " the GPU has free; allocated and the verdict do not change")
+    if t.quantizer == "lightning":
+        notes["qlora"] = ("QLoRA as Lightning's BitsandbytesPrecision quantizes it (--quantizer lightning): every"
+                          " Linear in 4-bit NF4 from fp16, the output head too (dequantized whole at the loss);"
+                          " the norms and embeddings unquantized")
 
 
 def runs_here(training: Training, option: str) -> None:

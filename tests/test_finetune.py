@@ -234,13 +234,16 @@ def test_fsdp_accumulates_whole_gradients_under_no_sync_and_shards_with_sync_eac
 def test_fsdp_use_orig_params_gives_a_lora_unit_the_whole_block_s_gradient():
     """use_orig_params=True with the adapters in their block's unit: the flat gradient covers the frozen base (the
     litgpt FSDP rows of benchmarks/peft_public.json ran so), sharded each step or whole under no_sync."""
+    from gputopo.plan import fsdp_units
     base = finetune.base_bytes(LLAMA, lora(), 2, kept=2)
+    block = finetune.unit_bytes(LLAMA, lora(), base, *fsdp_units(LLAMA), 2)[0]   # the root holds no adapter
+    blocks = LLAMA.layers * block
     apart, _ = fsdp_row("--finetune", "lora")
     mixed, _ = fsdp_row("--finetune", "lora", "--fsdp-use-orig-params")
     mixed_accum, _ = fsdp_row("--finetune", "lora", "--fsdp-use-orig-params", "--grad-accum", "4")
     assert apart["per_gpu_bytes"]["gradients"] < base / 100
-    assert base / 4 < mixed["per_gpu_bytes"]["gradients"] < base / 4 + base / LLAMA.layers * 1.1
-    assert mixed_accum["per_gpu_bytes"]["gradients"] > base
+    assert blocks / 4 < mixed["per_gpu_bytes"]["gradients"] < blocks / 4 + block * 1.1
+    assert blocks < mixed_accum["per_gpu_bytes"]["gradients"] < base
 
 
 def test_plan_inspect_and_auto_give_one_answer_for_lora():

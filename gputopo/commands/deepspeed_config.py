@@ -50,7 +50,9 @@ def _show(result, output: str | None, wide: bool, explain: bool) -> None:
                       " --pure-16bit, --variable-length,"
                       " --[no-]grad-checkpointing (with --no-hf), and"
                       " --nvme-path/--nvme-free unless --offload nvme. With --auto, what is not given is searched"
-                      " as `gputopo plan` searches it (docs/plan.md).")
+                      " as `gputopo plan` searches it (docs/plan.md). Refused, as torch's own training loop that a"
+                      " DeepSpeed config replaces (plan prices it): --optimizer-impl, --zero-grad, --sync-each-batch,"
+                      " --fsdp-use-orig-params.")
 @click.option("--stage", type=Count(0), metavar="0-3", help="ZeRO stage 0-3 (or --auto).")
 @click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True,
               help="Where ZeRO keeps optimizer states (and at stage 3 parameters) off the GPU.")
