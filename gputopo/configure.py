@@ -493,9 +493,9 @@ def _threads(a: Ask, req, strategy: str | None) -> int | None:
     """Each rank's OMP_NUM_THREADS where the plan priced DeepSpeed's CPU Adam on the node's cores (--auto with
     offload): the threads its step time was priced on (speed.threads_per_rank, the plan's time.threads_per_rank),
     within the --cpus-per-task the job asks."""
-    from . import speed
     if not a.auto or not strategy or req.layout is None:
         return None
+    from . import speed
     priced = speed.threads_per_rank(strategy, req.layout)
     if priced and a.cpus_per_task:   # Slurm gives what the job asks
         return max(1, min(priced, a.cpus_per_task // req.gpus_per_node))

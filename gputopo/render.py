@@ -468,16 +468,14 @@ def _memory(data: dict, width: int | None, explain: bool = False) -> str:
     return out
 
 
-# QLoRA stacks other than the pinned bitsandbytes under transformers, as plan's Training line names them
-QLORA_STACK = (("bnb_keeps_input", True, ", bitsandbytes keeps each 4-bit matmul's input (before 0.43.2)"),
+# What the training stack does beside transformers' code under the HF Trainer with torch 2.x, as plan's Training
+# line names it: (the training field, the value that says it, the words)
+STACK_WORDS = (("zero_grad", "zeros", ", zero_grad keeps the gradients (zeros)"),
+               ("cuda_loading", "eager", ", CUDA modules loaded eagerly"),
+               ("fsdp_orig_params", True, ", FSDP use_orig_params"),
+               ("varlen", True, ", lengths varying step to step"),
+               ("bnb_keeps_input", True, ", bitsandbytes keeps each 4-bit matmul's input (before 0.43.2)"),
                ("quantizer", "lightning", ", quantized by Lightning (the head too)"))
-
-
-def _loop_words(t: dict) -> str:
-    """The Training line's words for how the loop accumulates and FSDP holds gradients, and varying lengths."""
-    return (((" (reduced every micro-batch)" if t.get("sync_each_batch") else " (no_sync)") if t["grad_accum"] > 1
-             else "") + (", FSDP use_orig_params" if t.get("fsdp_orig_params") else "")
-            + (", lengths varying step to step" if t.get("varlen") else ""))
 
 
 def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool = True) -> str:
@@ -498,16 +496,15 @@ def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool 
                 + (" (another machine)" if None in (lay["cpu_mem_bytes"], lay["nvme_free_bytes"]) else ""),
                 "  ", width=width)
     impl = f" ({t['optimizer_impl']})" if t.get("optimizer_impl") else ""
-    kept = ", zero_grad keeps the gradients (zeros)" if t.get("zero_grad") == "zeros" else ""
-    old_cuda = ", CUDA modules loaded eagerly" if t.get("cuda_loading") == "eager" else ""
-    old_bnb = "".join(said for key, value, said in QLORA_STACK if t.get(key) == value)
+    stack = "".join(said for key, value, said in STACK_WORDS if t.get(key) == value)
+    accum = (" (reduced every micro-batch)" if t.get("sync_each_batch") else " (no_sync)") if t["grad_accum"] > 1 \
+        else ""
     precision = "tf32" if t.get("tf32") else t["precision"]
     out += wrap(f"Training: {precision}, {t['optimizer']}{impl}, micro-batch {t['batch_size']} x"
-                f" {t['seq_len']} tokens, accumulation {t['grad_accum']}"
-                + _loop_words(t)
+                f" {t['seq_len']} tokens, accumulation {t['grad_accum']}{accum}"
                 + (", gradient checkpointing" if t["grad_checkpointing"] else "")
                 + (", selective checkpointing" if t.get("selective") else "") + f", {t['attention']} attention"
-                + kept + old_cuda + old_bnb
+                + stack
                 + (f" ({', '.join(k.replace('_', '-') for k in data['search']['searched'])} searched: below)"
                    if data.get("search") else ""), "  ", width=width)
     out += ["", _memory(data, width, explain)]
