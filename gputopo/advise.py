@@ -193,26 +193,53 @@ def traffic_words(chosen, by_name, model, layout, training, fast_link: bool, tim
 TIE = 0.05
 
 
-def fitting(strategies) -> list[str]:
-    """The strategies that fit with the 10 % room for fragmentation; only when none does, those that fit tightly."""
-    return [s.name for s in strategies if s.fits and not s.tight] or [s.name for s in strategies if s.fits]
+# Memory totals closer than this are within the memory prediction's error (the plan holds within 2.0 % of the
+# measured allocated peak on an H100 and on CPU: docs/plan.md's Accuracy): two plans this close fit or fail alike.
+MEMORY_TIE = 0.02
+PLAIN = ("single", "ddp")   # neither shards nor offloads: what sharding or offload would be chosen over
+
+
+def room_pool(items: list, total, rank, name) -> list:
+    """What the answer chooses among: those with the 10 % room for fragmentation (not tight); every one when none
+    has room. A tight plain DDP (or one-GPU) plan joins them when the one they would choose (rank(items)[0])
+    saves at most MEMORY_TIE on it: sharding or offload is worth its traffic and machinery for the memory it
+    saves, and a saving within the prediction's error is none. One rule for plan's table and its search
+    (total(item): bytes per GPU; name(item): its strategy)."""
+    room = [x for x in items if not x.tight]
+    if not room:
+        return list(items)
+    first = rank(room)[0]
+    return room + [x for x in items if x.tight and name(x) in PLAIN and name(first) not in PLAIN
+                   and total(x) <= total(first) * (1 + MEMORY_TIE)]
 
 
 def _timed(times: dict, name: str) -> bool:
     return times.get(name) is not None and times[name].step_s is not None
 
 
+def _by_speed(names: list[str], times: dict, order: tuple) -> list[str]:
+    """Fastest predicted first (ties within TIE in `order`), then those without a step time in `order`."""
+    timed = [n for n in names if _timed(times, n)]
+    fastest = min((times[n].step_s for n in timed), default=0)
+    ties = [n for n in order if n in timed and times[n].step_s <= fastest * (1 + TIE)]
+    return ties + sorted((n for n in timed if n not in ties), key=lambda n: times[n].step_s) + \
+        [n for n in order if n in names and n not in timed]
+
+
+def fitting(strategies, times: dict | None = None, order: tuple = ()) -> list[str]:
+    """The strategies that fit, as room_pool admits them (ranked by speed, else by `order`)."""
+    fit = {s.name: s for s in strategies if s.fits}
+    pool = room_pool(list(fit.values()), lambda s: s.per_gpu_bytes["total"],
+                     lambda ss: [fit[n] for n in _by_speed([s.name for s in ss], times or {}, order)],
+                     lambda s: s.name)
+    return [s.name for s in pool]
+
+
 def by_speed(strategies, times: dict, order: tuple) -> list[str] | None:
     """The strategies that fit, fastest predicted first (ties within TIE in `order`), then those without a step
     time (an offload row whose host's cores were not given) in `order`; None when none has a step time."""
-    fit = fitting(strategies)
-    timed = [n for n in fit if _timed(times, n)]
-    if not timed:
-        return None
-    fastest = min(times[n].step_s for n in timed)
-    ties = [n for n in order if n in timed and times[n].step_s <= fastest * (1 + TIE)]
-    return ties + sorted((n for n in timed if n not in ties), key=lambda n: times[n].step_s) + \
-        [n for n in order if n in fit and n not in timed]
+    fit = fitting(strategies, times, order)
+    return _by_speed(fit, times, order) if any(_timed(times, n) for n in fit) else None
 
 
 def run_words(seconds: float) -> str:
@@ -254,16 +281,20 @@ def why(s, layout) -> str:
             f" {s.per_gpu_bytes['total'] / layout.gpu_mem_bytes:.0%})")
 
 
-def _room(chosen, layout) -> list[str]:
-    """What the chosen strategy's fit rests on: the fragmentation margin, the target's disk."""
+def _room(chosen, layout, roomy=()) -> list[str]:
+    """What the chosen strategy's fit rests on: the fragmentation margin (and what has it: `roomy`, those that fit
+    with room, as fitting() admits them), the target's disk."""
     from .plan import HEADROOM
     out = []
     if chosen.tight:
         share = chosen.per_gpu_bytes["total"] / layout.gpu_mem_bytes
+        near = max(roomy, key=lambda s: s.per_gpu_bytes["total"], default=None)
         out.append(f"Tight: {gib(chosen.per_gpu_bytes['total'])} of {gib(layout.gpu_mem_bytes)} ({share:.0%}),"
                    f" into the {1 - HEADROOM:.0%} kept for the allocator's fragmentation: it may run"
-                   " (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps) or stop out of memory; nothing with"
-                   " that room fits.")
+                   " (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps) or stop out of memory; "
+                   + (f"{near.name} fits with that room at {gib(near.per_gpu_bytes['total'])}, within the memory"
+                      f" prediction's error ({MEMORY_TIE:.0%}) of it: it would fail alike, so the one that"
+                      " neither shards nor offloads is chosen." if near else "nothing with that room fits."))
     if chosen.condition:
         out.append(f"Fits only with {chosen.condition}: the machine planned for is not this one, and the options do"
                    " not say what it has.")
@@ -306,7 +337,7 @@ def from_plan(model, layout, training, strategies, global_batch: int | None = No
     if ranked:  # what is faster first, then the rest in the usual order, for "faster choices do not fit"
         sequence = tuple(n for n in sequence if n not in ranked and times[n].step_s is not None
                          and times[n].step_s < times[ranked[0]].step_s) + tuple(ranked)
-    fit = fitting(strategies)
+    fit = fitting(strategies, times, sequence)
     chosen = next((by_name[n] for n in sequence if n in fit), None)
     if chosen is None:
         return nothing_fits(model, layout, training, strategies)
@@ -329,7 +360,7 @@ def from_plan(model, layout, training, strategies, global_batch: int | None = No
         tight = " or fit only tightly" if any(by_name[n].tight for n in skipped) else ""
         head = f"Faster predicted, but do not fit{tight}: " if ranked else f"Faster choices do not fit{tight}: "
         reasons.append(head + "; ".join(f"{n} {why(by_name[n], layout)}" for n in skipped) + ".")
-    reasons += _room(chosen, layout)
+    reasons += _room(chosen, layout, [by_name[n] for n in fit if not by_name[n].tight])
     if layout.gpus == 1 and chosen.name == "single":
         reasons.append("The model fits one GPU with room for its batch: no ZeRO stage or offload is needed (HF's"
                        " DeepSpeed decision tree); plain PyTorch trains it as planned, or DeepSpeed at ZeRO stage 0"

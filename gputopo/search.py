@@ -103,11 +103,17 @@ def untimed(name: str, lay, time) -> str:
 
 
 def rank(found: list[Candidate], order: tuple) -> tuple[list[Candidate], bool]:
-    """(candidates best first, timed). Those with room for fragmentation first, tight ones only if none has it.
+    """(candidates best first, timed), among those advise.room_pool admits (room for fragmentation; plain DDP
+    within the memory prediction's error of the sharded one with room that would be chosen).
     Timed (any of them has a step time): by tokens/s with advise.TIE's tie rule, those without a time after them
     in the untimed order. Untimed: the decision tree's order, then the largest micro-batch that fits (the most
     work per kernel where nothing says how fast it runs), then no recomputation, parameter offload last."""
-    pool = [c for c in found if not c.tight] or found
+    return _ranked(advise.room_pool(found, lambda c: c.per_gpu_bytes, lambda cs: _ranked(cs, order)[0],
+                                    lambda c: c.strategy), order)
+
+
+def _ranked(pool: list[Candidate], order: tuple) -> tuple[list[Candidate], bool]:
+    """rank()'s order of the candidates it admits."""
     where = {n: i for i, n in enumerate(order)}
     by_tree = sorted((c for c in pool if not c.tokens_per_s),
                      key=lambda c: (where.get(c.strategy, 99), -c.training.batch_size, c.training.grad_checkpointing,
@@ -134,6 +140,15 @@ def leanest(req: Request) -> Training:
 
 def losing(c: Candidate, first: Candidate, timed: bool, order: tuple = ()) -> str:
     """Why a shown configuration is not the recommendation."""
+    why = _losing(c, first, timed, order)
+    if first.tight and not c.tight and first.per_gpu_bytes <= c.per_gpu_bytes * (1 + advise.MEMORY_TIE):
+        # room_pool admitted the first (plain DDP) for needing no more than this one, within the prediction's error
+        return (f"{gib(first.per_gpu_bytes - c.per_gpu_bytes)} less per GPU, within the memory prediction's error"
+                f" ({advise.MEMORY_TIE:.0%}), and " + why)
+    return why
+
+
+def _losing(c: Candidate, first: Candidate, timed: bool, order: tuple) -> str:
     if c.tight and not first.tight:
         return f"fits only tightly ({gib(c.per_gpu_bytes)} per GPU)"
     if not c.tokens_per_s and timed:

@@ -268,6 +268,36 @@ def test_the_2x3090_70b_qlora_persona_gets_a_strategy_that_fits_with_a_step_time
     assert next(s for s in d["strategies"] if s["name"] == "fsdp_offload_cpu")["fits"]
 
 
+def test_the_4x4090_llama3_8b_lora_persona_gets_ddp_in_plan_and_its_config():
+    """Issue 48's persona: ZeRO-1 saves 1 % on DDP here (the input casts of PEFT's fp32 adapters under autocast),
+    within the memory prediction's error, so the plain DDP wins, said to be tight, with what would have room."""
+    args = ["--model", "llama-3-8b", "--gpus", "4", "--gpu-model", "RTX 4090", "--cpu-mem", "128GiB",
+            "--finetune", "lora"]
+    d = json.loads(run("plan", *args, "--json").stdout)
+    by = {s["name"]: s for s in d["strategies"]}
+    assert d["recommendation"]["strategy"] == "ddp" and by["ddp"]["tight"] and by["ddp"]["time"]["step_s"]
+    assert not by["zero1"]["tight"] and by["zero1"]["per_gpu_bytes"]["total"] < by["ddp"]["per_gpu_bytes"]["total"]
+    assert any("zero1 fits with that room" in r and "(2%)" in r for r in d["recommendation"]["reasons"])
+    zero1 = next(c for c in d["search"]["next"] if c["strategy"] == "zero1" and c["micro_batch"] == 1)
+    assert zero1["why"].startswith("0.2 GiB less per GPU, within the memory prediction's error")
+    auto = json.loads(run("deepspeed-config", "--auto", *args, "--json").stdout)["plan"]
+    assert auto["recommendation"]["strategy"] == "ddp"
+
+
+def test_a_tight_plain_plan_joins_only_within_the_memory_error_of_a_sharded_choice():
+    from types import SimpleNamespace as S
+
+    from gputopo import advise
+
+    def pool(*items):
+        return [x.name for x in advise.room_pool(list(items), lambda x: x.total, lambda xs: xs, lambda x: x.name)]
+    ddp, zero3 = S(name="ddp", total=102, tight=True), S(name="zero3", total=72, tight=True)
+    assert pool(S(name="zero1", total=100, tight=False), ddp, zero3) == ["zero1", "ddp"]   # 2 %: the same
+    assert pool(S(name="zero1", total=99, tight=False), ddp) == ["zero1"]                 # 3 %: sharding earns it
+    assert pool(S(name="fsdp", total=71, tight=False), zero3) == ["fsdp"]                # both shard: room wins
+    assert pool(ddp, zero3) == ["ddp", "zero3"]                                          # nothing has room
+
+
 # --- measured on this machine (slow) ---------------------------------------------------------------------------
 
 SHAPES = [
