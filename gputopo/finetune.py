@@ -92,11 +92,13 @@ def peft_defaults() -> tuple[dict, str]:
 
 
 def checked(mode: str | None, rank: int | None, targets: tuple | None, dropout: float | None) -> Finetune:
-    """The options alone, without a model to check the targets against (a config without --model)."""
+    """The options alone, without a model (a config without --model): full fine-tuning only. LoRA's default
+    targets, the check of given ones and of the rank against their sides are the model's (resolve)."""
     mode = mode or "full"
-    if mode == "full":
-        return resolve(None, mode, rank, targets, dropout, {})
-    return Finetune(mode, rank or DEFAULT_RANK, tuple(targets or ()), DEFAULT_DROPOUT if dropout is None else dropout)
+    if mode != "full":
+        raise BadInput(f"--finetune {mode} needs --model (or --params): its targets are checked against the model's"
+                       " Linear modules, its default ones are PEFT's for the architecture")
+    return resolve(None, mode, rank, targets, dropout, {})
 
 
 def resolve(m, mode: str, rank: int | None, targets: tuple | None, dropout: float | None, notes: dict) -> Finetune:

@@ -395,7 +395,8 @@ def plan_answer(data: dict, width: int | None = WIDTH) -> list[str]:
                                                                   f"{n} GPU{'s' * (n > 1)}") \
         + (f" ({lay['link_type']})" if lay["link_type"] and lay["gpus"] > 1 else "")
     said = f"{size(s['per_gpu_bytes']['total'])} per GPU of {size(lay['gpu_mem_bytes'])}" \
-        + (" (tight)" if s.get("tight") else "") + f" on {where}; "
+        + (" (tight)" if s.get("tight") else "") + f" on {where}" \
+        + (f", if the host has {s['condition']}" if s.get("condition") else "") + "; "
     if t["step_s"]:
         said += f"step {_s(t['step_s'])}, {t['tokens_per_s']:,.0f} tokens/s"
         spread = data.get("host_spread")

@@ -516,7 +516,8 @@ def zero_step_seconds(name: str, m, lay, t, rates: Rates) -> float:
 
 def offload_seconds(name: str, m, lay, t, rates: Rates, compute: float = 0.0) -> float | None:
     """The host's part: 16-bit gradients down and parameters up over PCIe (ZeRO-3 with offloaded parameters
-    fetches them in forward and again in backward), DeepSpeed's CPU Adam on this node's share, NVMe swaps.
+    fetches them in forward, in backward and in the recomputed forward; from NVMe, read from the drive each time),
+    DeepSpeed's CPU Adam on this node's share, NVMe swaps.
     Where copies run beside compute (rates.overlap: DeepSpeed's copy streams on a GPU), the gradients' and the
     fetches' copies hide behind the micro-steps' compute, and the upload of the updated parameters is part of the
     host step that CPU Adam's rate was measured on (the ZeRO-Offload tutorial's "optimizer" time)."""
@@ -528,16 +529,23 @@ def offload_seconds(name: str, m, lay, t, rates: Rates, compute: float = 0.0) ->
     fetched = (finetune.base_bytes(m, t.finetune, p16, kept=p16, head=finetune.quantizes_head(t))
                if t.finetune.peft else 0) + p16 * P
     moved = p16 * share * t.grad_accum + p16 * share         # gradients each micro-step, parameters once
-    if name.startswith("zero3") and t.offload_params:
-        moved = fetched * 2 * t.grad_accum + p16 * share * t.grad_accum
+    passes = 3 if t.grad_checkpointing else 2   # forward, backward, and the recomputed forward (comm_split's gathers)
+    params_off = name.startswith("zero3") and t.offload_params
+    if params_off:   # each rank copies up its own partition, then all-gathers (comm_split counts that)
+        moved = fetched / n * passes * t.grad_accum + p16 * share * t.grad_accum
     if name == "fsdp_offload_cpu":   # each rank uploads its shard before every gather, downloads its gradients
-        moved = fetched / n * (3 if t.grad_checkpointing else 2) * t.grad_accum + p16 * share * reductions(name, t)
+        moved = fetched / n * passes * t.grad_accum + p16 * share * reductions(name, t)
     if not rates.host_link or not rates.cpu_adam:
         return None
     gpus_per_node = lay.gpus_per_node
     copies = moved / rates.host_link
+    # On NVMe the offloaded partitions are read back for every fetch, the node's ranks' from its drive (DeepSpeed's
+    # AsyncPartitionedParameterSwapper, prefetching): read and PCIe copy run as a pipeline, the slower sets the pace.
+    reads = (fetched / n * gpus_per_node * passes * t.grad_accum / rates.nvme
+             if params_off and name.endswith("nvme") and rates.nvme else 0)
+    copies = max(moved / rates.host_link, reads)
     if rates.overlap:
-        copies = max(0.0, (moved - p16 * share) / rates.host_link - compute)
+        copies = max(0.0, max((moved - p16 * share) / rates.host_link, reads) - compute)
     # FSDP steps torch's AdamW on the host (foreach over its flat shard), not DeepSpeed's vectorized CPU Adam
     adam = rates.cpu_adam / (TORCH_CPU_ADAM_SLOWDOWN if name.startswith("fsdp") else 1)
     out = copies + share * gpus_per_node / adam

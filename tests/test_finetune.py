@@ -207,6 +207,16 @@ def test_bad_lora_options_are_one_line_exit_2(args, msg):
     assert r.exit_code == 2 and msg in r.output and r.output.count("\n") == 1, r.output
 
 
+def test_deepspeed_config_without_a_model_refuses_lora_and_writes_nothing(tmp_path):
+    """Was: exit 0 and a config byte for byte --stage 2's, targets unchecked ('nonexistent'), and a launch that
+    told PEFT target_modules=[]."""
+    out = tmp_path / "ds.json"
+    for extra in (["--lora-targets", "nonexistent"], ["--gpus", "2", "--launcher", "torchrun"]):
+        r = run("deepspeed-config", "--stage", "2", "--finetune", "qlora", *extra, "-o", str(out))
+        assert r.exit_code == 2 and "--finetune qlora needs --model" in r.output and r.output.count("\n") == 1
+        assert not out.exists()
+
+
 def fsdp_row(*extra, gpus=4):
     args = ["--model", "llama-2-7b", "--gpus", gpus, "--gpu-model", "A100-80GB", "--batch-size", "1",
             "--seq-len", "512", "--no-grad-checkpointing", *extra, "--json"]
