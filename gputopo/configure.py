@@ -19,7 +19,8 @@ from .units import gib
 # Options that only feed the memory plan: without --auto they would change nothing, so they are refused.
 PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_mem", "inter_node_gbps",
              "grad_checkpointing", "cpu_cores", "kernels", "loss", "selective_checkpointing", "pure_16bit", "steps",
-             "cuda_module_loading", "variable_length", "bnb_keeps_input", "quantizer")
+             "cuda_module_loading", "variable_length", "bnb_keeps_input", "quantizer",
+             "non_reentrant_checkpointing", "loop_keeps_graph")
 # Options that describe torch's own optimizer loop, which a DeepSpeed config replaces (its fused optimizer steps,
 # and its engine frees the gradients): refused, with or without --auto; plan prices them.
 TORCH_LOOP = ("optimizer_impl", "zero_grad", "sync_each_batch", "fsdp_use_orig_params")

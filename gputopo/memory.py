@@ -70,6 +70,8 @@ class Shape:
     amp: bool = False     # torch.autocast runs the step (plain torch in mixed precision without --pure-16bit)
     adapter: int = 4      # bytes of a LoRA adapter's weight (finetune.adapter_dtype_bytes)
     bnb_keeps_input: bool = False   # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input (bnb_input_bytes)
+    non_reentrant: bool = False     # checkpointing with use_reentrant=False: ctx attributes stay (ctx_held_bytes)
+    keeps_graph: bool = False       # the loop names the last micro-batch's output into the next forward
     head_nf4: bool = False          # the output head quantized too (--quantizer lightning: finetune.quantizes_head)
     head_dequant: int = 0           # bytes its dequantization holds at each of its matmuls (head_dequant_bytes)
 
@@ -108,6 +110,7 @@ def shape(m, t, device: str = "cuda", half_model: bool = False, plain_torch: boo
                  amp=mixed and plain_torch and not t.pure16,
                  adapter=finetune.adapter_dtype_bytes(t, deepspeed=not plain_torch),
                  bnb_keeps_input=getattr(t, "bnb_keeps_input", False), head_nf4=finetune.quantizes_head(t),
+                 non_reentrant=getattr(t, "non_reentrant", False), keeps_graph=getattr(t, "keeps_graph", False),
                  head_dequant=head_dequant_bytes(m, t))
 
 
@@ -265,8 +268,8 @@ def bnb_input_bytes(m, x: Shape) -> int:
     output its own backward keeps already); nothing where a LoRA adapter on the stage keeps that same tensor (no
     dropout, no cast: finetune.saved_bytes). The output head is not quantized (finetune.quantized). A block's:
     every block keeps it without checkpointing, the recomputed one under reentrant checkpointing (its forward runs
-    without grad, so nothing is stored; non-reentrant checkpointing's saved-tensor hooks never see ctx's
-    attributes, which stay for every block: not priced here)."""
+    without grad, so nothing is stored); non-reentrant checkpointing's saved-tensor hooks never see ctx's
+    attributes, so there every block's stays too (ctx_held_bytes)."""
     if not (x.ft.quantized and x.bnb_keeps_input):
         return 0
     norm_out = x.v if x.fused else x.res
@@ -286,6 +289,35 @@ def bnb_input_bytes(m, x: Shape) -> int:
         elif (lin.stage, lin.fan_in) not in lora_kept and not (relu and lin.stage == "down"):
             shared.add((lin.stage, lin.fan_in))
     return int(total + sum(x.T * fan_in * x.v for _, fan_in in shared))
+
+
+def ctx_held_bytes(m, x: Shape, ckpt: bool) -> tuple[int, int]:
+    """(every block's, the head's) 4-bit matmul inputs that the step's autograd graph holds until the graph itself
+    is freed, not only until each node's backward. Autograd frees what a node saved when its backward has run
+    (`PyNode::release_variables` clears a custom Function's saved_variables, torch/csrc/autograd/python_function.cpp),
+    but bitsandbytes before 0.43.2 keeps A as a ctx attribute (MatMul4Bit.forward, `ctx.tensors = (A, B)`,
+    bitsandbytes/autograd/_functions.py line 523 at 0.42.0), which lives as long as its node: until the loss and
+    the outputs that reference the graph are dropped. The blocks' are in the graph without checkpointing and under
+    non-reentrant checkpointing (torch.utils.checkpoint with use_reentrant=False runs the forward with grad under
+    saved-tensor hooks, which see save_for_backward only), not under reentrant checkpointing (its forward runs
+    without grad; each recomputed block's graph is dropped once its backward ran). Measured on CPU with a Function
+    storing ctx.tensors as 0.42.0 does: every block's input alive after the backward while the loss is named,
+    none after `del loss`, under non-reentrant checkpointing every block's after the forward (docs/sources.md)."""
+    if not (x.ft.quantized and x.bnb_keeps_input):
+        return 0, 0
+    blocks = m.layers * bnb_input_bytes(m, x) if (not ckpt or x.non_reentrant) else 0
+    return blocks, (x.T * x.h * x.v if x.L and x.head_nf4 else 0)
+
+
+def previous_graph_bytes(m, x: Shape, ckpt: bool) -> int:
+    """What the last micro-batch's step still holds during the next forward where the training loop keeps naming
+    its output and loss until the new ones replace them (--loop-keeps-graph: litgpt's finetune/lora.py, `logits =
+    model(input_ids, lm_head_chunk_size=128)` ... `loss = chunked_cross_entropy(...)` in fit's loop, lit-gpt
+    8641822 lines 216-219, litgpt 00af8b0 lines 304-307): its logits (16-bit, as the model returns them) and
+    whatever its graph holds past the backward (ctx_held_bytes). The HF Trainer's training_step returns a detached
+    loss and drops the outputs; fsdp_qlora's train.py sets `output = None; loss = None` after the backward."""
+    blocks, head = ctx_held_bytes(m, x, ckpt)
+    return x.T * x.L * x.v + blocks + head
 
 
 def adapter_bytes(m, x: Shape, linears=None) -> int:
@@ -477,13 +509,24 @@ def peft_phases(m, t, attention: str, x: Shape, plain_torch: bool, optimizer_sha
     _, logits, loss_grads = loss_bytes(m, x)
     saved, temp = block_backward_peak(m, x, attention)
     saved += cast * in_block if ckpt else 0
-    return [
-        Phase("forward, at the loss", g(0), kept + head + copies, logits + x.head_dequant),
-        Phase("backward, at the loss", g(0), kept + head + copies, loss_grads + x.head_dequant),
-        Phase("backward, last block", g(P - L * in_block), kept - (own if ckpt else block) + copies + saved, temp),
-        Phase("backward, first block", g(P - in_block), (shared if ckpt else 0) + saved, temp),
+    # 4-bit matmul inputs held until the graph is freed (ctx_held_bytes): under non-reentrant checkpointing every
+    # block's beside the checkpoints, without checkpointing those of the blocks backward has passed too (`saved`
+    # holds the current block's)
+    held, _ = ctx_held_bytes(m, x, ckpt)
+    one = held // L if held and L else 0
+    fwd_held = held if ckpt else 0
+    phases_ = [
+        Phase("forward, at the loss", g(0), kept + head + copies + fwd_held, logits + x.head_dequant),
+        Phase("backward, at the loss", g(0), kept + head + copies + fwd_held, loss_grads + x.head_dequant),
+        Phase("backward, last block", g(P - L * in_block),
+              kept - (own if ckpt else block) + copies + saved + (held - one if ckpt else 0), temp),
+        Phase("backward, first block", g(P - in_block), (shared if ckpt else 0) + saved + held - one, temp),
         Phase("optimizer step", P, 0, int(optimizer_temporaries(m, t, device) * share)),
     ]
+    if x.keeps_graph:   # the forward's end (its loss's as at the loss), before the new output replaces the old
+        phases_.insert(0, Phase("forward, the last micro-batch's graph still named", g(0),
+                                kept + head + copies + fwd_held + previous_graph_bytes(m, x, ckpt), x.head_dequant))
+    return phases_
 
 
 def peak(m, t, attention: str, grad_bytes: int, device: str = "cuda", plain_torch: bool = True,

@@ -370,6 +370,16 @@ training_options = group(
                       " backward (MatMul4Bit's ctx.tensors = (A, B), dropped by bitsandbytes#1270): the quantized"
                       " projections' inputs of every block, of one block under (reentrant) checkpointing"
                       " [default: false, bitsandbytes 0.43.2 and later keep none]."),
+    click.option("--non-reentrant-checkpointing", is_flag=True, default=None,
+                 help="Checkpointing runs torch.utils.checkpoint with use_reentrant=False (ms-swift 1.x patches it"
+                      " so), with --bnb-keeps-input: its saved-tensor hooks never see what bitsandbytes stores on"
+                      " ctx, so every block keeps its 4-bit matmuls' inputs until the backward ends [default: false,"
+                      " reentrant, the HF Trainer's and torch's default]."),
+    click.option("--loop-keeps-graph", is_flag=True, default=None,
+                 help="The training loop keeps naming the last micro-batch's output and loss until the next"
+                      " forward replaces them (litgpt's finetune scripts), with --finetune lora|qlora: its logits,"
+                      " and with --bnb-keeps-input its 4-bit matmuls' inputs, live beside the new forward"
+                      " [default: false, dropped after the backward, as the HF Trainer does]."),
     click.option("--quantizer", type=click.Choice(["transformers", "lightning"]),
                  help="What quantized QLoRA's base: transformers (BitsAndBytesConfig: every Linear but the output"
                       " head, from the compute dtype), lightning (Lightning Fabric's BitsandbytesPrecision, litgpt's"

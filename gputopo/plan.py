@@ -110,6 +110,8 @@ class Training:
     varlen: bool = False                  # batches padded to their longest sample: lengths vary from step to step
     quantizer: str = "transformers"       # what quantized QLoRA's base: transformers, or lightning (the head too)
     bnb_keeps_input: bool = False         # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input for backward
+    non_reentrant: bool = False           # checkpointing with use_reentrant=False: those inputs kept for every block
+    keeps_graph: bool = False             # the loop names the last micro-batch's output into the next forward
 
     def __post_init__(self):
         if isinstance(self.finetune, dict):   # read back from JSON (plan --measure's child)
@@ -144,6 +146,8 @@ class Training:
                ([f"--loss {self.loss}"] if self.loss != ("fused" if self.kernels == "fused" else "hf") else []) + \
                (["--selective-checkpointing"] if self.selective else []) + (["--pure-16bit"] if self.pure16 else []) + \
                (["--bnb-keeps-input"] if self.bnb_keeps_input else []) + \
+               (["--non-reentrant-checkpointing"] if self.non_reentrant else []) + \
+               (["--loop-keeps-graph"] if self.keeps_graph else []) + \
                ([f"--quantizer {self.quantizer}"] if self.quantizer != "transformers" else [])
 
     def to_dict(self) -> dict:

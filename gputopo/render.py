@@ -476,7 +476,9 @@ STACK_WORDS = (("zero_grad", "zeros", ", zero_grad keeps the gradients (zeros)")
                ("fsdp_orig_params", True, ", FSDP use_orig_params"),
                ("varlen", True, ", lengths varying step to step"),
                ("bnb_keeps_input", True, ", bitsandbytes keeps each 4-bit matmul's input (before 0.43.2)"),
-               ("quantizer", "lightning", ", quantized by Lightning (the head too)"))
+               ("quantizer", "lightning", ", quantized by Lightning (the head too)"),
+               ("non_reentrant", True, ", non-reentrant checkpointing"),
+               ("keeps_graph", True, ", the last micro-batch's graph named into the next forward"))
 
 
 def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool = True) -> str:

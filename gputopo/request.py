@@ -78,6 +78,8 @@ class TrainingAsk:
     sync_each_batch: bool | None = None      # accumulation reduces every micro-batch (no no_sync)
     fsdp_use_orig_params: bool | None = None  # FSDP units mix the frozen base and the adapters (LoRA)
     bnb_keeps_input: bool | None = None      # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input (QLoRA)
+    non_reentrant_checkpointing: bool | None = None   # torch.utils.checkpoint(use_reentrant=False)
+    loop_keeps_graph: bool | None = None     # the loop names the last micro-batch's output into the next forward
     quantizer: str | None = None             # transformers or lightning: what quantized QLoRA's base
     finetune: str | None = None              # full, lora or qlora: what is trained (gputopo.finetune)
     lora_rank: int | None = None
@@ -554,7 +556,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          optimizer_impl=_optimizer_impl(t.optimizer, t.optimizer_impl),
                          zero_grad=t.zero_grad or "none", finetune=ft, tf32=tf32,
                          sync_each_batch=bool(t.sync_each_batch), fsdp_orig_params=bool(t.fsdp_use_orig_params),
-                         bnb_keeps_input=bool(t.bnb_keeps_input), quantizer=t.quantizer or "transformers")
+                         bnb_keeps_input=bool(t.bnb_keeps_input), quantizer=t.quantizer or "transformers",
+                         non_reentrant=bool(t.non_reentrant_checkpointing), keeps_graph=bool(t.loop_keeps_graph))
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
@@ -584,6 +587,24 @@ def _stack(t: TrainingAsk, ft, world: int, accum: int, notes: dict) -> None:
         if given and not ft.quantized:
             raise BadInput(f"{flag} describes how QLoRA's base is quantized; --finetune {ft.mode} quantizes"
                            " nothing: give --finetune qlora, or drop it")
+    _graph_options(t, ft)
+
+
+def _graph_options(t: TrainingAsk, ft) -> None:
+    """--non-reentrant-checkpointing and --loop-keeps-graph, refused where they change nothing the plan prices:
+    the only tensor non-reentrant checkpointing keeps that reentrant does not is one a custom Function stores on
+    its ctx (old bitsandbytes' 4-bit matmul input, --bnb-keeps-input); the previous micro-batch's graph is priced
+    for LoRA/QLoRA's phases."""
+    if t.non_reentrant_checkpointing and not t.bnb_keeps_input:
+        raise BadInput("--non-reentrant-checkpointing changes what checkpointing keeps only for a 4-bit matmul's"
+                       " input that old bitsandbytes stores on its ctx: give --finetune qlora --bnb-keeps-input, or"
+                       " drop it")
+    if t.non_reentrant_checkpointing and t.grad_checkpointing is False and not t.selective_checkpointing:
+        raise BadInput("--non-reentrant-checkpointing describes how blocks are checkpointed; nothing is"
+                       " checkpointed here: give --grad-checkpointing, or drop it")
+    if t.loop_keeps_graph and not ft.peft:
+        raise BadInput("--loop-keeps-graph is planned for --finetune lora|qlora (litgpt's finetune loops); give one,"
+                       " or drop it")
 
 
 def _stack_notes(t: TrainingAsk, world: int, accum: int, notes: dict) -> None:
@@ -603,6 +624,14 @@ def _stack_notes(t: TrainingAsk, world: int, accum: int, notes: dict) -> None:
         notes["variable_length"] = ("lengths varying step to step (--variable-length): reserved and nvidia-smi add the"
                                     " caching allocator's segments of an earlier longest step, a floor, at most what"
                                     " the GPU has free; allocated and the verdict do not change")
+    if t.non_reentrant_checkpointing:
+        notes["non_reentrant"] = ("non-reentrant checkpointing (--non-reentrant-checkpointing): its saved-tensor hooks"
+                                  " never see what bitsandbytes stores on ctx, so every block keeps its 4-bit"
+                                  " matmuls' inputs until the backward ends")
+    if t.loop_keeps_graph:
+        notes["keeps_graph"] = ("the loop names the last micro-batch's output and loss until the next forward"
+                                " replaces them (--loop-keeps-graph): its logits, and what its graph holds past the"
+                                " backward, beside the new forward")
     if t.quantizer == "lightning":
         notes["qlora"] = ("QLoRA as Lightning's BitsandbytesPrecision quantizes it (--quantizer lightning): every"
                           " Linear in 4-bit NF4 from fp16, the output head too (dequantized whole at the loss);"

@@ -155,6 +155,32 @@ def test_old_bitsandbytes_keeps_every_block_s_inputs_without_checkpointing_and_o
                                                                                      phase=at_loss)
 
 
+def test_old_bitsandbytes_inputs_live_as_long_as_the_graph():
+    """MatMul4Bit's ctx.tensors outlive each node's backward (release_variables frees saved_variables only): every
+    block's stays to the end of backward, under non-reentrant checkpointing from the forward on, and where the loop
+    still names the last micro-batch's logits and loss, beside the next forward with those logits."""
+    def row(*extra):
+        d = json.loads(run("plan", "--model", "llama-2-7b", "--gpus", "1", "--gpu-model", "A100-80GB",
+                           "--finetune", "qlora", "--batch-size", "1", "--seq-len", "512", "--pure-16bit",
+                           "--bnb-keeps-input", *extra, "--json").stdout)
+        return {p["phase"]: p["bytes"] for p in next(s for s in d["strategies"] if s["name"] == "single")["peak"]
+                ["phases"]}
+    one = 512 * (2 * LLAMA.hidden_size + LLAMA.intermediate_size) * 2
+    L = LLAMA.layers
+    reentrant, non = row("--grad-checkpointing"), row("--grad-checkpointing", "--non-reentrant-checkpointing")
+    assert non["forward, at the loss"] - reentrant["forward, at the loss"] == L * one
+    assert non["backward, first block"] - reentrant["backward, first block"] == (L - 1) * one
+    plain, looped = row("--no-grad-checkpointing"), row("--no-grad-checkpointing", "--loop-keeps-graph")
+    logits = 512 * LLAMA.vocab_size * 2
+    at_loss = memory.loss_bytes(LLAMA, memory.shape(LLAMA, Training(precision="bf16", batch_size=1, seq_len=512,
+                                                                     pure16=True, finetune=lora(mode="qlora")),
+                                                    half_model=True))[1]   # the loss's own temporaries, not yet
+    grown = looped["forward, the last micro-batch's graph still named"] - plain["forward, at the loss"]
+    assert grown == L * one + logits - at_loss
+    assert max(looped.values()) == looped["forward, the last micro-batch's graph still named"]
+    assert {k: v for k, v in looped.items() if "still named" not in k} == plain
+
+
 def test_lightning_quantizes_the_head_too_and_dequantizes_it_at_each_of_its_matmuls():
     """Lightning Fabric's BitsandbytesPrecision replaces every torch.nn.Linear: the head in NF4 (a tied embedding
     stays whole beside it), quantized from fp16, so each of its matmuls holds its fp16 dequantization and the cast
@@ -201,6 +227,13 @@ BASE = ["plan", "--model", "llama-2-7b", "--gpus", "2", "--gpu-model", "A100-80G
     (["--finetune", "qlora", "--quantizer", "lightning", "--measure"], "--quantizer lightning describes another"),
     # --measure runs the pinned bitsandbytes, which keeps no input: the old stack is not what it would measure
     (["--finetune", "qlora", "--bnb-keeps-input", "--measure"], "--bnb-keeps-input describes another stack"),
+    # nothing but old bitsandbytes' ctx differs between the two checkpointings; no checkpointing, no difference
+    (["--finetune", "qlora", "--grad-checkpointing", "--non-reentrant-checkpointing"], "give --finetune qlora"
+     " --bnb-keeps-input"),
+    (["--finetune", "qlora", "--bnb-keeps-input", "--no-grad-checkpointing", "--non-reentrant-checkpointing"],
+     "nothing is checkpointed here"),
+    (["--loop-keeps-graph"], "--loop-keeps-graph is planned for --finetune lora|qlora"),
+    (["--finetune", "lora", "--loop-keeps-graph", "--measure"], "--loop-keeps-graph describes another stack"),
 ])
 def test_bad_lora_options_are_one_line_exit_2(args, msg):
     r = run(*BASE, *args)

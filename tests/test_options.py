@@ -323,6 +323,12 @@ SHARED = {
     # bitsandbytes before 0.43.2: every block keeps its 4-bit matmuls' inputs (no checkpointing here)
     "bnb_keeps_input": (["--finetune", "qlora", "--no-grad-checkpointing"],
                         ["--finetune", "qlora", "--no-grad-checkpointing", "--bnb-keeps-input"], phases("ddp")),
+    # non-reentrant checkpointing's hooks never see the old bitsandbytes' ctx: every block keeps its inputs
+    "non_reentrant_checkpointing": (["--finetune", "qlora", "--grad-checkpointing", "--bnb-keeps-input"],
+                                    ["--finetune", "qlora", "--grad-checkpointing", "--bnb-keeps-input",
+                                     "--non-reentrant-checkpointing"], phases("ddp")),
+    # litgpt's loop: the last micro-batch's logits (and graph) beside the next forward
+    "loop_keeps_graph": (["--finetune", "lora"], ["--finetune", "lora", "--loop-keeps-graph"], phases("ddp")),
     # Lightning's BitsandbytesPrecision quantizes the head too: gpt2's tied embedding stays beside its NF4 copy
     "quantizer": (["--finetune", "qlora"], ["--finetune", "qlora", "--quantizer", "lightning"],
                   strategy("ddp", "weights")),

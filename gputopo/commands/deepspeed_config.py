@@ -47,7 +47,7 @@ def _show(result, output: str | None, wide: bool, explain: bool) -> None:
                epilog="Only with --auto (they feed the memory plan): --gpu-mem, --link, --seq-len, --attention,"
                       " --flash-attention, --cpu-mem, --inter-node-gbps, --cpu-cores, --kernels, --loss, --steps,"
                       " --cuda-module-loading, --bnb-keeps-input, --quantizer, --selective-checkpointing,"
-                      " --pure-16bit, --variable-length,"
+                      " --pure-16bit, --variable-length, --non-reentrant-checkpointing, --loop-keeps-graph,"
                       " --[no-]grad-checkpointing (with --no-hf), and"
                       " --nvme-path/--nvme-free unless --offload nvme. With --auto, what is not given is searched"
                       " as `gputopo plan` searches it (docs/plan.md). Refused, as torch's own training loop that a"
