@@ -157,16 +157,19 @@ def _strategy(a: Ask, req, rates=None, device: str = "cuda") -> tuple[int, str, 
         chosen = ((ds_found or {}).get("chosen") or {}).get("strategy") or min(
             fit, key=lambda n: (rows[n]["tight"], rows[n]["time"]["step_s"] or float("inf")))
         head += f" is {chosen}"
-        req, time = ds, rows[chosen]["time"]
+        req, row = ds, rows[chosen]
     else:
-        time = next(r["time"] for r in planned["strategies"] if r["name"] == chosen)
-    t = req.training
+        row = next(r for r in planned["strategies"] if r["name"] == chosen)
+    t, time = req.training, row["time"]
+    room = f"{gib(row['per_gpu_bytes']['total'])} per GPU of {gib(req.layout.gpu_mem_bytes)}" \
+        + (" (tight: into the 10 % kept for fragmentation)" if row["tight"] else "")
     run = f", {advise.run_words(time['run_s'])} for {req.steps:,} steps" if time.get("run_s") else ""
     said = [head + f", micro-batch {t.batch_size} x {t.grad_accum} accumulation"
             + (", gradient checkpointing" if t.grad_checkpointing else ", selective checkpointing" if t.selective
                else "") + ": "
-            + (f"predicted {time['step_s']:.3f} s/step ({time['tokens_per_s']:,.0f} tokens/s{run}; `gputopo plan` with"
-               " the same options shows what it assumes)" if time["step_s"] else f"no step time ({time['basis']})")]
+            + (f"predicted {time['step_s']:.3f} s/step ({time['tokens_per_s']:,.0f} tokens/s{run}), {room}; `gputopo"
+               " plan` with the same options shows what it assumes" if time["step_s"] else
+               f"{room}; no step time ({time['basis']})")]
     if t.selective:
         said.append("the plan assumed selective checkpointing (torchtitan's per-op policy, every other matmul's"
                     " output kept): neither the HF Trainer nor DeepSpeed has a flag for it, so your script applies it"
