@@ -23,7 +23,7 @@ PLAN_ONLY = ("gpu_mem", "link", "seq_len", "attention", "flash_attention", "cpu_
              "non_reentrant_checkpointing", "loop_keeps_graph")
 # Options that describe torch's own optimizer loop, which a DeepSpeed config replaces (its fused optimizer steps,
 # and its engine frees the gradients): refused, with or without --auto; plan prices them.
-TORCH_LOOP = ("optimizer_impl", "zero_grad", "sync_each_batch", "fsdp_use_orig_params")
+TORCH_LOOP = ("optimizer_impl", "zero_grad", "sync_each_batch", "fsdp_use_orig_params", "activation_offload")
 ELSEWHERE = "/local_nvme"   # nvme_path in a config for another machine: the folder DeepSpeed's docs use
 TOLD = ("batch_size", "grad_accum", "global_batch", "optimizer", "grad_checkpointing", "precision")
 # transformers model types Liger Kernel patches with its fused linear cross-entropy (liger_kernel/transformers/

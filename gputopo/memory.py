@@ -427,6 +427,43 @@ def optimizer_temporaries(m, t, device: str) -> int:
     return 0
 
 
+# torchtune's activation offloading (torchtune/training/_activation_offloading.py at 1814feb, OffloadActivations):
+# a saved_tensors_hooks whose pack copies every saved tensor of 1024 bytes or more (min_offload_size), not a
+# Parameter or Buffer, to pinned host memory on a side stream and keeps the GPU tensor alive in its fwd_stash until
+# the compute stream, packing tensor id n, waits for the copies of ids <= n - 5 (max_fwd_stash_size) and drops them.
+# Beside checkpointing (which torchtune requires) the hook sees, per block, what torch.utils.checkpoint's
+# non-reentrant frame saves outside its own hooks: _NoopSaveInputs' 0-element dummy (kept: under the size) and the
+# block's input (offloaded), two ids a block, so the GPU keeps the last ceil(5 / 2) = 3 inputs in the forward, and
+# them until backward's first unpack hook empties the stash. In backward each input comes back when its recompute
+# unpacks it (on the side stream, the compute stream waiting: no prefetch), and is freed at the hook of the
+# autograd node after the next one that unpacks: the input in use and the one before it.
+OFFLOAD_FWD_STASH = 5
+OFFLOAD_IDS_PER_BLOCK = 2
+
+
+def offloads(t, plain_torch: bool, optimizer_share: float | None) -> bool:
+    """--activation-offload applies here: torchtune's recipes (torch's loop: one GPU, DDP, FSDP), whole-block
+    checkpointing; DeepSpeed's engine runs none of it."""
+    return bool(getattr(t, "act_offload", False) and t.grad_checkpointing and not t.selective
+                and (plain_torch or optimizer_share is not None))
+
+
+def offload_kept_blocks(m) -> int:
+    """Block inputs the forward keeps on the GPU under activation offloading: those whose copies it has not yet
+    waited for."""
+    return min(m.layers, -(-OFFLOAD_FWD_STASH // OFFLOAD_IDS_PER_BLOCK))
+
+
+def offloaded_bytes(m, t, plain_torch: bool = True, optimizer_share: float | None = None) -> int:
+    """Pinned host bytes one GPU's process holds under activation offloading at the forward's end: every
+    checkpointed block's input (the residual stream's width); 0 where it does not apply."""
+    if not offloads(t, plain_torch, optimizer_share):
+        return 0
+    x = shape(m, t, half_model=not plain_torch or t.pure16 or finetune.half_base(getattr(t, "finetune", FULL), t),
+              plain_torch=plain_torch)
+    return m.layers * x.T * x.h * x.res
+
+
 def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True,
            optimizer_share: float | None = None) -> list[Phase]:
     """The candidate peaks of one micro-step, in order. `plain_torch` (one GPU, DDP): the model runs in fp32
@@ -453,6 +490,8 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True,
     shared = x.b * x.s * x.s * 4 if attention == "eager" else 0
     own = x.T * x.h * x.res + (selective_bytes(m, x, attention) if t.selective else 0)
     kept = L * own + shared if ckpt else L * block
+    off = offloads(t, plain_torch, optimizer_share)
+    on_gpu = offload_kept_blocks(m) * own + shared if off else kept    # the forward's end: the rest on the host
     head = head_bytes(m, x)
     lm = m.logits * m.hidden_size   # the output head's weight, cast by autocast like the blocks'
     copies = 0
@@ -471,12 +510,12 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True,
     bottom_grads = P - emb - per_block + (lm if not m.tied else 0)
     tied_extra = lm * 4 if m.tied else 0                # the embedding's own gradient before it is added in
     return [
-        Phase("forward, at the loss", g(0), kept + head + copies, logits),
-        Phase("backward, at the loss", g(0), kept + head + copies, loss_grads),
+        Phase("forward, at the loss", g(0), on_gpu + head + copies, logits),
+        Phase("backward, at the loss", g(0), on_gpu + head + copies, loss_grads),
         # (With checkpointing the recomputed block's input is the very tensor the checkpoint kept.)
-        Phase("backward, last block", g(top_grads), kept - (own if ckpt else block) + copies + saved, temp),
+        Phase("backward, last block", g(top_grads), on_gpu - (own if ckpt else block) + copies + saved, temp),
         Phase("backward, first block", g(min(P, bottom_grads)),
-              (shared if ckpt else 2 * per_block if copies else 0) + saved, temp),
+              (shared if ckpt else 2 * per_block if copies else 0) + (own if off else 0) + saved, temp),
         Phase("backward, embeddings", P, 0, tied_extra),
         Phase("optimizer step", P, 0, int(optimizer_temporaries(m, t, device) * share)),
     ]
@@ -500,6 +539,8 @@ def peft_phases(m, t, attention: str, x: Shape, plain_torch: bool, optimizer_sha
     own = x.T * x.h * x.res + (selective_bytes(m, x, attention) if t.selective else 0)
     block = block_bytes(m, x, attention)
     kept = L * own + shared if ckpt else L * block
+    off = offloads(t, plain_torch, optimizer_share)
+    on_gpu = offload_kept_blocks(m) * own + shared if off else kept    # the forward's end: the rest on the host
     head = head_bytes(m, x)
     lm = m.logits * m.hidden_size
     cast = 2 if x.amp and x.adapter == 4 else 0           # autocast's 16-bit copy of each fp32 adapter weight
@@ -516,16 +557,18 @@ def peft_phases(m, t, attention: str, x: Shape, plain_torch: bool, optimizer_sha
     one = held // L if held and L else 0
     fwd_held = held if ckpt else 0
     phases_ = [
-        Phase("forward, at the loss", g(0), kept + head + copies + fwd_held, logits + x.head_dequant),
-        Phase("backward, at the loss", g(0), kept + head + copies + fwd_held, loss_grads + x.head_dequant),
+        Phase("forward, at the loss", g(0), on_gpu + head + copies + fwd_held, logits + x.head_dequant),
+        Phase("backward, at the loss", g(0), on_gpu + head + copies + fwd_held, loss_grads + x.head_dequant),
         Phase("backward, last block", g(P - L * in_block),
-              kept - (own if ckpt else block) + copies + saved + (held - one if ckpt else 0), temp),
-        Phase("backward, first block", g(P - in_block), (shared if ckpt else 0) + saved + held - one, temp),
+              on_gpu - (own if ckpt else block) + copies + saved + (held - one if ckpt else 0), temp),
+        Phase("backward, first block", g(P - in_block),
+              (shared if ckpt else 0) + (own if off else 0) + saved + held - one, temp),
         Phase("optimizer step", P, 0, int(optimizer_temporaries(m, t, device) * share)),
     ]
     if x.keeps_graph:   # the forward's end (its loss's as at the loss), before the new output replaces the old
         phases_.insert(0, Phase("forward, the last micro-batch's graph still named", g(0),
-                                kept + head + copies + fwd_held + previous_graph_bytes(m, x, ckpt), x.head_dequant))
+                                on_gpu + head + copies + fwd_held + previous_graph_bytes(m, x, ckpt),
+                                x.head_dequant))
     return phases_
 
 

@@ -380,6 +380,11 @@ training_options = group(
                       " forward replaces them (litgpt's finetune scripts), with --finetune lora|qlora: its logits,"
                       " and with --bnb-keeps-input its 4-bit matmuls' inputs, live beside the new forward"
                       " [default: false, dropped after the backward, as the HF Trainer does]."),
+    click.option("--activation-offload", is_flag=True, default=None,
+                 help="torchtune's enable_activation_offloading (OffloadActivations), with --grad-checkpointing:"
+                      " each checkpointed block's input goes to pinned host RAM in the forward (the last 3 stay on"
+                      " the GPU) and comes back, the compute stream waiting, when its backward needs it; priced for"
+                      " the torch strategies (single, DDP, FSDP) [default: false, kept on the GPU]."),
     click.option("--quantizer", type=click.Choice(["transformers", "lightning"]),
                  help="What quantized QLoRA's base: transformers (BitsAndBytesConfig: every Linear but the output"
                       " head, from the compute dtype), lightning (Lightning Fabric's BitsandbytesPrecision, litgpt's"

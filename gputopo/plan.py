@@ -112,6 +112,7 @@ class Training:
     bnb_keeps_input: bool = False         # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input for backward
     non_reentrant: bool = False           # checkpointing with use_reentrant=False: those inputs kept for every block
     keeps_graph: bool = False             # the loop names the last micro-batch's output into the next forward
+    act_offload: bool = False             # torchtune's OffloadActivations: checkpointed blocks' inputs to pinned host
 
     def __post_init__(self):
         if isinstance(self.finetune, dict):   # read back from JSON (plan --measure's child)
@@ -148,6 +149,7 @@ class Training:
                (["--bnb-keeps-input"] if self.bnb_keeps_input else []) + \
                (["--non-reentrant-checkpointing"] if self.non_reentrant else []) + \
                (["--loop-keeps-graph"] if self.keeps_graph else []) + \
+               (["--activation-offload"] if self.act_offload else []) + \
                ([f"--quantizer {self.quantizer}"] if self.quantizer != "transformers" else [])
 
     def to_dict(self) -> dict:
@@ -457,9 +459,11 @@ def strategies(m: ModelSpec, lay: Layout, t: Training) -> list[Strategy]:
         # FSDP steps torch's optimizer on its shard (on the host with CPU offload, where the gradients go too)
         # (FSDP's offload keeps the gradients on the host, but under no_sync only from the sync on)
         offloaded = name == "fsdp_offload_cpu" and not accumulates_unsharded(t)
+        share = {"fsdp": 1 / lay.gpus, "fsdp_offload_cpu": 0.0}.get(name)
         pk = memory.peak(m, t, t.attention, 0 if offloaded else states["gradients"],
-                         plain_torch=name in ("single", "ddp"),
-                         optimizer_share={"fsdp": 1 / lay.gpus, "fsdp_offload_cpu": 0.0}.get(name))
+                         plain_torch=name in ("single", "ddp"), optimizer_share=share)
+        # --activation-offload: every rank's checkpointed inputs in its pinned host memory
+        cpu += lay.gpus_per_node * memory.offloaded_bytes(m, t, name in ("single", "ddp"), share)
         per = {**states, "activations": pk["activations"], "temporaries": pk["temporaries"],
                "overhead": _overhead(name, m, t)}
         # The gradients are all alive only from the end of backward; the peak phase holds pk["gradients"].

@@ -478,7 +478,8 @@ STACK_WORDS = (("zero_grad", "zeros", ", zero_grad keeps the gradients (zeros)")
                ("bnb_keeps_input", True, ", bitsandbytes keeps each 4-bit matmul's input (before 0.43.2)"),
                ("quantizer", "lightning", ", quantized by Lightning (the head too)"),
                ("non_reentrant", True, ", non-reentrant checkpointing"),
-               ("keeps_graph", True, ", the last micro-batch's graph named into the next forward"))
+               ("keeps_graph", True, ", the last micro-batch's graph named into the next forward"),
+               ("act_offload", True, ", activations offloaded to the host (torchtune)"))
 
 
 def plan(data: dict, *, wide: bool = False, explain: bool = False, answer: bool = True) -> str:

@@ -80,6 +80,7 @@ class TrainingAsk:
     bnb_keeps_input: bool | None = None      # bitsandbytes < 0.43.2: each 4-bit matmul keeps its input (QLoRA)
     non_reentrant_checkpointing: bool | None = None   # torch.utils.checkpoint(use_reentrant=False)
     loop_keeps_graph: bool | None = None     # the loop names the last micro-batch's output into the next forward
+    activation_offload: bool | None = None   # torchtune's OffloadActivations: saved tensors to pinned host memory
     quantizer: str | None = None             # transformers or lightning: what quantized QLoRA's base
     finetune: str | None = None              # full, lora or qlora: what is trained (gputopo.finetune)
     lora_rank: int | None = None
@@ -557,7 +558,8 @@ def resolve(model: ModelAsk = ModelAsk(), training: TrainingAsk = TrainingAsk(),
                          zero_grad=t.zero_grad or "none", finetune=ft, tf32=tf32,
                          sync_each_batch=bool(t.sync_each_batch), fsdp_orig_params=bool(t.fsdp_use_orig_params),
                          bnb_keeps_input=bool(t.bnb_keeps_input), quantizer=t.quantizer or "transformers",
-                         non_reentrant=bool(t.non_reentrant_checkpointing), keeps_graph=bool(t.loop_keeps_graph))
+                         non_reentrant=bool(t.non_reentrant_checkpointing), keeps_graph=bool(t.loop_keeps_graph),
+                         act_offload=bool(t.activation_offload))
     notes.update(plan_notes if need_layout else {})
     other_link = notes.pop("_other_link", None)
     remarks = tuple(notes.pop(k) for k in [k for k in notes if k in ("nvme_disagrees", "gpu_mem_model",
@@ -605,6 +607,12 @@ def _graph_options(t: TrainingAsk, ft) -> None:
     if t.loop_keeps_graph and not ft.peft:
         raise BadInput("--loop-keeps-graph is planned for --finetune lora|qlora (litgpt's finetune loops); give one,"
                        " or drop it")
+    # torchtune's recipes refuse offloading without checkpointing (recipes/lora_finetune_single_device.py at
+    # 1814feb, lines 165-173: "should only be True when enable_activation_checkpointing is True", and on CUDA only)
+    if t.activation_offload and (not t.grad_checkpointing or t.selective_checkpointing):
+        raise BadInput("--activation-offload moves what checkpointing keeps (each block's input) to the host, as"
+                       " torchtune runs it only beside activation checkpointing: give --grad-checkpointing (whole"
+                       " blocks, not --selective-checkpointing), or drop it")
 
 
 def _stack_notes(t: TrainingAsk, world: int, accum: int, notes: dict) -> None:
@@ -632,6 +640,13 @@ def _stack_notes(t: TrainingAsk, world: int, accum: int, notes: dict) -> None:
         notes["keeps_graph"] = ("the loop names the last micro-batch's output and loss until the next forward"
                                 " replaces them (--loop-keeps-graph): its logits, and what its graph holds past the"
                                 " backward, beside the new forward")
+    if t.activation_offload:
+        notes["act_offload"] = ("activations offloaded (--activation-offload, torchtune's OffloadActivations): each"
+                                " checkpointed block's input is copied to pinned host RAM on a side stream in the"
+                                " forward, the GPU keeping the last 3 (max_fwd_stash_size 5 saved tensors, 2 a"
+                                " block), and copied back when its backward needs it, the compute stream waiting"
+                                " (no prefetch); torch strategies only (single, DDP, FSDP): DeepSpeed's rows are"
+                                " priced without it")
     if t.quantizer == "lightning":
         notes["qlora"] = ("QLoRA as Lightning's BitsandbytesPrecision quantizes it (--quantizer lightning): every"
                           " Linear in 4-bit NF4 from fp16, the output head too (dequantized whole at the loss);"

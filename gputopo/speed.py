@@ -556,6 +556,26 @@ def offload_seconds(name: str, m, lay, t, rates: Rates, compute: float = 0.0) ->
     return out
 
 
+def activation_offload_seconds(name: str, m, t, rates: Rates, compute: float) -> float | None:
+    """--activation-offload's exposed copies (memory.offloads: torchtune's OffloadActivations), per optimizer step;
+    None where the host link is unknown. Forward: each block's input is copied down on the side stream, and the
+    compute stream waits only for copies 3 blocks back (max_fwd_stash_size), so a block's copy shows only where it
+    outlasts a block's forward (compute spread over the forward, the recomputed forward and the backward: twice the
+    forward's matmuls with weight gradients, once under LoRA/QLoRA's frozen base). Backward: each input is copied up
+    when its recompute unpacks it and the compute stream waits for it at once (s0.wait_stream(s1), no prefetch):
+    every upload shows."""
+    plain = name in ("single", "ddp")
+    if not memory.offloads(t, plain, 0.0 if name.startswith("fsdp") else None):
+        return 0.0
+    if not rates.host_link:
+        return None
+    L = m.layers
+    per_block = memory.offloaded_bytes(m, t, plain, 0.0 if name.startswith("fsdp") else None) / L
+    copy = per_block / rates.host_link
+    forward_block = compute / t.grad_accum / L / (3 if t.finetune.peft else 4)
+    return t.grad_accum * L * (copy + max(0.0, copy - forward_block))
+
+
 def step(name: str, m, lay, t, rates: Rates, *, p2p: bool = True, steps: int | None = None,
          device: str = "cuda") -> Time:
     """One optimizer step of one strategy (all micro-steps of gradient accumulation): the parts, and what
@@ -655,6 +675,8 @@ def _parts(name: str, m, lay, t, rates: Rates, p2p: bool, device: str) -> Time:
         # what communication costs the step: the part not hidden, and the compute it slows while hidden
         exposed += rates.overlap_slowdown * min(comm - exposed, compute)
     off = offload_seconds(name, m, lay, t, rates, compute)
+    acts = activation_offload_seconds(name, m, t, rates, compute)
+    off = None if off is None or acts is None else off + acts
     opt = optimizer_seconds(name, m, lay, t, rates) + zero_step_seconds(name, m, lay, t, rates)
     if exposed is None or off is None:
         missing = "link bandwidth unknown" if exposed is None else "host link, CPU Adam or NVMe rate unknown"

@@ -283,7 +283,8 @@ def test_every_plan_option_reaches_the_next_command_or_changes_only_plans_output
         if p.name not in NOT_THERE:
             assert p.name in ds and ds[p.name].opts == p.opts, p.name
     assert set(NOT_THERE) == {"measure", "calibrate", "calibrate_seconds", "as_json", "explain", "wide",
-                              "optimizer_impl", "zero_grad", "sync_each_batch", "fsdp_use_orig_params"}
+                              "optimizer_impl", "zero_grad", "sync_each_batch", "fsdp_use_orig_params",
+                              "activation_offload"}
 
 
 # The CPU twin's rates as `plan --model gpt2 --gpus 2 --gpu-mem 24GB --calibrate` measured them on a 2-core VM: its

@@ -329,6 +329,9 @@ SHARED = {
                                      "--non-reentrant-checkpointing"], phases("ddp")),
     # litgpt's loop: the last micro-batch's logits (and graph) beside the next forward
     "loop_keeps_graph": (["--finetune", "lora"], ["--finetune", "lora", "--loop-keeps-graph"], phases("ddp")),
+    # torchtune's OffloadActivations: the checkpointed inputs but the last 3 go to the host
+    "activation_offload": (["--grad-checkpointing"], ["--grad-checkpointing", "--activation-offload"],
+                           phases("ddp")),
     # Lightning's BitsandbytesPrecision quantizes the head too: gpt2's tied embedding stays beside its NF4 copy
     "quantizer": (["--finetune", "qlora"], ["--finetune", "qlora", "--quantizer", "lightning"],
                   strategy("ddp", "weights")),
@@ -556,7 +559,8 @@ def _walk(tmp):
             w[("inspect", name)] = inspect_check
     # torch's own optimizer loop, which a DeepSpeed config replaces: refused there, --auto or not
     for name, value in (("optimizer_impl", ["fused"]), ("zero_grad", ["zeros"]),
-                        ("sync_each_batch", ["--grad-accum", "4"]), ("fsdp_use_orig_params", ["--finetune", "lora"])):
+                        ("sync_each_batch", ["--grad-accum", "4"]), ("fsdp_use_orig_params", ["--finetune", "lora"]),
+                        ("activation_offload", ["--grad-checkpointing"])):
         flag = "--" + name.replace("_", "-")
         args = [flag, *value] if name in ("optimizer_impl", "zero_grad") else [*value, flag]
         w[("deepspeed-config", name)] = refused("deepspeed-config", AUTO[:-1] + args,

@@ -52,7 +52,8 @@ def _show(result, output: str | None, wide: bool, explain: bool) -> None:
                       " --nvme-path/--nvme-free unless --offload nvme. With --auto, what is not given is searched"
                       " as `gputopo plan` searches it (docs/plan.md). Refused, as torch's own training loop that a"
                       " DeepSpeed config replaces (plan prices it): --optimizer-impl, --zero-grad, --sync-each-batch,"
-                      " --fsdp-use-orig-params.")
+                      " --fsdp-use-orig-params, --activation-offload (torchtune's hooks; DeepSpeed's own"
+                      " cpu_checkpointing offloads only under deepspeed.checkpointing).")
 @click.option("--stage", type=Count(0), metavar="0-3", help="ZeRO stage 0-3 (or --auto).")
 @click.option("--offload", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True,
               help="Where ZeRO keeps optimizer states (and at stage 3 parameters) off the GPU.")

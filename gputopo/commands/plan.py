@@ -10,7 +10,7 @@ from .common import Command, emit, exit_if_nothing_fits, explain_option, same_op
 # it cannot repeat: the answer says so, configure.next_step; torch's optimizer loop, configure.TORCH_LOOP, which
 # DeepSpeed replaces) and those that shape plan's output only
 NOT_THERE = ("measure", "calibrate", "calibrate_seconds", "as_json", "explain", "wide", "optimizer_impl", "zero_grad",
-             "sync_each_batch", "fsdp_use_orig_params")
+             "sync_each_batch", "fsdp_use_orig_params", "activation_offload")
 
 
 @click.command(cls=Command, short_help="Memory, step time and the fastest setup that fits, searched.")
