@@ -395,3 +395,27 @@ def test_measure_on_cpu_judges_host_ram(measure_here, torch_cuda, gpu_used_gib):
     r = run(*H200_CASE, "--gpus", "1", "--gpu-mem", "141GB")
     assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
     assert "the step needs about 107.9 GiB of host RAM and this machine has 124.7 GiB free" in r.output
+
+
+
+def test_activation_offload_moves_checkpointed_inputs_and_prices_exposed_copies():
+    """torchtune's OffloadActivations: the GPU keeps the last 3 block inputs of the forward (max_fwd_stash_size 5,
+    two saved ids a block), the rest goes to pinned host RAM; the step grows by the exposed copies only: every
+    upload in backward (no prefetch), no download where a block's forward outlasts it. DeepSpeed's rows: unchanged."""
+    args = ["plan", "--model", "meta-llama/Llama-3.2-3B-Instruct", "--finetune", "lora", "--gpus", "1",
+            "--gpu-model", "A100-80GB", "--batch-size", "2", "--seq-len", "4096", "--precision", "bf16",
+            "--pure-16bit", "--grad-checkpointing", "--attention", "sdpa", "--kernels", "fused", "--loss", "chunked",
+            "--json"]
+    runs = [CliRunner().invoke(cli, args + extra) for extra in ([], ["--activation-offload"])]
+    assert all(r.exit_code == 0 for r in runs), runs[1].output
+    (b, a) = ({s["name"]: s for s in json.loads(r.stdout)["strategies"]} for r in runs)
+    layers, hidden = 28, 3072
+    own = 2 * 4096 * hidden * 2                                  # one block's input, bf16
+    assert b["single"]["peak"]["phase"] == a["single"]["peak"]["phase"] == "forward, at the loss"
+    assert b["single"]["allocated_bytes"] - a["single"]["allocated_bytes"] == (layers - 3) * own
+    assert a["single"]["cpu_bytes"] - b["single"]["cpu_bytes"] == layers * own
+    tb, ta = b["single"]["time"], a["single"]["time"]
+    assert ta["compute_s"] == tb["compute_s"]
+    link = json.loads(runs[1].stdout)["rates"]["host_link"]
+    assert ta["step_s"] - tb["step_s"] == pytest.approx(layers * own / link, rel=1e-9)
+    assert a["zero2_offload_cpu"]["allocated_bytes"] == b["zero2_offload_cpu"]["allocated_bytes"]
