@@ -362,8 +362,10 @@ def from_plan(model, layout, training, strategies, global_batch: int | None = No
         reasons.append(head + "; ".join(f"{n} {why(by_name[n], layout)}" for n in skipped) + ".")
     reasons += _room(chosen, layout, [by_name[n] for n in fit if not by_name[n].tight])
     if layout.gpus == 1 and chosen.name == "single":
-        reasons.append("The model fits one GPU with room for its batch: no ZeRO stage or offload is needed (HF's"
-                       " DeepSpeed decision tree); plain PyTorch trains it as planned, or DeepSpeed at ZeRO stage 0"
+        reasons.append(("The model fits one GPU, but only tightly (above)" if chosen.tight else
+                        "The model fits one GPU with room for its batch: no ZeRO stage or offload is needed (HF's"
+                        " DeepSpeed decision tree)")
+                       + "; plain PyTorch trains it as planned, or DeepSpeed at ZeRO stage 0"
                        " (what `deepspeed-config --auto` writes for a DeepSpeed launch).")
     elif layout.gpus > 1:
         reasons += traffic_words(chosen, by_name, model, layout, training, fast, bool(ranked))

@@ -327,6 +327,17 @@ def test_the_4x4090_llama3_8b_lora_persona_gets_ddp_in_plan_and_its_config():
     assert auto["recommendation"]["strategy"] == "ddp"
 
 
+def test_a_tight_one_gpu_pick_is_not_said_to_fit_with_room():
+    """room_pool picks a tight `single` over zero2_offload_cpu that saves 0.2 GiB: the one-GPU reason must not then
+    say the model fits "with room for its batch" beside the Tight line."""
+    d = json.loads(run("plan", "--model", "llama-3-8b", "--finetune", "lora", "--gpus", "1", "--gpu-model", "L4",
+                       "--cpu-mem", "256GiB", "--cpu-cores", "32", "--seq-len", "512", "--json").stdout)
+    rec = d["recommendation"]
+    assert rec["strategy"] == "single" and d["search"]["chosen"]["tight"]
+    assert not any("with room for its batch" in r for r in rec["reasons"])
+    assert any(r.startswith("The model fits one GPU, but only tightly") for r in rec["reasons"])
+
+
 def test_a_tight_plain_plan_joins_only_within_the_memory_error_of_a_sharded_choice():
     from types import SimpleNamespace as S
 
