@@ -199,18 +199,19 @@ MEMORY_TIE = 0.02
 PLAIN = ("single", "ddp")   # neither shards nor offloads: what sharding or offload would be chosen over
 
 
-def room_pool(items: list, total, rank, name) -> list:
+def room_pool(items: list, total, rank, name, setting=lambda x: None) -> list:
     """What the answer chooses among: those with the 10 % room for fragmentation (not tight); every one when none
     has room. A tight plain DDP (or one-GPU) plan joins them when the one they would choose (rank(items)[0])
-    saves at most MEMORY_TIE on it: sharding or offload is worth its traffic and machinery for the memory it
-    saves, and a saving within the prediction's error is none. One rule for plan's table and its search
-    (total(item): bytes per GPU; name(item): its strategy)."""
+    saves at most MEMORY_TIE on it at the same setting (setting(item): the search's micro-batch and
+    checkpointing; a larger micro-batch's total says nothing of what sharding saves): sharding or offload is worth
+    its traffic and machinery for the memory it saves, and a saving within the prediction's error is none. One
+    rule for plan's table and its search (total(item): bytes per GPU; name(item): its strategy)."""
     room = [x for x in items if not x.tight]
     if not room:
         return list(items)
     first = rank(room)[0]
     return room + [x for x in items if x.tight and name(x) in PLAIN and name(first) not in PLAIN
-                   and total(x) <= total(first) * (1 + MEMORY_TIE)]
+                   and setting(x) == setting(first) and total(x) <= total(first) * (1 + MEMORY_TIE)]
 
 
 def _timed(times: dict, name: str) -> bool:
@@ -362,8 +363,10 @@ def from_plan(model, layout, training, strategies, global_batch: int | None = No
         reasons.append(head + "; ".join(f"{n} {why(by_name[n], layout)}" for n in skipped) + ".")
     reasons += _room(chosen, layout, [by_name[n] for n in fit if not by_name[n].tight])
     if layout.gpus == 1 and chosen.name == "single":
-        reasons.append("The model fits one GPU with room for its batch: no ZeRO stage or offload is needed (HF's"
-                       " DeepSpeed decision tree); plain PyTorch trains it as planned, or DeepSpeed at ZeRO stage 0"
+        reasons.append(("The model fits one GPU, but only tightly (above)" if chosen.tight else
+                        "The model fits one GPU with room for its batch: no ZeRO stage or offload is needed (HF's"
+                        " DeepSpeed decision tree)")
+                       + "; plain PyTorch trains it as planned, or DeepSpeed at ZeRO stage 0"
                        " (what `deepspeed-config --auto` writes for a DeepSpeed launch).")
     elif layout.gpus > 1:
         reasons += traffic_words(chosen, by_name, model, layout, training, fast, bool(ranked))

@@ -109,7 +109,13 @@ def rank(found: list[Candidate], order: tuple) -> tuple[list[Candidate], bool]:
     in the untimed order. Untimed: the decision tree's order, then the largest micro-batch that fits (the most
     work per kernel where nothing says how fast it runs), then no recomputation, parameter offload last."""
     return _ranked(advise.room_pool(found, lambda c: c.per_gpu_bytes, lambda cs: _ranked(cs, order)[0],
-                                    lambda c: c.strategy), order)
+                                    lambda c: c.strategy, _setting), order)
+
+
+def _setting(c: Candidate) -> tuple:
+    """What a candidate's memory depends on besides its strategy (parameter offload is the strategy's own)."""
+    t = c.training
+    return t.batch_size, t.grad_accum, t.grad_checkpointing, t.selective
 
 
 def _ranked(pool: list[Candidate], order: tuple) -> tuple[list[Candidate], bool]:
@@ -141,7 +147,8 @@ def leanest(req: Request) -> Training:
 def losing(c: Candidate, first: Candidate, timed: bool, order: tuple = ()) -> str:
     """Why a shown configuration is not the recommendation."""
     why = _losing(c, first, timed, order)
-    if first.tight and not c.tight and first.per_gpu_bytes <= c.per_gpu_bytes * (1 + advise.MEMORY_TIE):
+    if first.tight and not c.tight and _setting(c) == _setting(first) \
+            and first.per_gpu_bytes <= c.per_gpu_bytes * (1 + advise.MEMORY_TIE):
         # room_pool admitted the first (plain DDP) for needing no more than this one, within the prediction's error
         return (f"{gib(first.per_gpu_bytes - c.per_gpu_bytes)} less per GPU, within the memory prediction's error"
                 f" ({advise.MEMORY_TIE:.0%}), and " + why)

@@ -327,6 +327,31 @@ def test_the_4x4090_llama3_8b_lora_persona_gets_ddp_in_plan_and_its_config():
     assert auto["recommendation"]["strategy"] == "ddp"
 
 
+def test_a_tight_plain_plan_is_compared_with_the_sharded_one_at_its_own_micro_batch():
+    """The search's first with room was zero3 at micro-batch 4 (17.0 GiB); ddp at micro-batch 1 (17.2 GiB, tight)
+    joined as "within 2 %" of it, though zero3 at micro-batch 1 needs 11.8: the search said ddp, the table and
+    deepspeed-config --auto zero3 at micro-batch 1, a configuration nothing chose."""
+    args = ["--model", "llama-3-8b", "--finetune", "lora", "--gpus", "2", "--seq-len", "1024", "--gpu-mem",
+            "19.157GiB", "--cpu-mem", "512GiB"]
+    d = json.loads(run("plan", *args, "--json").stdout)
+    rec, chosen = d["recommendation"], d["search"]["chosen"]
+    assert (rec["strategy"], rec["micro_batch"]) == (chosen["strategy"], chosen["micro_batch"]) == ("zero3", 4)
+    assert not any("within the memory prediction's error" in c["why"] for c in d["search"]["next"])
+    auto = json.loads(run("deepspeed-config", "--auto", *args, "--json").stdout)["plan"]["recommendation"]
+    assert (auto["strategy"], auto["micro_batch"]) == ("zero3", 4)
+
+
+def test_a_tight_one_gpu_pick_is_not_said_to_fit_with_room():
+    """room_pool picks a tight `single` over zero2_offload_cpu that saves 0.2 GiB: the one-GPU reason must not then
+    say the model fits "with room for its batch" beside the Tight line."""
+    d = json.loads(run("plan", "--model", "llama-3-8b", "--finetune", "lora", "--gpus", "1", "--gpu-model", "L4",
+                       "--cpu-mem", "256GiB", "--cpu-cores", "32", "--seq-len", "512", "--json").stdout)
+    rec = d["recommendation"]
+    assert rec["strategy"] == "single" and d["search"]["chosen"]["tight"]
+    assert not any("with room for its batch" in r for r in rec["reasons"])
+    assert any(r.startswith("The model fits one GPU, but only tightly") for r in rec["reasons"])
+
+
 def test_a_tight_plain_plan_joins_only_within_the_memory_error_of_a_sharded_choice():
     from types import SimpleNamespace as S
 
@@ -339,6 +364,9 @@ def test_a_tight_plain_plan_joins_only_within_the_memory_error_of_a_sharded_choi
     assert pool(S(name="zero1", total=99, tight=False), ddp) == ["zero1"]                 # 3 %: sharding earns it
     assert pool(S(name="fsdp", total=71, tight=False), zero3) == ["fsdp"]                # both shard: room wins
     assert pool(ddp, zero3) == ["ddp", "zero3"]                                          # nothing has room
+    at = {"ddp": 1, "zero1": 4}   # the micro-batch: a larger one's total is no measure of what sharding saves
+    assert [x.name for x in advise.room_pool([S(name="zero1", total=100, tight=False), ddp], lambda x: x.total,
+                                             lambda xs: xs, lambda x: x.name, lambda x: at[x.name])] == ["zero1"]
 
 
 # --- measured on this machine (slow) ---------------------------------------------------------------------------
