@@ -199,6 +199,11 @@ MEMORY_TIE = 0.02
 PLAIN = ("single", "ddp")   # neither shards nor offloads: what sharding or offload would be chosen over
 
 
+def saves_nothing(tight: float, roomy: float) -> bool:
+    """The roomy plan's saving on the tight one's bytes is within the memory prediction's error."""
+    return tight <= roomy * (1 + MEMORY_TIE)
+
+
 def room_pool(items: list, total, rank, name, setting=lambda x: None) -> list:
     """What the answer chooses among: those with the 10 % room for fragmentation (not tight); every one when none
     has room. A tight plain DDP (or one-GPU) plan joins them when the one they would choose (rank(items)[0])
@@ -211,7 +216,7 @@ def room_pool(items: list, total, rank, name, setting=lambda x: None) -> list:
         return list(items)
     first = rank(room)[0]
     return room + [x for x in items if x.tight and name(x) in PLAIN and name(first) not in PLAIN
-                   and setting(x) == setting(first) and total(x) <= total(first) * (1 + MEMORY_TIE)]
+                   and setting(x) == setting(first) and saves_nothing(total(x), total(first))]
 
 
 def _timed(times: dict, name: str) -> bool:

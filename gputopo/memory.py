@@ -454,13 +454,19 @@ def offload_kept_blocks(m) -> int:
     return min(m.layers, -(-OFFLOAD_FWD_STASH // OFFLOAD_IDS_PER_BLOCK))
 
 
+def step_shape(m, t, device: str, plain_torch: bool) -> Shape:
+    """The step's Shape: a 16-bit model under DeepSpeed, --pure-16bit or a 16-bit frozen base, else fp32 weights
+    under autocast."""
+    half = not plain_torch or t.pure16 or finetune.half_base(getattr(t, "finetune", FULL), t)
+    return shape(m, t, device, half_model=half, plain_torch=plain_torch)
+
+
 def offloaded_bytes(m, t, plain_torch: bool = True, optimizer_share: float | None = None) -> int:
     """Pinned host bytes one GPU's process holds under activation offloading at the forward's end: every
     checkpointed block's input (the residual stream's width); 0 where it does not apply."""
     if not offloads(t, plain_torch, optimizer_share):
         return 0
-    x = shape(m, t, half_model=not plain_torch or t.pure16 or finetune.half_base(getattr(t, "finetune", FULL), t),
-              plain_torch=plain_torch)
+    x = step_shape(m, t, "cuda", plain_torch)
     return m.layers * x.T * x.h * x.res
 
 
@@ -474,8 +480,7 @@ def phases(m, t, attention: str, device: str = "cuda", plain_torch: bool = True,
     # DeepSpeed's fused optimizers step in place (their buffers are counted with its states)
     share = (1.0 if plain_torch else 0.0) if optimizer_share is None else optimizer_share
     ft = getattr(t, "finetune", FULL)
-    x = shape(m, t, device, half_model=not plain_torch or t.pure16 or finetune.half_base(ft, t),
-              plain_torch=plain_torch)
+    x = step_shape(m, t, device, plain_torch)
     if ft.peft:
         return peft_phases(m, t, attention, x, plain_torch, optimizer_share, share, device)
     attention = resolve_attention(m, attention)

@@ -148,7 +148,7 @@ def losing(c: Candidate, first: Candidate, timed: bool, order: tuple = ()) -> st
     """Why a shown configuration is not the recommendation."""
     why = _losing(c, first, timed, order)
     if first.tight and not c.tight and _setting(c) == _setting(first) \
-            and first.per_gpu_bytes <= c.per_gpu_bytes * (1 + advise.MEMORY_TIE):
+            and advise.saves_nothing(first.per_gpu_bytes, c.per_gpu_bytes):
         # room_pool admitted the first (plain DDP) for needing no more than this one, within the prediction's error
         return (f"{gib(first.per_gpu_bytes - c.per_gpu_bytes)} less per GPU, within the memory prediction's error"
                 f" ({advise.MEMORY_TIE:.0%}), and " + why)

@@ -538,7 +538,6 @@ def offload_seconds(name: str, m, lay, t, rates: Rates, compute: float = 0.0) ->
     if not rates.host_link or not rates.cpu_adam:
         return None
     gpus_per_node = lay.gpus_per_node
-    copies = moved / rates.host_link
     # On NVMe the offloaded partitions are read back for every fetch, the node's ranks' from its drive (DeepSpeed's
     # AsyncPartitionedParameterSwapper, prefetching): read and PCIe copy run as a pipeline, the slower sets the pace.
     reads = (fetched / n * gpus_per_node * passes * t.grad_accum / rates.nvme
